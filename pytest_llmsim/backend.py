@@ -1,0 +1,134 @@
+"""LLMBackend: the handle a test holds on one simulated backend."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from .config import SimConfig
+from .metrics import MetricsSnapshot
+from .records import RequestRecord
+from .server import SimulatorServer
+from .simulator import Simulator
+
+__all__ = ["LLMBackend"]
+
+
+class LLMBackend:
+    """An OpenAI-compatible simulated LLM backend on a loopback port.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    Point a client at :attr:`base_url`; steer it with :meth:`configure` and
+    :meth:`reply_with`; read what happened in :attr:`metrics` and
+    :attr:`requests`.
+    """
+
+    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
+                 **settings: Any) -> None:
+        base = (config or SimConfig()).replace(**settings)
+        self._simulator = Simulator(base)
+        self._server = SimulatorServer(self._simulator, host, port)
+
+    # --- lifecycle ---
+
+    def start(self) -> LLMBackend:
+        """Start listening; returns self."""
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and the engine thread; in-flight requests end as cancelled."""
+        if self._server.is_running():
+            self._server.stop()
+        self._simulator.stop()
+
+    def __enter__(self) -> LLMBackend:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def is_running(self) -> bool:
+        return self._server.is_running()
+
+    # --- addresses ---
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, ready for ``openai.OpenAI(base_url=...)``."""
+        return self.url_for("/v1")
+
+    def url_for(self, path: str) -> str:
+        """Absolute URL of ``path`` on this backend."""
+        return self._server.url_for(path)
+
+    @property
+    def host(self) -> str:
+        return self._server.host
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def httpserver(self) -> SimulatorServer:
+        """The underlying pytest-httpserver ``HTTPServer``: add routes with ``expect_request``."""
+        return self._server
+
+    # --- steering ---
+
+    @property
+    def config(self) -> SimConfig:
+        """The settings in force."""
+        return self._simulator.config
+
+    def configure(self, **settings: Any) -> SimConfig:
+        """Change settings for the rest of this test (validated; raises ``ConfigError``).
+
+        Keys: every :class:`~pytest_llmsim.SimConfig` field, e.g. ``ttft``,
+        ``itl``, ``max_batch_size``, ``cache_hit_rate``, ``output``, ``speed``.
+        """
+        return self._simulator.configure(**settings)
+
+    def reply_with(self, *replies: str) -> None:
+        """Queue scripted replies: each request takes the next one, in order."""
+        for reply in replies:
+            if not isinstance(reply, str):
+                raise TypeError(f"reply_with() takes strings, got {type(reply).__name__}")
+        self._simulator.reply_with(replies)
+
+    def reset(self, config: SimConfig | None = None) -> None:
+        """Back to the starting settings (or ``config``) with empty cache, metrics and log."""
+        self._simulator.reset(config)
+        self._server.clear()
+
+    # --- reading ---
+
+    @property
+    def metrics(self) -> MetricsSnapshot:
+        """A snapshot of the counters and latency distributions since the last reset."""
+        return self._simulator.snapshot()
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """The request log (most recent ``max_log_entries``), oldest first."""
+        return self._simulator.log.snapshot()
+
+    def prometheus_text(self) -> str:
+        """What ``GET /metrics`` would answer now."""
+        return self._simulator.prometheus_text().decode()
+
+    @property
+    def speed(self) -> float:
+        """Simulated seconds per wall second."""
+        return self._simulator.config.speed
+
+    def to_wall(self, sim_seconds: float) -> float:
+        """Wall-clock seconds that ``sim_seconds`` of simulated time take at this speed."""
+        return self._simulator.runtime.to_wall(sim_seconds)
+
+    def __repr__(self) -> str:
+        state = self.base_url if self.is_running else "stopped"
+        return f"<LLMBackend {state} model={self.config.model!r} speed={self.speed:g}>"

@@ -1,0 +1,76 @@
+"""``llmsim serve``: the same simulator standalone, in the foreground.
+
+Every setting ``LLMBackend.configure()`` accepts is a flag
+(``--ttft 0.1 --itl 0.01 --max-batch-size 64 --speed 1``). Ctrl-C (or
+SIGTERM) stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from .backend import LLMBackend
+from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
+
+__all__ = ["main"]
+
+
+def _setting_type(name: str) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            return parse_setting(name, text)
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = name  # argparse names the type in its messages
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmsim", description="A simulated OpenAI-compatible LLM backend.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="Serve the simulator in the foreground until Ctrl-C")
+    serve.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="Port to listen on; 0 picks a free one "
+                                                              "(default: 8000)")
+    defaults = SimConfig()
+    for name in SETTING_NAMES:
+        serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
+                           default=None, metavar=name.upper(),
+                           help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``llmsim`` console script."""
+    args = build_parser().parse_args(argv)
+    settings = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
+    backend = LLMBackend(SimConfig().replace(**settings), host=args.host, port=args.port)
+    try:
+        backend.start()
+    except OSError as error:
+        print(f"llmsim: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)", flush=True)
+    while not stop.wait(0.5):
+        pass
+    backend.stop()
+    print("llmsim stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The simulator's settings: one frozen, validated :class:`SimConfig`.
+
+Every way a user can set something (``configure()``, markers, command-line
+flags, ini keys, environment variables, ``llmsim serve`` flags) ends up in
+:meth:`SimConfig.replace` or :func:`parse_setting`, so validation and its error
+messages live in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["ConfigError", "SimConfig", "SETTING_HELP", "parse_setting"]
+
+OUTPUT_MODES = ("filler", "echo")
+
+
+class ConfigError(ValueError):
+    """A setting was unknown or had a bad value; the message names it."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that shapes how a simulated backend behaves.
+
+    Latencies are in *simulated* seconds; ``speed`` maps them to wall time.
+    The defaults make a backend instantaneous, so a functional test costs
+    milliseconds; latency is something a test asks for.
+    """
+
+    model: str = "llmsim"
+    ttft: float = 0.0
+    itl: float = 0.0
+    prefill_per_token: float = 0.0
+    jitter: float = 0.0
+    load_factor: float = 1.0
+    max_batch_size: int = 256
+    max_waiting: int = 1024
+    max_model_len: int = 32768
+    block_size: int = 16
+    cache_capacity_blocks: int = 65536
+    cache_hit_rate: float | None = None
+    output: str = "filler"
+    answer_length: int | tuple[int, int] | None = None
+    default_max_tokens: int = 16
+    seed: int = 0
+    speed: float = 1.0
+    max_log_entries: int = 10_000
+    max_body_bytes: int = 8 * 1024 * 1024
+
+    def replace(self, **settings: Any) -> SimConfig:
+        """Return a copy with ``settings`` applied, each one validated.
+
+        Raises :class:`ConfigError` naming an unknown key (and listing the
+        accepted ones) or a bad value.
+        """
+        unknown = sorted(set(settings) - set(SETTING_NAMES))
+        if unknown:
+            raise ConfigError(
+                f"unknown setting{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}"
+            )
+        checked = {key: _VALIDATORS[key](key, value) for key, value in settings.items()}
+        return dataclasses.replace(self, **checked)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (JSON-friendly)."""
+        return dataclasses.asdict(self)
+
+
+# --- validators: each takes (name, value) and returns the normalised value ---
+
+
+def _number(low: float, *, low_inclusive: bool = True, high: float = math.inf,
+            allow_inf: bool = False) -> Callable[[str, Any], float]:
+    def check(name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a number)")
+        number = float(value)
+        if math.isnan(number) or (math.isinf(number) and not allow_inf):
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a finite number)")
+        too_low = number < low if low_inclusive else number <= low
+        if too_low or number > high:
+            bound = f">= {low:g}" if low_inclusive else f"> {low:g}"
+            if high != math.inf:
+                bound += f" and <= {high:g}"
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a number {bound})")
+        return number
+
+    return check
+
+
+def _integer(low: int) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer >= {low})")
+        if value < low:
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer >= {low})")
+        return value
+
+    return check
+
+
+def _speed(name: str, value: Any) -> float:
+    try:
+        return _number(0.0, low_inclusive=False, allow_inf=True)(name, value)
+    except ConfigError:
+        raise ConfigError(
+            f"invalid value for {name!r}: {value!r} (expected a positive number or 'inf')"
+        ) from None
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a non-empty string)")
+    return value
+
+
+def _output_mode(name: str, value: Any) -> str:
+    if value not in OUTPUT_MODES:
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(OUTPUT_MODES)})")
+    return str(value)
+
+
+def _optional_rate(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    return _number(0.0, high=1.0)(name, value)
+
+
+def _answer_length(name: str, value: Any) -> int | tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and 1 <= value[0] <= value[1]):
+        return (value[0], value[1])
+    raise ConfigError(
+        f"invalid value for {name!r}: {value!r} "
+        "(expected None, an integer >= 1, or a (min, max) pair of integers with 1 <= min <= max)"
+    )
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "model": _text,
+    "ttft": _number(0.0),
+    "itl": _number(0.0),
+    "prefill_per_token": _number(0.0),
+    "jitter": _number(0.0, high=1.0),
+    "load_factor": _number(1.0),
+    "max_batch_size": _integer(1),
+    "max_waiting": _integer(0),
+    "max_model_len": _integer(1),
+    "block_size": _integer(1),
+    "cache_capacity_blocks": _integer(0),
+    "cache_hit_rate": _optional_rate,
+    "output": _output_mode,
+    "answer_length": _answer_length,
+    "default_max_tokens": _integer(1),
+    "seed": _integer(0),
+    "speed": _speed,
+    "max_log_entries": _integer(1),
+    "max_body_bytes": _integer(1),
+}
+
+SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(SimConfig))
+assert set(SETTING_NAMES) == set(_VALIDATORS), "every setting needs a validator"
+
+SETTING_HELP: dict[str, str] = {
+    "model": "Model name the backend serves and reports",
+    "ttft": "Base time to first token, simulated seconds",
+    "itl": "Inter-token latency (one decode step), simulated seconds",
+    "prefill_per_token": "Prefill cost per uncached prompt token, simulated seconds",
+    "jitter": "Relative standard deviation of seeded latency noise (0 to 1)",
+    "load_factor": "Step-time multiplier when the batch is full (>= 1)",
+    "max_batch_size": "Sequences decoded concurrently",
+    "max_waiting": "Waiting-queue capacity; a full queue answers 503",
+    "max_model_len": "Context length: prompt plus max_tokens",
+    "block_size": "Prefix-cache block size in tokens",
+    "cache_capacity_blocks": "Prefix-cache capacity in blocks (LRU eviction)",
+    "cache_hit_rate": "Force this fraction of prompt tokens to be cached",
+    "output": "Generated content: filler (seeded) or echo (last user message)",
+    "answer_length": "Answer length in tokens: N or MIN-MAX (seeded); unset runs to max_tokens",
+    "default_max_tokens": "max_tokens when a request gives none",
+    "seed": "Seed for content, jitter and sampled answer lengths",
+    "speed": "Simulated seconds per wall second (a positive number or inf)",
+    "max_log_entries": "Requests kept in the request log (oldest dropped)",
+    "max_body_bytes": "Largest request body accepted; larger answers 413",
+}
+
+
+def parse_setting(name: str, text: str) -> Any:
+    """Turn a setting given as text (flag, env, ini) into a validated value.
+
+    Raises :class:`ConfigError` for an unknown name or a value that does not
+    parse; the caller adds where the text came from.
+    """
+    if name not in _VALIDATORS:
+        raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTING_NAMES)}")
+    default = getattr(SimConfig(), name)
+    raw = text.strip()
+    value: Any
+    try:
+        if name in ("cache_hit_rate", "answer_length") and raw.lower() in ("", "none"):
+            value = None
+        elif name == "answer_length":
+            low, _, high = raw.partition("-")
+            value = (int(low), int(high)) if high else int(low)
+        elif name == "cache_hit_rate" or isinstance(default, float):
+            value = float(raw)
+        elif isinstance(default, int):
+            value = int(raw)
+        else:
+            value = raw
+    except ValueError:
+        value = text  # the validator rejects the raw text with the expected form
+    return _VALIDATORS[name](name, value)

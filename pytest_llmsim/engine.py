@@ -1,0 +1,266 @@
+"""Continuous batching as a discrete-event simulation in virtual time.
+
+No threads, sockets or sleeps: the caller moves the clock with
+:meth:`Engine.advance` (the runtime does it against wall time, tests with
+plain numbers) and hears about tokens through an :class:`EngineListener`.
+
+Model. At most ``max_batch_size`` sequences run; the rest wait in a bounded
+FCFS queue (a full queue rejects). A sequence admitted at time ``a`` looks up
+the prefix cache, emits its first token at ``a + prefill_time``, inserts its
+prompt blocks into the cache, then emits one token per decode step until it
+has emitted ``output_length`` tokens. Each sequence keeps its own step clock,
+so a lone request sees exactly the configured TTFT and gaps; the load
+multiplier (see :mod:`pytest_llmsim.latency`) couples them. When a sequence
+finishes, or is cancelled, its slot goes to the head of the queue at that same
+instant.
+
+Ordering rules. Events sit in a heap of ``(time, serial, kind, sequence)``;
+``serial`` is a counter, so events due at the same time run in the order they
+were scheduled. The clock only moves forward, and only in :meth:`advance`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections import deque
+from collections.abc import Sequence as TokenIds
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from .config import SimConfig
+from .latency import LatencyModel
+from .prefix_cache import PrefixCache
+
+__all__ = ["Engine", "EngineListener", "SeqState", "SimSequence"]
+
+
+class SeqState(Enum):
+    """Where a sequence is in its life."""
+
+    PENDING = "pending"  # scheduled to arrive later
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"  # waiting queue was full
+
+
+@dataclass(eq=False, slots=True)
+class SimSequence:
+    """One generation: a prompt, how many tokens to emit, and what happened.
+
+    ``output_length`` tokens are emitted unless the sequence is cancelled.
+    ``latency_scale`` stretches this sequence's own steps (a slow fault).
+    ``owner`` and ``index`` are the caller's (the runtime keeps its ticket in
+    ``owner``; the server keeps the choice index in ``index``).
+    """
+
+    prompt_tokens: TokenIds[int]
+    output_length: int
+    latency_scale: float = 1.0
+    index: int = 0
+    owner: Any = None
+    state: SeqState = SeqState.PENDING
+    arrival: float = math.nan
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished_at: float | None = None
+    emitted: int = 0
+    cached_tokens: int = 0
+    cancel_requested: bool = False
+    gaps: list[float] = field(default_factory=list)
+
+    @property
+    def queue_time(self) -> float | None:
+        """Simulated seconds between arrival and admission to the batch."""
+        return None if self.admitted_at is None else self.admitted_at - self.arrival
+
+    @property
+    def ttft(self) -> float | None:
+        """Simulated time to first token, queueing included."""
+        return None if self.first_token_at is None else self.first_token_at - self.arrival
+
+    @property
+    def e2e(self) -> float | None:
+        """Simulated seconds from arrival to the end."""
+        return None if self.finished_at is None else self.finished_at - self.arrival
+
+
+class EngineListener(Protocol):
+    """Receives what the engine does, in virtual-time order."""
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        """``seq`` emitted its ``seq.emitted``-th token at ``now``."""
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        """``seq`` left the engine: finished, cancelled or rejected (see ``seq.state``)."""
+
+
+class _NullListener:
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        pass
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        pass
+
+
+_ARRIVE = 0
+_STEP = 1
+
+
+class Engine:
+    """The waiting queue, the running batch and the clock."""
+
+    def __init__(self, config: SimConfig, listener: EngineListener | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.listener: EngineListener = listener or _NullListener()
+        self.latency = LatencyModel(config, rng or random.Random(config.seed))
+        self.cache = PrefixCache(config.block_size, config.cache_capacity_blocks)
+        self.now = 0.0
+        self.max_running = 0
+        self._running: set[SimSequence] = set()
+        self._waiting: deque[SimSequence] = deque()
+        self._events: list[tuple[float, int, int, SimSequence]] = []
+        self._serial = itertools.count()
+
+    # --- observation ---
+
+    @property
+    def running_count(self) -> int:
+        """Sequences in the batch now."""
+        return len(self._running)
+
+    @property
+    def waiting_count(self) -> int:
+        """Sequences queued for a batch slot."""
+        return len(self._waiting)
+
+    def next_event_time(self) -> float | None:
+        """Virtual time of the next event, or None when idle."""
+        return self._events[0][0] if self._events else None
+
+    # --- input ---
+
+    def submit(self, seq: SimSequence, at: float | None = None) -> bool:
+        """Hand a sequence to the engine, now or at a later virtual time.
+
+        Returns False when it arrives now and the waiting queue is full (it
+        is then REJECTED and the listener told). Arrivals scheduled for later
+        return True and report a rejection through the listener.
+        """
+        if at is not None and at > self.now:
+            seq.state = SeqState.PENDING
+            self._push(at, _ARRIVE, seq)
+            return True
+        return self._arrive(seq)
+
+    def reconfigure(self, config: SimConfig) -> None:
+        """Apply new settings to what comes next; the cache survives unless its shape changed."""
+        if (config.block_size, config.cache_capacity_blocks) != (
+                self.config.block_size, self.config.cache_capacity_blocks):
+            self.cache = PrefixCache(config.block_size, config.cache_capacity_blocks)
+        self.config = config
+        self.latency = LatencyModel(config, self.latency.rng)
+
+    def cancel(self, seq: SimSequence) -> None:
+        """The client is gone: drop a waiting sequence now, a running one at its next step."""
+        if seq.state is SeqState.WAITING:
+            self._waiting.remove(seq)
+            self._finish(seq, SeqState.CANCELLED)
+        elif seq.state in (SeqState.RUNNING, SeqState.PENDING):
+            seq.cancel_requested = True
+
+    def advance(self, to: float) -> None:
+        """Run every event due at or before ``to``; the clock ends at ``to``."""
+        events = self._events
+        while events and events[0][0] <= to:
+            when, _, kind, seq = heapq.heappop(events)
+            self.now = when
+            if kind == _ARRIVE:
+                if seq.cancel_requested:
+                    seq.arrival = when
+                    self._finish(seq, SeqState.CANCELLED)
+                else:
+                    self._arrive(seq)
+            else:
+                self._step(seq)
+        if to > self.now and not math.isinf(to):
+            self.now = to
+
+    def run_until_idle(self) -> None:
+        """Run all events (tests); the clock ends at the last one."""
+        self.advance(math.inf)
+
+    # --- internals ---
+
+    def _push(self, when: float, kind: int, seq: SimSequence) -> None:
+        heapq.heappush(self._events, (when, next(self._serial), kind, seq))
+
+    def _arrive(self, seq: SimSequence) -> bool:
+        seq.arrival = self.now
+        if len(self._running) < self.config.max_batch_size and not self._waiting:
+            self._admit(seq)
+            return True
+        if len(self._waiting) >= self.config.max_waiting:
+            self._finish(seq, SeqState.REJECTED)
+            return False
+        seq.state = SeqState.WAITING
+        self._waiting.append(seq)
+        return True
+
+    def _admit(self, seq: SimSequence) -> None:
+        seq.state = SeqState.RUNNING
+        seq.admitted_at = self.now
+        self._running.add(seq)
+        self.max_running = max(self.max_running, len(self._running))
+        prompt = seq.prompt_tokens
+        forced_rate = self.config.cache_hit_rate
+        if forced_rate is None:
+            seq.cached_tokens = self.cache.lookup(prompt)
+        else:
+            seq.cached_tokens = int(forced_rate * len(prompt))
+            self.cache.record(len(prompt), seq.cached_tokens)
+        uncached = len(prompt) - seq.cached_tokens
+        delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale)
+        self._push(self.now + delay, _STEP, seq)
+
+    def _step(self, seq: SimSequence) -> None:
+        now = self.now
+        if seq.cancel_requested:
+            self._finish(seq, SeqState.CANCELLED)
+            return
+        if seq.first_token_at is None:
+            seq.first_token_at = now
+            if self.config.cache_hit_rate is None:
+                self.cache.insert(seq.prompt_tokens)
+        if seq.emitted < seq.output_length:
+            if seq.last_token_at is not None:
+                seq.gaps.append(now - seq.last_token_at)
+            seq.emitted += 1
+            seq.last_token_at = now
+            self.listener.on_token(seq, now)
+        if seq.emitted >= seq.output_length:
+            self._finish(seq, SeqState.FINISHED)
+            return
+        delay = self.latency.decode_step(len(self._running), seq.latency_scale)
+        self._push(now + delay, _STEP, seq)
+
+    def _finish(self, seq: SimSequence, state: SeqState) -> None:
+        was_running = seq.state is SeqState.RUNNING
+        seq.state = state
+        seq.finished_at = self.now
+        if was_running:
+            self._running.discard(seq)
+        self.listener.on_finish(seq, self.now)
+        if was_running:
+            self._fill_slots()
+
+    def _fill_slots(self) -> None:
+        while self._waiting and len(self._running) < self.config.max_batch_size:
+            self._admit(self._waiting.popleft())

@@ -1,0 +1,62 @@
+"""The cost model: how long prefill and decode steps take, in simulated seconds.
+
+For a lone request with no jitter the numbers come out exactly as set::
+
+    TTFT = ttft + prefill_per_token * uncached_prompt_tokens
+    gap between tokens = itl
+
+Under load every step (prefill included: it shares the accelerator) is
+stretched by the load multiplier, which grows linearly with the number of
+running sequences, from 1 for a lone sequence to ``load_factor`` for a full
+batch::
+
+    load(running) = 1 + (load_factor - 1) * (running - 1) / (max_batch_size - 1)
+
+Jitter multiplies each interval by ``1 + jitter * N(0, 1)``, clamped to
+``[max(0, 1 - 3 * jitter), 1 + 3 * jitter]``, drawn from a seeded generator so
+a run can be replayed.
+"""
+
+from __future__ import annotations
+
+import random
+
+from .config import SimConfig
+
+__all__ = ["LatencyModel"]
+
+
+class LatencyModel:
+    """Turns a :class:`SimConfig` into step durations."""
+
+    __slots__ = ("_config", "rng", "_low", "_high")
+
+    def __init__(self, config: SimConfig, rng: random.Random) -> None:
+        self._config = config
+        self.rng = rng
+        self._low = max(0.0, 1.0 - 3.0 * config.jitter)
+        self._high = 1.0 + 3.0 * config.jitter
+
+    def load_multiplier(self, running: int) -> float:
+        """Step-time multiplier with ``running`` sequences in the batch."""
+        config = self._config
+        if config.max_batch_size <= 1 or running <= 1:
+            return 1.0
+        busy = min(running, config.max_batch_size) - 1
+        return 1.0 + (config.load_factor - 1.0) * busy / (config.max_batch_size - 1)
+
+    def prefill_time(self, uncached_tokens: int, running: int, scale: float = 1.0) -> float:
+        """Time from admission to the first token."""
+        config = self._config
+        base = config.ttft + config.prefill_per_token * uncached_tokens
+        return self._jittered(base * self.load_multiplier(running) * scale)
+
+    def decode_step(self, running: int, scale: float = 1.0) -> float:
+        """Time from one token of a sequence to its next."""
+        return self._jittered(self._config.itl * self.load_multiplier(running) * scale)
+
+    def _jittered(self, value: float) -> float:
+        if self._config.jitter == 0.0 or value == 0.0:
+            return value
+        factor = 1.0 + self._config.jitter * self.rng.gauss(0.0, 1.0)
+        return value * min(self._high, max(self._low, factor))

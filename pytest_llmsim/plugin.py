@@ -1,0 +1,335 @@
+"""pytest wiring: options, markers, fixtures, report header and summary.
+
+Only wiring lives here: settings are validated by :mod:`pytest_llmsim.config`,
+backends are :class:`~pytest_llmsim.backend.LLMBackend` objects.
+
+Fixture tiers (as in pytest-httpserver): overridable session fixtures
+(``llmsim_listen_address``, ``llmsim_config``) -> a session backend started
+once (``llmsim_session_backend``) -> the function-scoped ``llm_backend``,
+reset *before* each test and then set from the test's markers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .backend import LLMBackend
+from .config import SETTING_NAMES, ConfigError, SimConfig
+
+__all__ = ["OptionSettings", "resolve_options"]
+
+# --- options: each is a --llmsim-NAME flag, an llmsim_NAME ini key and a
+# PYTEST_LLMSIM_NAME environment variable; flag over env over ini. ---
+
+SPEED_HELP = ("Simulated seconds per wall second for every backend: a positive number or inf "
+              "(simulated latencies and metrics do not change with it)")
+SEED_HELP = "Seed for generated content, latency jitter and fault selection"
+MODEL_HELP = "Model name the backends serve and report by default"
+HOST_HELP = "Address the backends listen on (loopback only is the safe choice)"
+REPORT_HELP = "Show a summary of what the backend served in each test"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _parse_speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # also rejects nan
+        raise ValueError("expected a positive number or 'inf'")
+    return value
+
+
+def _parse_seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError("expected a non-negative integer")
+    return value
+
+
+def _parse_text(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a non-empty string")
+    return text.strip()
+
+
+def _parse_flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError("expected true or false")
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    help: str
+    parse: Callable[[str], Any]
+    default: Any
+    is_flag: bool = False
+
+
+OPTIONS: tuple[_Option, ...] = (
+    _Option("speed", SPEED_HELP, _parse_speed, 1.0),
+    _Option("seed", SEED_HELP, _parse_seed, 0),
+    _Option("model", MODEL_HELP, _parse_text, SimConfig().model),
+    _Option("host", HOST_HELP, _parse_text, "127.0.0.1"),
+    _Option("report", REPORT_HELP, _parse_flag, False, is_flag=True),
+)
+
+
+@dataclass(frozen=True)
+class OptionSettings:
+    """The plugin's options after resolution."""
+
+    speed: float
+    seed: int
+    model: str
+    host: str
+    report: bool
+
+
+def resolve_options(cli: Mapping[str, Any], env: Mapping[str, str],
+                    ini: Mapping[str, str | None]) -> OptionSettings:
+    """Resolve each option, flag over environment over ini; bad values name their source.
+
+    ``cli`` maps option names to the flag's value (None when not given),
+    ``ini`` to the ini value (None or "" when not set).
+    """
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        flag = f"--llmsim-{option.name}"
+        env_name = f"PYTEST_LLMSIM_{option.name.upper()}"
+        sources = [
+            (cli.get(option.name), flag),
+            (env.get(env_name), f"environment variable {env_name}"),
+            (ini.get(option.name), f"ini option llmsim_{option.name}"),
+        ]
+        values[option.name] = option.default
+        for raw, source in sources:
+            if raw is None or (raw == "" and source != flag):
+                continue
+            if isinstance(raw, bool):
+                values[option.name] = raw
+                break
+            try:
+                values[option.name] = option.parse(str(raw))
+            except ValueError as error:
+                raise pytest.UsageError(f"invalid {source} {str(raw)!r}: {error}") from None
+            break
+    return OptionSettings(**values)
+
+
+_SETTINGS_KEY = pytest.StashKey[OptionSettings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("llmsim", "simulated LLM backend (pytest-llmsim)")
+    for option in OPTIONS:
+        if option.is_flag:
+            group.addoption(f"--llmsim-{option.name}", action="store_true", default=None,
+                            dest=f"llmsim_{option.name}", help=option.help)
+            parser.addini(f"llmsim_{option.name}", option.help, type="bool", default=None)
+        else:
+            group.addoption(f"--llmsim-{option.name}", action="store", default=None,
+                            dest=f"llmsim_{option.name}", metavar=option.name.upper(), help=option.help)
+            parser.addini(f"llmsim_{option.name}", option.help, default=None)
+
+
+# --- markers ---
+
+_MARKER_KEYS: dict[str, dict[str, str]] = {
+    "llm_latency": {k: k for k in ("ttft", "itl", "prefill_per_token", "jitter", "load_factor")},
+    "llm_cache": {"hit_rate": "cache_hit_rate", "block_size": "block_size",
+                  "capacity_blocks": "cache_capacity_blocks"},
+    "llm_batch": {"size": "max_batch_size", "max_waiting": "max_waiting"},
+    "llm_config": {k: k for k in SETTING_NAMES},
+}
+MARKERS = {
+    "llm_latency": "llm_latency(ttft=, itl=, prefill_per_token=, jitter=, load_factor=): simulated "
+                   "latency of the llm_backend, in simulated seconds",
+    "llm_cache": "llm_cache(hit_rate=, block_size=, capacity_blocks=): prefix-cache behaviour of the "
+                 "llm_backend",
+    "llm_batch": "llm_batch(size=, max_waiting=): continuous-batching limits of the llm_backend",
+    "llm_config": "llm_config(**settings): any setting LLMBackend.configure() accepts",
+    "llm_realtime": "llm_realtime: run this test's llm_backend at speed 1 whatever --llmsim-speed says",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for text in MARKERS.values():
+        config.addinivalue_line("markers", text)
+    cli = {o.name: config.getoption(f"llmsim_{o.name}") for o in OPTIONS}
+    ini = {o.name: _ini_value(config, o) for o in OPTIONS}
+    settings = resolve_options(cli, os.environ, ini)
+    config.stash[_SETTINGS_KEY] = settings
+    if settings.report:
+        config.pluginmanager.register(_Reporter(), "llmsim-reporter")
+
+
+def _ini_value(config: pytest.Config, option: _Option) -> str | None:
+    value = config.getini(f"llmsim_{option.name}")
+    if value is None or value == []:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def settings_from_markers(item: pytest.Item) -> dict[str, Any]:
+    """Backend settings from the item's markers; the closest marker wins key by key."""
+    settings: dict[str, Any] = {}
+    markers = [m for m in item.iter_markers() if m.name in _MARKER_KEYS or m.name == "llm_realtime"]
+    for marker in reversed(markers):  # farthest first, so closer ones override
+        if marker.name == "llm_realtime":
+            continue
+        keys = _MARKER_KEYS[marker.name]
+        if marker.args:
+            raise pytest.UsageError(f"@pytest.mark.{marker.name} takes keyword arguments only "
+                                    f"({', '.join(keys)}), got {marker.args!r}")
+        for key, value in marker.kwargs.items():
+            if key not in keys:
+                raise pytest.UsageError(
+                    f"@pytest.mark.{marker.name}: unknown argument {key!r}; accepted: {', '.join(keys)}")
+            settings[keys[key]] = value
+    if any(m.name == "llm_realtime" for m in markers):
+        settings["speed"] = 1.0
+    try:
+        SimConfig().replace(**settings)
+    except ConfigError as error:
+        names = ", ".join(sorted({m.name for m in markers}))
+        raise pytest.UsageError(f"bad llmsim marker value ({names}): {error}") from None
+    return settings
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    s = config.stash[_SETTINGS_KEY]
+    return f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}"
+
+
+# --- fixtures ---
+
+
+@pytest.fixture(scope="session")
+def llmsim_listen_address(pytestconfig: pytest.Config) -> tuple[str, int]:
+    """``(host, port)`` the session's backend listens on; override to change it.
+
+    Defaults to ``(--llmsim-host, 0)``: loopback and a free port picked by the OS.
+    """
+    return (pytestconfig.stash[_SETTINGS_KEY].host, 0)
+
+
+@pytest.fixture(scope="session")
+def llmsim_config(pytestconfig: pytest.Config) -> SimConfig:
+    """Settings every backend starts each test with; override for suite-wide defaults.
+
+    Built from ``--llmsim-speed``, ``--llmsim-seed`` and ``--llmsim-model``;
+    e.g. ``return SimConfig(ttft=0.05, itl=0.01, speed=float("inf"))``.
+    """
+    s = pytestconfig.stash[_SETTINGS_KEY]
+    return SimConfig(speed=s.speed, seed=s.seed, model=s.model)
+
+
+@pytest.fixture(scope="session")
+def llmsim_session_backend(llmsim_listen_address: tuple[str, int],
+                           llmsim_config: SimConfig) -> Iterator[LLMBackend]:
+    """The session's backend, started once; tests use ``llm_backend`` instead."""
+    host, port = llmsim_listen_address
+    backend = LLMBackend(llmsim_config, host=host, port=port)
+    backend.start()
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture
+def llm_backend(llmsim_session_backend: LLMBackend, llmsim_config: SimConfig,
+                request: pytest.FixtureRequest) -> Iterator[LLMBackend]:
+    """An OpenAI-compatible simulated LLM backend, fresh for this test.
+
+    The session's server, reset before the test (settings from
+    ``llmsim_config``, empty cache, metrics and request log) and set from the
+    test's ``llm_*`` markers. Point a client at ``llm_backend.base_url``.
+    """
+    backend = llmsim_session_backend
+    backend.reset(llmsim_config.replace(**settings_from_markers(request.node)))
+    yield backend
+    _record_for_report(request, backend)
+
+
+@pytest.fixture
+def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: SimConfig,
+                        request: pytest.FixtureRequest) -> Iterator[Callable[..., LLMBackend]]:
+    """Start more independent backends: ``llm_backend_factory(**settings)``.
+
+    Each has its own port, engine, cache, metrics and log, starts from
+    ``llmsim_config`` plus ``settings``, and is stopped when the test ends.
+    For primary/fallback and load-balancing tests.
+    """
+    started: list[LLMBackend] = []
+    host = llmsim_listen_address[0]
+
+    def factory(**settings: Any) -> LLMBackend:
+        backend = LLMBackend(llmsim_config.replace(**settings), host=host)
+        backend.start()
+        started.append(backend)
+        return backend
+
+    yield factory
+    for backend in started:
+        _record_for_report(request, backend)
+        backend.stop()
+
+
+# --- summary (--llmsim-report); rows travel in user_properties so xdist works ---
+
+
+def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> None:
+    if not request.config.stash[_SETTINGS_KEY].report:
+        return
+    m = backend.metrics
+    request.node.user_properties.append(("llmsim", {
+        "requests": m.requests_total,
+        "statuses": " ".join(f"{k}x{v}" for k, v in sorted(m.requests_by_status.items())) or "-",
+        "tokens": f"{m.prompt_tokens}+{m.completion_tokens}",
+        "cache": f"{m.cache_hit_rate:.0%}",
+        "cancelled": m.cancelled,
+        "ttft_p50": "-" if m.ttft.count == 0 else f"{m.ttft.p50:.4g}s",
+    }))
+
+
+class _Reporter:
+    """Collects summary rows on the controller (from xdist workers too) and prints them."""
+
+    columns = ("requests", "statuses", "tokens", "cache", "cancelled", "ttft_p50")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.rows.extend((report.nodeid, row) for name, row in report.user_properties
+                             if name == "llmsim" and isinstance(row, dict))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        terminalreporter.write_sep("=", "llmsim backend summary")
+        if not self.rows:
+            terminalreporter.write_line("no test used an llmsim backend")
+            return
+        header = ["test", *self.columns]
+        table = [header] + [[nodeid] + [str(row[c]) for c in self.columns] for nodeid, row in self.rows]
+        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+        for line in table:
+            terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())

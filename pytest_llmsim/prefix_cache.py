@@ -1,0 +1,76 @@
+"""Prefix cache over real token ids, the way vLLM's automatic prefix caching works.
+
+A prompt is cut into full blocks of ``block_size`` tokens (a trailing partial
+block is never cached). Each block's hash covers its own tokens and its
+parent's hash, so a block hash names the whole prefix up to it. A new
+request's cached tokens are the longest run of leading blocks already present.
+As in vLLM, the last prompt token is always computed (the model needs its
+logits), so a prompt can hit at most ``len(prompt) - 1`` tokens, rounded down
+to whole blocks. Blocks are inserted when a prefill finishes and evicted least
+recently used first once ``capacity_blocks`` is exceeded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+__all__ = ["PrefixCache", "block_hashes"]
+
+_ROOT_HASH = 0x6C6C6D73696D  # any fixed value: the parent of the first block
+
+
+def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
+    """Chained hashes of the full blocks of ``tokens``."""
+    hashes: list[int] = []
+    parent = _ROOT_HASH
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash((parent, tuple(tokens[start:start + block_size])))
+        hashes.append(parent)
+    return hashes
+
+
+class PrefixCache:
+    """Block-hash set with LRU eviction; counts queried and hit tokens."""
+
+    __slots__ = ("block_size", "capacity_blocks", "_blocks", "queried_tokens", "hit_tokens")
+
+    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+        self.block_size = block_size
+        self.capacity_blocks = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.queried_tokens = 0
+        self.hit_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block_hash: object) -> bool:
+        return block_hash in self._blocks
+
+    def lookup(self, tokens: Sequence[int]) -> int:
+        """Cached tokens for a prompt (block-aligned); refreshes the hit blocks' recency."""
+        hit_blocks = 0
+        for block_hash in block_hashes(tokens[:len(tokens) - 1], self.block_size):
+            if block_hash not in self._blocks:
+                break
+            self._blocks.move_to_end(block_hash)
+            hit_blocks += 1
+        cached = hit_blocks * self.block_size
+        self.record(len(tokens), cached)
+        return cached
+
+    def record(self, queried: int, hit: int) -> None:
+        """Count a lookup (also used when a test forces the hit rate)."""
+        self.queried_tokens += queried
+        self.hit_tokens += hit
+
+    def insert(self, tokens: Sequence[int]) -> None:
+        """Add a computed prompt's full blocks, evicting the least recently used."""
+        if self.capacity_blocks == 0:
+            return
+        for block_hash in block_hashes(tokens, self.block_size):
+            self._blocks[block_hash] = None
+            self._blocks.move_to_end(block_hash)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)

@@ -1,0 +1,274 @@
+"""The HTTP face of a simulator: OpenAI routes, SSE streaming, errors.
+
+Built on pytest-httpserver's ``HTTPServer(threaded=True)`` for its lifecycle
+and ``url_for``, and so a test can still add its own ``expect_request(...)``
+handlers for routes the simulator does not serve. Everything here translates
+HTTP to :class:`~pytest_llmsim.simulator.Simulator` calls and back.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
+``GET /v1/models``, ``GET /v1/models/<id>``, ``GET /health``, ``GET /metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_httpserver import HTTPServer
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+from .engine import SeqState
+from .metrics import PROMETHEUS_CONTENT_TYPE
+from .protocol import (
+    APIError, ParsedRequest, chat_chunk, chat_response, completion_chunk, completion_response,
+    parse_chat, parse_completion,
+)
+from .records import RequestRecord
+from .runtime import FINISH
+from .simulator import Generation, Simulator
+
+__all__ = ["SimulatorServer"]
+
+JSON = "application/json"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+
+
+class _RequestHandler(WSGIRequestHandler):
+    """werkzeug's handler with Nagle off: each SSE chunk leaves when written.
+
+    werkzeug writes a chunk's size line, data and CRLF separately; with Nagle
+    on, the later writes wait for the peer's delayed ACK (tens of ms).
+    """
+
+    disable_nagle_algorithm = True
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # a test session's output is no place for an access log
+
+
+def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(body), status=status, headers=headers, content_type=JSON)
+
+
+def _sse(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+class SimulatorServer(HTTPServer):
+    """A threaded werkzeug server on loopback answering as an OpenAI-compatible backend."""
+
+    def __init__(self, simulator: Simulator, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port, threaded=True)
+        self.simulator = simulator
+        self.no_handler_status_code = 404
+        self._routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
+            "/v1/chat/completions": ("POST", self._chat),
+            "/v1/completions": ("POST", self._completions),
+            "/v1/models": ("GET", self._models),
+            "/health": ("GET", self._health),
+            "/metrics": ("GET", self._metrics),
+        }
+
+    # --- lifecycle (pytest-httpserver's start, with our request handler) ---
+
+    def start(self) -> None:
+        """Listen (port 0 picks a free port) and serve from a daemon thread."""
+        if self.is_running():
+            raise RuntimeError("the simulator server is already running")
+        try:
+            self.server = make_server(self.host, self.port, Request.application(self.application),  # type: ignore[arg-type]
+                                      threaded=True, request_handler=_RequestHandler)
+        except SystemExit:  # werkzeug exits the process when the port is taken
+            raise OSError(f"cannot listen on {self.host}:{self.port}: address already in use") from None
+        self.port = self.server.port
+        self.server_thread = threading.Thread(target=self.thread_target, name="llmsim-http",
+                                              daemon=True)
+        self.server_thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        server = self.server
+        super().stop()
+        if server is not None:
+            server.server_close()
+
+    # --- dispatch ---
+
+    def application(self, request: Request) -> Response:
+        path = request.path
+        if path.startswith("/v1/models/"):
+            route: tuple[str, Callable[[Request], Response]] | None = ("GET", self._model)
+        else:
+            route = self._routes.get(path)
+        if route is None:
+            return self._fallback(request)
+        method, handler = route
+        if request.method != method:
+            error = APIError(405, f"Method {request.method} is not allowed on {path}; use {method}.",
+                             code="method_not_allowed", headers={"Allow": method})
+            return self._api_error(request, error)
+        return handler(request)
+
+    def _fallback(self, request: Request) -> Response:
+        """A test's own ``expect_request`` handlers, else an OpenAI-shaped 404."""
+        if self.ordered_handlers or self.oneshot_handlers or self.handlers:
+            request.get_data()
+            response = self.dispatch(request)
+            if response.status_code != self.no_handler_status_code or self.handlers.match(request):
+                return response
+        error = APIError(404, f"Unknown request URL: {request.method} {request.path}.",
+                         code="unknown_url")
+        return self._api_error(request, error)
+
+    def _api_error(self, request: Request, error: APIError,
+                   record: RequestRecord | None = None) -> Response:
+        if request.path.startswith("/v1/"):
+            record = record or self._new_record(request, None)
+            record.status = error.status
+            record.error = error.body()["error"]
+            self.simulator.finish(record)
+        return _json_response(error.body(), error.status, error.headers)
+
+    @staticmethod
+    def _new_record(request: Request, body: Any) -> RequestRecord:
+        return RequestRecord(method=request.method, path=request.path,
+                             headers=dict(request.headers), body=body)
+
+    def _read_json(self, request: Request) -> Any:
+        request.max_content_length = self.simulator.config.max_body_bytes
+        try:
+            data = request.get_data(cache=True)
+        except RequestEntityTooLarge:
+            raise APIError(413, f"Request body too large: the limit is "
+                                f"{self.simulator.config.max_body_bytes} bytes (max_body_bytes).",
+                           code="request_too_large") from None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise APIError(400, "We could not parse the JSON body of your request. The OpenAI API "
+                                "expects a JSON payload, but what was sent was not valid JSON.",
+                           code="invalid_json") from None
+
+    # --- generation routes ---
+
+    def _chat(self, request: Request) -> Response:
+        return self._generate(request, parse_chat)
+
+    def _completions(self, request: Request) -> Response:
+        return self._generate(request, parse_completion)
+
+    def _generate(self, request: Request, parse: Callable[[Any], ParsedRequest]) -> Response:
+        record = self._new_record(request, None)
+        try:
+            body = self._read_json(request)
+            record.body = body
+            if isinstance(body, dict) and isinstance(body.get("model"), str):
+                record.model = body["model"]
+            parsed = parse(body)
+            record.stream = parsed.stream
+            generation = self.simulator.start(parsed)
+        except APIError as error:
+            return self._api_error(request, error, record)
+        response_id = ("chatcmpl-" if parsed.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        if parsed.stream:
+            record.status = 200
+            stream = self._stream(generation, record, response_id)
+            return Response(stream, status=200, content_type="text/event-stream; charset=utf-8",
+                            headers=SSE_HEADERS)
+        generation.ticket.wait()
+        record.status = 200
+        self.simulator.finish(record, generation)
+        texts = [prefix + output.text for prefix, output in zip(generation.echo_prefixes, generation.outputs)]
+        reasons = [generation.outputs[i].finish_reason for i in range(len(texts))]
+        build = chat_response if parsed.kind == "chat" else completion_response
+        return _json_response(build(response_id, parsed.model, texts, reasons, generation.usage()))
+
+    def _stream(self, generation: Generation, record: RequestRecord, response_id: str) -> Iterator[bytes]:
+        """SSE events as the engine releases tokens; every batch already due goes in one write."""
+        parsed = generation.request
+        created = int(time.time())
+        chat = parsed.kind == "chat"
+        make_chunk = chat_chunk if chat else completion_chunk
+        include_usage = parsed.include_usage
+        started = [False] * len(generation.outputs)
+        complete = False
+
+        def chunk(choice: dict[str, Any]) -> bytes:
+            return _sse(make_chunk(response_id, parsed.model, created, [choice], include_usage))
+
+        def opening(index: int) -> bytes:
+            started[index] = True
+            if chat:
+                return chunk({"index": index, "delta": {"role": "assistant", "content": ""},
+                              "finish_reason": None})
+            prefix = generation.echo_prefixes[index]
+            return chunk({"index": index, "text": prefix, "finish_reason": None}) if prefix else b""
+
+        try:
+            yield b""  # send the headers now, as a real server does on admission
+            aborted = False
+            for batch in generation.ticket.batches():
+                out = []
+                for kind, seq, emitted in batch:
+                    index = seq.index
+                    if not started[index]:
+                        out.append(opening(index))
+                    if kind == FINISH:
+                        if seq.state is not SeqState.FINISHED:
+                            aborted = True
+                            continue
+                        reason = generation.outputs[index].finish_reason
+                        out.append(chunk({"index": index, "delta": {}, "finish_reason": reason} if chat
+                                         else {"index": index, "text": "", "finish_reason": reason}))
+                        continue
+                    piece = generation.outputs[index].pieces[emitted - 1]
+                    out.append(chunk({"index": index, "delta": {"content": piece}, "finish_reason": None}
+                                     if chat else {"index": index, "text": piece, "finish_reason": None}))
+                yield b"".join(out)
+            if aborted:
+                return  # the backend was reset under this stream: end it without [DONE]
+            tail = b""
+            if include_usage:
+                tail = _sse(make_chunk(response_id, parsed.model, created, [], True, generation.usage()))
+            # Account before the client can see [DONE], so a test that reads
+            # the metrics right after its stream ends finds this request.
+            complete = True
+            self.simulator.finish(record, generation)
+            yield tail + DONE
+        finally:
+            if not complete:
+                self.simulator.cancel(generation)
+                generation.ticket.wait()
+                self.simulator.finish(record, generation)
+
+    # --- information routes ---
+
+    def _models(self, request: Request) -> Response:
+        return _json_response({"object": "list", "data": [self._model_card()]})
+
+    def _model(self, request: Request) -> Response:
+        model_id = request.path[len("/v1/models/"):]
+        if model_id != self.simulator.config.model:
+            error = APIError(404, f"The model `{model_id}` does not exist.", code="model_not_found",
+                             param="model")
+            return self._api_error(request, error)
+        return _json_response(self._model_card())
+
+    def _model_card(self) -> dict[str, Any]:
+        config = self.simulator.config
+        return {"id": config.model, "object": "model", "created": 0, "owned_by": "pytest-llmsim",
+                "max_model_len": config.max_model_len}
+
+    def _health(self, request: Request) -> Response:
+        return Response("", status=200)
+
+    def _metrics(self, request: Request) -> Response:
+        return Response(self.simulator.prometheus_text(), status=200,
+                        content_type=PROMETHEUS_CONTENT_TYPE)

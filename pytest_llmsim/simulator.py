@@ -1,0 +1,245 @@
+"""One simulated backend without the HTTP: settings, runtime, tokens, metrics, log.
+
+The server turns HTTP into :meth:`Simulator.start` calls; the test's
+:class:`~pytest_llmsim.backend.LLMBackend` reads and steers the same object.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .config import SimConfig
+from .engine import SeqState, SimSequence
+from .metrics import Metrics, MetricsSnapshot
+from .protocol import APIError, ParsedRequest, invalid, usage_body
+from .records import RequestLog, RequestRecord
+from .runtime import Runtime, Ticket
+from .tokens import PlannedOutput, Tokenizer, load_encoding
+
+__all__ = ["Generation", "Simulator"]
+
+
+@dataclass
+class Generation:
+    """A request inside the engine: its outputs, sequences and ticket."""
+
+    request: ParsedRequest
+    prompt_lengths: list[int]
+    outputs: list[PlannedOutput]
+    sequences: list[SimSequence]
+    ticket: Ticket
+    echo_prefixes: list[str]
+    epoch: int
+
+    def usage(self) -> dict[str, Any]:
+        return usage_body(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.prompt_lengths)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(seq.emitted for seq in self.sequences)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(seq.cached_tokens for seq in self._first_choices())
+
+    @property
+    def queried_tokens(self) -> int:
+        return sum(len(seq.prompt_tokens) for seq in self._first_choices())
+
+    @property
+    def cancelled(self) -> bool:
+        return any(seq.state is SeqState.CANCELLED for seq in self.sequences)
+
+    def finish_reason(self, index: int) -> str | None:
+        seq = self.sequences[index]
+        return self.outputs[index].finish_reason if seq.state is SeqState.FINISHED else None
+
+    def _first_choices(self) -> list[SimSequence]:
+        return self.sequences[::self.request.n]
+
+    def fill(self, record: RequestRecord) -> None:
+        """Copy token counts and simulated timings into the log record."""
+        seqs = self.sequences
+        record.prompt_tokens = self.prompt_tokens
+        record.completion_tokens = self.completion_tokens
+        record.cached_tokens = self.cached_tokens
+        record.cancelled = self.cancelled
+        record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
+        ttfts = [s.ttft for s in seqs if s.ttft is not None]
+        record.ttft = min(ttfts) if ttfts else None
+        ends = [s.e2e for s in seqs if s.e2e is not None]
+        record.e2e = max(ends) if ends else None
+        queued = [s.queue_time for s in seqs if s.queue_time is not None]
+        record.queue_time = max(queued) if queued else None
+        gaps = self.gaps()
+        record.itl = sum(gaps) / len(gaps) if gaps else None
+
+    def gaps(self) -> list[float]:
+        return [gap for seq in self.sequences for gap in seq.gaps]
+
+
+class Simulator:
+    """The state of one backend, safe to use from handler threads and the test."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self._lock = threading.Lock()
+        self._base = config or SimConfig()
+        self.config = self._base
+        self.runtime = Runtime(self.config)
+        self.metrics = Metrics(self.config.model)
+        self.log = RequestLog(self.config.max_log_entries)
+        self.tokenizer = Tokenizer(load_encoding(self.config.model))
+        self._replies: deque[str] = deque()
+        self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
+
+    # --- steering ---
+
+    def configure(self, **settings: Any) -> SimConfig:
+        """Change settings from now on (validated; raises ConfigError)."""
+        with self._lock:
+            config = self.config.replace(**settings)
+            self._apply(config)
+            self.runtime.update(config)
+            return config
+
+    def reset(self, base: SimConfig | None = None) -> None:
+        """Back to ``base`` (or the starting settings) with empty state."""
+        with self._lock:
+            if base is not None:
+                self._base = base
+            config = self._base
+            self._apply(config)
+            self.runtime.reset(config)
+            self.metrics = Metrics(config.model)
+            self.log = RequestLog(config.max_log_entries)
+            self._replies.clear()
+            self._epoch += 1
+
+    def _apply(self, config: SimConfig) -> None:
+        if config.model != self.config.model:
+            self.tokenizer = Tokenizer(load_encoding(config.model))
+            self.metrics.model = config.model
+        if config.max_log_entries != self.config.max_log_entries:
+            self.log = RequestLog(config.max_log_entries)
+        self.config = config
+
+    def reply_with(self, replies: Iterable[str]) -> None:
+        """Queue scripted replies, one per request, consumed in order."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def _next_reply(self) -> str | None:
+        with self._lock:
+            return self._replies.popleft() if self._replies else None
+
+    def stop(self) -> None:
+        self.runtime.stop()
+
+    # --- serving ---
+
+    def start(self, request: ParsedRequest) -> Generation:
+        """Validate against the model's limits, plan the outputs and enter the engine."""
+        config, tokenizer = self.config, self.tokenizer
+        prompts, echo_sources = self._prompts(request, tokenizer)
+        limit = config.max_model_len
+        for ids in prompts:
+            wanted = request.max_tokens or 0
+            if len(ids) + wanted > limit or len(ids) >= limit:
+                raise invalid(
+                    f"This model's maximum context length is {limit} tokens. However, you requested "
+                    f"{len(ids) + wanted} tokens ({len(ids)} in the {request.prompt_param}, {wanted} in "
+                    f"the completion). Please reduce the length of the {request.prompt_param} or completion.",
+                    request.prompt_param, "context_length_exceeded")
+        reply = self._next_reply()
+        outputs: list[PlannedOutput] = []
+        sequences: list[SimSequence] = []
+        echo_prefixes: list[str] = []
+        for prompt_index, (ids, source) in enumerate(zip(prompts, echo_sources)):
+            max_tokens = request.max_tokens or min(config.default_max_tokens, limit - len(ids))
+            for choice in range(request.n):
+                rng = random.Random(f"{config.seed}:{request.seed}:{hash(tuple(ids))}:{choice}")
+                output = self._plan(request, tokenizer, rng, reply, source, max_tokens)
+                outputs.append(output)
+                echo_prefixes.append(source if request.echo else "")
+                sequences.append(SimSequence(ids, len(output.tokens),
+                                             index=prompt_index * request.n + choice))
+        ticket = self.runtime.submit(sequences)
+        if not ticket.accepted:
+            ticket.wait()
+            self.runtime.release(ticket)
+            raise APIError(503, f"The server is overloaded: the waiting queue is full "
+                                f"(max_waiting={config.max_waiting}). Please retry later.",
+                           type="server_error", code="queue_full")
+        return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
+                          echo_prefixes, self._epoch)
+
+    def _prompts(self, request: ParsedRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
+        if request.kind == "chat":
+            ids = tokenizer.chat_prompt(request.messages, request.tools_text)
+            users = [m.content for m in request.messages if m.role == "user"]
+            return [ids], [users[-1] if users else request.messages[-1].content]
+        prompts: list[list[int]] = []
+        sources: list[str] = []
+        for i, prompt in enumerate(request.prompts):
+            if isinstance(prompt, str):
+                prompts.append(tokenizer.encode(prompt))
+                sources.append(prompt)
+            else:
+                bad = next((t for t in prompt if not tokenizer.valid_token_id(t)), None)
+                if bad is not None:
+                    raise invalid(f"Invalid 'prompt[{i}]': token id {bad} is outside the vocabulary "
+                                  f"(0 to {tokenizer.encoding.n_vocab - 1}).", "prompt", "invalid_value")
+                prompts.append(list(prompt))
+                sources.append(tokenizer.encoding.decode(prompt))
+        return prompts, sources
+
+    def _plan(self, request: ParsedRequest, tokenizer: Tokenizer, rng: random.Random,
+              reply: str | None, echo_source: str, max_tokens: int) -> PlannedOutput:
+        if reply is not None:
+            return tokenizer.plan(tokenizer.encode(reply), max_tokens, request.stops)
+        if self.config.output == "echo":
+            return tokenizer.plan(tokenizer.encode(echo_source), max_tokens, request.stops)
+        wanted = self.config.answer_length
+        if wanted is None:
+            length = max_tokens
+        elif isinstance(wanted, int):
+            length = wanted
+        else:
+            length = rng.randint(*wanted)
+        tokens = tokenizer.filler(rng, min(length, max_tokens))
+        return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=length < max_tokens)
+
+    def cancel(self, generation: Generation) -> None:
+        self.runtime.cancel(generation.ticket)
+
+    def finish(self, record: RequestRecord, generation: Generation | None = None) -> None:
+        """Account for a request that is over (success, error or cancelled)."""
+        gaps: list[float] = []
+        queried = 0
+        if generation is not None:
+            self.runtime.release(generation.ticket)
+            if generation.epoch != self._epoch:
+                return  # started before a reset: belongs to an earlier test
+            generation.fill(record)
+            gaps = generation.gaps()
+            queried = generation.queried_tokens
+        self.metrics.observe(record, gaps, queried)
+        self.log.append(record)
+
+    # --- reading ---
+
+    def snapshot(self) -> MetricsSnapshot:
+        return self.metrics.snapshot(self.runtime.max_running())
+
+    def prometheus_text(self) -> bytes:
+        running, waiting = self.runtime.running_and_waiting()
+        return self.metrics.render(running, waiting)

@@ -1,0 +1,211 @@
+"""The engine in virtual time: exact numbers, no threads, no sleeps."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pytest_llmsim.config import SimConfig
+from pytest_llmsim.engine import Engine, SeqState, SimSequence
+from pytest_llmsim.latency import LatencyModel
+
+
+class Recorder:
+    """Engine listener that keeps every token time and finish."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[int, list[float]] = {}
+        self.finished: list[tuple[int, SeqState, float]] = []
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        self.tokens.setdefault(seq.index, []).append(now)
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        self.finished.append((seq.index, seq.state, now))
+
+
+def make_engine(**settings: object) -> tuple[Engine, Recorder]:
+    recorder = Recorder()
+    return Engine(SimConfig().replace(**settings), recorder), recorder
+
+
+def prompt(length: int, start: int = 1000) -> list[int]:
+    return list(range(start, start + length))
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def test_lone_request_has_exact_ttft_and_gaps() -> None:
+    engine, rec = make_engine(ttft=0.1, itl=0.01, prefill_per_token=0.001)
+    seq = SimSequence(prompt(50), output_length=20)
+    engine.submit(seq)
+    engine.run_until_idle()
+    assert seq.ttft == pytest.approx(0.1 + 0.001 * 50, abs=1e-12)
+    assert len(rec.tokens[0]) == 20
+    assert gaps(rec.tokens[0]) == pytest.approx([0.01] * 19, abs=1e-12)
+    assert seq.state is SeqState.FINISHED
+    assert seq.e2e == pytest.approx(0.15 + 19 * 0.01)
+    assert seq.queue_time == 0.0
+
+
+def test_sub_millisecond_latencies_are_kept() -> None:
+    engine, rec = make_engine(ttft=0.0004, itl=0.00025)
+    seq = SimSequence(prompt(4), output_length=3)
+    engine.submit(seq)
+    engine.run_until_idle()
+    assert seq.ttft == pytest.approx(0.0004, abs=1e-15)
+    assert gaps(rec.tokens[0]) == pytest.approx([0.00025, 0.00025], abs=1e-15)
+
+
+def test_batch_of_two_queues_the_later_two_with_predicted_ttft() -> None:
+    ttft, itl, per_token, n_tokens, length = 0.2, 0.05, 0.002, 10, 40
+    engine, rec = make_engine(ttft=ttft, itl=itl, prefill_per_token=per_token, max_batch_size=2,
+                              cache_capacity_blocks=0)
+    seqs = [SimSequence(prompt(length, start=2000 * i), n_tokens, index=i) for i in range(4)]
+    for seq in seqs:
+        engine.submit(seq)
+    assert (engine.running_count, engine.waiting_count) == (2, 2)
+    engine.run_until_idle()
+    first_ttft = ttft + per_token * length
+    first_done = first_ttft + (n_tokens - 1) * itl
+    assert [s.ttft for s in seqs[:2]] == pytest.approx([first_ttft] * 2)
+    assert [s.queue_time for s in seqs[2:]] == pytest.approx([first_done] * 2)
+    assert [s.ttft for s in seqs[2:]] == pytest.approx([first_done + first_ttft] * 2)
+    assert engine.max_running == 2
+
+
+def test_repeated_prompt_gets_block_aligned_cached_prefix() -> None:
+    engine, _ = make_engine(block_size=16, ttft=0.01, prefill_per_token=0.001)
+    first = SimSequence(prompt(100), 1)
+    engine.submit(first)
+    engine.run_until_idle()
+    again = SimSequence(prompt(100), 1)
+    engine.submit(again)
+    engine.run_until_idle()
+    assert first.cached_tokens == 0
+    assert again.cached_tokens == 96  # 6 full blocks of 16; the 4-token tail is computed
+    assert again.ttft == pytest.approx(0.01 + 0.001 * 4)
+    # a prompt sharing only the first 40 tokens hits two whole blocks
+    other = SimSequence(prompt(40) + prompt(60, start=9000), 1)
+    engine.submit(other)
+    engine.run_until_idle()
+    assert other.cached_tokens == 32
+
+
+def test_fully_cached_prompt_still_computes_its_last_token() -> None:
+    engine, _ = make_engine(block_size=16)
+    for _ in range(2):
+        seq = SimSequence(prompt(64), 1)
+        engine.submit(seq)
+        engine.run_until_idle()
+    assert seq.cached_tokens == 48  # tokens[:63] holds 3 whole blocks
+
+
+def test_forced_cache_hit_rate() -> None:
+    engine, _ = make_engine(cache_hit_rate=0.5)
+    seq = SimSequence(prompt(50), 1)
+    engine.submit(seq)
+    engine.run_until_idle()
+    assert seq.cached_tokens == 25
+    assert (engine.cache.queried_tokens, engine.cache.hit_tokens) == (50, 25)
+
+
+def test_cancelling_a_running_sequence_frees_its_slot_at_the_next_step() -> None:
+    engine, rec = make_engine(ttft=0.1, itl=0.01, max_batch_size=1)
+    a = SimSequence(prompt(8), 100, index=0)
+    b = SimSequence(prompt(8, start=5000), 5, index=1)
+    engine.submit(a)
+    engine.submit(b)
+    engine.advance(0.125)  # a has emitted tokens at 0.10, 0.11, 0.12
+    assert a.emitted == 3 and b.state is SeqState.WAITING
+    engine.cancel(a)
+    engine.run_until_idle()
+    assert a.state is SeqState.CANCELLED and a.emitted == 3
+    assert a.finished_at == pytest.approx(0.13)  # removed at its next step
+    assert b.admitted_at == pytest.approx(0.13)
+    assert b.ttft == pytest.approx(0.23)
+    assert b.state is SeqState.FINISHED
+
+
+def test_cancelling_a_waiting_sequence_removes_it_now() -> None:
+    engine, rec = make_engine(ttft=1.0, max_batch_size=1)
+    a, b = SimSequence(prompt(4), 2), SimSequence(prompt(4), 2, index=1)
+    engine.submit(a)
+    engine.submit(b)
+    engine.cancel(b)
+    assert engine.waiting_count == 0 and b.state is SeqState.CANCELLED
+    assert (1, SeqState.CANCELLED, 0.0) in rec.finished
+
+
+def test_full_waiting_queue_rejects() -> None:
+    engine, rec = make_engine(ttft=1.0, max_batch_size=1, max_waiting=1)
+    accepted = [engine.submit(SimSequence(prompt(4), 1, index=i)) for i in range(3)]
+    assert accepted == [True, True, False]
+    assert rec.finished == [(2, SeqState.REJECTED, 0.0)]
+
+
+def test_scheduled_arrivals_run_in_time_order() -> None:
+    engine, _ = make_engine(ttft=0.5, itl=0.1, max_batch_size=1)
+    late = SimSequence(prompt(4), 2, index=1)
+    early = SimSequence(prompt(4, start=7000), 2, index=0)
+    engine.submit(late, at=0.3)
+    engine.submit(early, at=0.1)
+    engine.run_until_idle()
+    assert early.admitted_at == pytest.approx(0.1)
+    assert late.arrival == pytest.approx(0.3)
+    assert late.admitted_at == pytest.approx(0.1 + 0.5 + 0.1)  # when early finished
+
+
+def test_lru_eviction_at_capacity() -> None:
+    engine, _ = make_engine(block_size=4, cache_capacity_blocks=4)
+    a, b = prompt(9, start=100), prompt(9, start=200)  # 2 full blocks each
+    for tokens in (a, b):
+        engine.submit(SimSequence(tokens, 1))
+        engine.run_until_idle()
+    assert len(engine.cache) == 4
+    touch = SimSequence(a, 1)  # a becomes most recently used
+    engine.submit(touch)
+    engine.run_until_idle()
+    assert touch.cached_tokens == 8
+    engine.submit(SimSequence(prompt(9, start=300), 1))  # evicts b's two blocks
+    engine.run_until_idle()
+    hit_a, hit_b = SimSequence(a, 1), SimSequence(b, 1)
+    engine.submit(hit_a)
+    engine.run_until_idle()
+    engine.submit(hit_b)
+    engine.run_until_idle()
+    assert (hit_a.cached_tokens, hit_b.cached_tokens) == (8, 0)
+
+
+@pytest.mark.parametrize(("running", "expected"), [(1, 1.0), (2, 1.0 + 2.0 / 3), (3, 1.0 + 4.0 / 3),
+                                                   (4, 3.0), (9, 3.0)])
+def test_load_factor_formula(running: int, expected: float) -> None:
+    model = LatencyModel(SimConfig(load_factor=3.0, max_batch_size=4, itl=0.01), random.Random(0))
+    assert model.load_multiplier(running) == pytest.approx(expected)
+    assert model.decode_step(running) == pytest.approx(0.01 * expected)
+
+
+def test_load_stretches_gaps_of_a_full_batch() -> None:
+    engine, rec = make_engine(itl=0.01, load_factor=2.0, max_batch_size=2)
+    for i in range(2):
+        engine.submit(SimSequence(prompt(4, start=100 * i), 3, index=i))
+    engine.run_until_idle()
+    assert gaps(rec.tokens[0]) == pytest.approx([0.02, 0.02])
+
+
+def test_jitter_is_seeded_and_clamped() -> None:
+    def run(seed: int) -> list[float]:
+        engine = Engine(SimConfig(ttft=0.1, itl=0.01, jitter=0.2), Recorder(), random.Random(seed))
+        seq = SimSequence(prompt(4), 50)
+        engine.submit(seq)
+        engine.run_until_idle()
+        return seq.gaps
+
+    first, again, other = run(1), run(1), run(2)
+    assert first == again
+    assert first != other
+    assert all(0.01 * 0.4 - 1e-12 <= g <= 0.01 * 1.6 + 1e-12 for g in first)
+    assert len(set(first)) > 10
