@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -103,6 +104,19 @@ class LLMBackend:
         """Back to the starting settings (or ``config``) with empty cache, metrics and log."""
         self._simulator.reset(config)
         self._server.clear()
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait (wall seconds) until no request is in flight; True if it got there.
+
+        Useful after a client disconnects: the server notices at its next
+        write, then accounts the request as cancelled.
+        """
+        deadline = time.monotonic() + timeout
+        while self._simulator.runtime.in_flight:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+        return True
 
     # --- reading ---
 

@@ -180,6 +180,12 @@ class Runtime:
             self._anchor_wall = time.monotonic()
             self._cond.notify()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet released by their handlers."""
+        with self._cond:
+            return len(self._live)
+
     def running_and_waiting(self) -> tuple[int, int]:
         with self._cond:
             return self.engine.running_count, self.engine.waiting_count

@@ -1,0 +1,99 @@
+"""Latency, queueing and cancellation through HTTP, at high speed factors.
+
+Assertions are on *simulated* time, which the engine fixes exactly; wall time
+is only bounded from below (a server cannot answer sooner than it was told).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from pytest_llmsim import LLMBackend
+
+CHAT = "/v1/chat/completions"
+
+
+def chat_body(content: str, max_tokens: int, stream: bool = False) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "stream": stream}
+
+
+def test_metrics_show_configured_ttft_and_itl(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.5, itl=0.05, prefill_per_token=0.002, speed=100)
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="sk", max_retries=0)
+    started = time.monotonic()
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}],
+                                            max_tokens=20, stream=True)
+    chunks = [c for c in stream if c.choices and c.choices[0].delta.content]
+    elapsed = time.monotonic() - started
+    assert len(chunks) == 20
+    prompt_tokens = 8  # 3 framing + 'user' + 'hello' + 3 priming
+    expected_ttft = 0.5 + 0.002 * prompt_tokens
+    metrics = llm_backend.metrics
+    assert metrics.ttft.count == 1 and metrics.ttft.p50 == pytest.approx(expected_ttft, abs=1e-9)
+    assert metrics.itl.count == 19
+    assert metrics.itl.p50 == pytest.approx(0.05, abs=1e-9) and metrics.itl.max == pytest.approx(0.05)
+    assert metrics.e2e.max == pytest.approx(expected_ttft + 19 * 0.05, abs=1e-9)
+    assert elapsed >= llm_backend.to_wall(expected_ttft + 19 * 0.05) * 0.99
+    (record,) = llm_backend.requests
+    assert record.ttft == pytest.approx(expected_ttft) and record.itl == pytest.approx(0.05)
+
+
+def test_speed_does_not_change_simulated_latency(llm_backend: LLMBackend) -> None:
+    seen = []
+    for speed in (20.0, 200.0, float("inf")):
+        llm_backend.reset(llm_backend.config.replace(ttft=0.3, itl=0.02, speed=speed))
+        httpx.post(llm_backend.url_for(CHAT), json=chat_body("same", 5))
+        m = llm_backend.metrics
+        seen.append((m.ttft.p50, m.itl.p50, m.e2e.p50))
+    for values in seen:
+        assert values == pytest.approx((0.3, 0.02, 0.3 + 4 * 0.02), abs=1e-9)
+
+
+def test_batch_of_one_queues_the_second_request(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=1.0, itl=0.1, max_batch_size=1, speed=50)
+    results: list[int] = []
+
+    def call(i: int) -> None:
+        results.append(httpx.post(llm_backend.url_for(CHAT), json=chat_body(f"q{i}", 5), timeout=30).status_code)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200, 200]
+    metrics = llm_backend.metrics
+    assert metrics.max_running == 1
+    one_request = 1.0 + 4 * 0.1
+    # the second waited for (almost all of) the first; arrival skew is a few wall ms
+    assert metrics.queue_time.max == pytest.approx(one_request, abs=50 * 0.02)
+    assert metrics.ttft.max == pytest.approx(one_request + 1.0, abs=50 * 0.02)
+    assert metrics.ttft.p50 <= metrics.ttft.max
+
+
+def test_client_disconnect_mid_stream_frees_the_slot(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.0, itl=0.01, max_batch_size=1, speed=1)
+    with httpx.stream("POST", llm_backend.url_for(CHAT), json=chat_body("long answer", 2000, stream=True)) as r:
+        lines = r.iter_lines()
+        received = [next(lines) for _ in range(6)]
+    assert all(line.startswith("data:") or line == "" for line in received)
+    assert llm_backend.wait_idle(timeout=10)
+    metrics = llm_backend.metrics
+    assert metrics.cancelled == 1
+    (record,) = llm_backend.requests
+    assert record.cancelled and record.status == 200
+    assert 0 < record.completion_tokens < 2000
+    assert record.finish_reasons == [None]
+    # the slot is free: a new request is admitted at once, not queued
+    response = httpx.post(llm_backend.url_for(CHAT), json=chat_body("next", 3))
+    assert response.status_code == 200
+    assert llm_backend.requests[-1].queue_time == 0.0
+    text = llm_backend.prometheus_text()
+    assert 'llmsim:requests_cancelled_total{model_name="llmsim"} 1.0' in text
+    assert 'vllm:num_requests_running{model_name="llmsim"} 0.0' in text
