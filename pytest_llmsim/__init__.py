@@ -1,9 +1,15 @@
 """pytest-llmsim: a realistic, deterministic fake LLM backend for pytest."""
 
-from .backend import LLMBackend
-from .config import ConfigError, SimConfig
-from .metrics import Distribution, MetricsSnapshot
-from .records import RequestRecord
+import pytest
+
+# The helpers raise AssertionError themselves; rewriting keeps any plain
+# asserts added there informative too. Must run before the module is imported.
+pytest.register_assert_rewrite("pytest_llmsim.assertions")
+
+from .backend import LLMBackend  # noqa: E402
+from .config import ConfigError, SimConfig  # noqa: E402
+from .metrics import Distribution, MetricsSnapshot  # noqa: E402
+from .records import RequestRecord  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -6,6 +6,7 @@ import time
 from types import TracebackType
 from typing import Any
 
+from .assertions import BackendAssertions
 from .config import SimConfig
 from .metrics import MetricsSnapshot
 from .records import RequestRecord
@@ -15,13 +16,13 @@ from .simulator import Simulator
 __all__ = ["LLMBackend"]
 
 
-class LLMBackend:
+class LLMBackend(BackendAssertions):
     """An OpenAI-compatible simulated LLM backend on a loopback port.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`.
     Point a client at :attr:`base_url`; steer it with :meth:`configure` and
     :meth:`reply_with`; read what happened in :attr:`metrics` and
-    :attr:`requests`.
+    :attr:`requests`, or check it with the ``assert_*`` helpers.
     """
 
     def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,

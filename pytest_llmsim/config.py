@@ -105,6 +105,8 @@ def _integer(low: int) -> Callable[[str, Any], int]:
 
 
 def _speed(name: str, value: Any) -> float:
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+        return math.inf
     try:
         return _number(0.0, low_inclusive=False, allow_inf=True)(name, value)
     except ConfigError:

@@ -73,7 +73,12 @@ class SimSequence:
     emitted: int = 0
     cached_tokens: int = 0
     cancel_requested: bool = False
+    prefill_delay: float = 0.0
+    step_delay: float = 0.0
     gaps: list[float] = field(default_factory=list)
+
+    # Durations are kept as the delays the engine scheduled, not as differences
+    # of absolute times, so a configured 0.1 s reads back as exactly 0.1.
 
     @property
     def queue_time(self) -> float | None:
@@ -83,12 +88,19 @@ class SimSequence:
     @property
     def ttft(self) -> float | None:
         """Simulated time to first token, queueing included."""
-        return None if self.first_token_at is None else self.first_token_at - self.arrival
+        if self.first_token_at is None or self.admitted_at is None:
+            return None
+        return (self.admitted_at - self.arrival) + self.prefill_delay
 
     @property
     def e2e(self) -> float | None:
         """Simulated seconds from arrival to the end."""
-        return None if self.finished_at is None else self.finished_at - self.arrival
+        if self.finished_at is None:
+            return None
+        ttft = self.ttft
+        if self.state is SeqState.FINISHED and ttft is not None:
+            return ttft + math.fsum(self.gaps)
+        return self.finished_at - self.arrival
 
 
 class EngineListener(Protocol):
@@ -228,6 +240,7 @@ class Engine:
             self.cache.record(len(prompt), seq.cached_tokens)
         uncached = len(prompt) - seq.cached_tokens
         delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale)
+        seq.prefill_delay = delay
         self._push(self.now + delay, _STEP, seq)
 
     def _step(self, seq: SimSequence) -> None:
@@ -241,7 +254,7 @@ class Engine:
                 self.cache.insert(seq.prompt_tokens)
         if seq.emitted < seq.output_length:
             if seq.last_token_at is not None:
-                seq.gaps.append(now - seq.last_token_at)
+                seq.gaps.append(seq.step_delay)
             seq.emitted += 1
             seq.last_token_at = now
             self.listener.on_token(seq, now)
@@ -249,6 +262,7 @@ class Engine:
             self._finish(seq, SeqState.FINISHED)
             return
         delay = self.latency.decode_step(len(self._running), seq.latency_scale)
+        seq.step_delay = delay
         self._push(now + delay, _STEP, seq)
 
     def _finish(self, seq: SimSequence, state: SeqState) -> None:

@@ -209,3 +209,13 @@ def test_jitter_is_seeded_and_clamped() -> None:
     assert first != other
     assert all(0.01 * 0.4 - 1e-12 <= g <= 0.01 * 1.6 + 1e-12 for g in first)
     assert len(set(first)) > 10
+
+
+def test_durations_read_back_exactly_at_any_clock_value() -> None:
+    engine, _ = make_engine(ttft=0.1, itl=0.02)
+    engine.advance(123.456789)  # absolute times far from zero lose low bits when subtracted
+    seq = SimSequence(prompt(4), 5)
+    engine.submit(seq)
+    engine.run_until_idle()
+    assert seq.ttft == 0.1
+    assert seq.gaps == [0.02] * 4

@@ -1,0 +1,346 @@
+"""The pytest surface, through real pytest runs in subprocesses."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmsim.plugin import resolve_options
+
+HELPERS = '''
+import threading
+import httpx
+
+CHAT = "/v1/chat/completions"
+
+def ask(backend, content="hi", max_tokens=3, **extra):
+    body = {"model": "m", "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens, **extra}
+    return httpx.post(backend.url_for(CHAT), json=body, timeout=30)
+
+def ask_concurrently(backend, count, **kwargs):
+    barrier = threading.Barrier(count)
+
+    def worker(i):
+        barrier.wait()
+        ask(backend, f"q{i}", **kwargs)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+'''
+
+
+@pytest.fixture
+def helpers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(llmsim_helpers=HELPERS)
+
+
+def test_fixture_is_reset_before_each_test(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        from llmsim_helpers import ask
+
+        def test_one(llm_backend):
+            llm_backend.configure(ttft=5.0)
+            llm_backend.reply_with("left over")
+            assert ask(llm_backend).status_code == 200
+            assert llm_backend.metrics.requests_total == 1
+
+        def test_two(llm_backend):
+            assert llm_backend.metrics.requests_total == 0
+            assert llm_backend.requests == []
+            assert llm_backend.config.ttft == 0.0
+            body = ask(llm_backend, max_tokens=50).json()
+            assert body["choices"][0]["message"]["content"] != "left over"
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_markers_change_behaviour(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import pytest
+        from llmsim_helpers import ask, ask_concurrently
+
+        @pytest.mark.llm_batch(size=1)
+        @pytest.mark.llm_latency(ttft=20, itl=0.01)
+        @pytest.mark.llm_config(speed=100)
+        def test_batch_of_one_queues(llm_backend):
+            ask_concurrently(llm_backend, 2)
+            m = llm_backend.metrics
+            assert m.max_running == 1
+            assert m.queue_time.max > 15
+
+        @pytest.mark.llm_batch(size=4)
+        @pytest.mark.llm_latency(ttft=20)
+        @pytest.mark.llm_config(speed=100)
+        def test_batch_of_four_runs_together(llm_backend):
+            ask_concurrently(llm_backend, 2)
+            assert llm_backend.metrics.max_running == 2
+            assert llm_backend.metrics.queue_time.max == 0.0
+
+        @pytest.mark.llm_latency(ttft=0.25, itl=0.02, prefill_per_token=0.0)
+        @pytest.mark.llm_config(speed="inf")
+        def test_latency(llm_backend):
+            ask(llm_backend, max_tokens=3)
+            assert llm_backend.metrics.ttft.p50 == pytest.approx(0.25)
+            assert llm_backend.metrics.itl.p50 == pytest.approx(0.02)
+
+        @pytest.mark.llm_cache(hit_rate=0.5)
+        def test_cache(llm_backend):
+            ask(llm_backend, content="twelve tokens of prompt here to be cached")
+            assert llm_backend.metrics.cache_hit_rate == pytest.approx(0.5, abs=0.05)
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=4)
+
+
+def test_closest_marker_wins_key_by_key(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        pytestmark = pytest.mark.llm_latency(ttft=1.0, itl=0.5)
+
+        @pytest.mark.llm_latency(itl=0.2, jitter=0.1)
+        class TestGroup:
+            @pytest.mark.llm_latency(jitter=0.3)
+            def test_inner(self, llm_backend):
+                c = llm_backend.config
+                assert (c.ttft, c.itl, c.jitter) == (1.0, 0.2, 0.3)
+
+        def test_module_level(llm_backend):
+            assert (llm_backend.config.ttft, llm_backend.config.itl) == (1.0, 0.5)
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(("marker", "message"), [
+    ("llm_latency(tfft=1)", "*llm_latency: unknown argument 'tfft'; accepted: ttft, itl, prefill_per_token*"),
+    ("llm_batch(size=0)", "*bad llmsim marker value (llm_batch)*'max_batch_size': 0*"),
+    ("llm_cache(0.5)", "*llm_cache takes keyword arguments only*"),
+    ("llm_config(colour='red')", "*llm_config: unknown argument 'colour'*"),
+])
+def test_bad_marker_fails_setup_naming_it(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_x(llm_backend):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([message])
+
+
+def test_markers_are_documented(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.llm_latency(ttft=, itl=*", "@pytest.mark.llm_cache(*",
+                                 "@pytest.mark.llm_batch(*", "@pytest.mark.llm_config(*",
+                                 "@pytest.mark.llm_realtime*"])
+
+
+def test_fixtures_are_documented(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--fixtures")
+    result.stdout.fnmatch_lines(["llmsim_config [[]session scope[]] -- *",
+                                 "llm_backend -- *", "*OpenAI-compatible simulated LLM backend*",
+                                 "llm_backend_factory -- *"])
+
+
+SPEED_TEST = """
+    def test_speed(llm_backend):
+        assert llm_backend.speed == {expected}
+"""
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("flag", 50.0), ("ini", 30.0), ("pyproject", 20.0), ("env", 40.0), ("flag-over-env", 50.0),
+    ("env-over-ini", 40.0),
+])
+def test_speed_option_sources(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str,
+                              expected: float) -> None:
+    pytester.makepyfile(SPEED_TEST.format(expected=expected))
+    args = ["-p", "no:cacheprovider"]
+    if source in ("flag", "flag-over-env"):
+        args.append("--llmsim-speed=50")
+    if source in ("ini", "env-over-ini"):
+        pytester.makeini("[pytest]\nllmsim_speed = 30\n")
+    if source == "pyproject":
+        pytester.makepyprojecttoml('[tool.pytest.ini_options]\nllmsim_speed = "20"\n')
+    if source in ("env", "flag-over-env", "env-over-ini"):
+        monkeypatch.setenv("PYTEST_LLMSIM_SPEED", "40")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("flag", "*invalid --llmsim-speed 'fast': expected a positive number or 'inf'*"),
+    ("ini", "*invalid ini option llmsim_speed '-2': expected a positive number or 'inf'*"),
+    ("env", "*invalid environment variable PYTEST_LLMSIM_SPEED 'zero': expected a positive number*"),
+    ("seed", "*invalid --llmsim-seed 'abc': expected a non-negative integer*"),
+])
+def test_invalid_option_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                         source: str, message: str) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    args = ["-p", "no:cacheprovider"]
+    if source == "flag":
+        args.append("--llmsim-speed=fast")
+    elif source == "ini":
+        pytester.makeini("[pytest]\nllmsim_speed = -2\n")
+    elif source == "env":
+        monkeypatch.setenv("PYTEST_LLMSIM_SPEED", "zero")
+    else:
+        args.append("--llmsim-seed=abc")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_resolve_options_order() -> None:
+    settings = resolve_options({"speed": "inf", "seed": None}, {"PYTEST_LLMSIM_SEED": "9"},
+                               {"seed": "3", "model": "from-ini"})
+    assert (settings.speed, settings.seed, settings.model) == (float("inf"), 9, "from-ini")
+
+
+def test_report_header_seed_model_and_realtime(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.llm_realtime
+        def test_realtime(llm_backend):
+            assert llm_backend.speed == 1.0
+            assert llm_backend.to_wall(2.0) == 2.0
+
+        def test_fast(llm_backend):
+            assert llm_backend.speed == 1000.0
+            assert llm_backend.to_wall(2.0) == 0.002
+            assert llm_backend.config.seed == 42
+            assert llm_backend.config.model == "tiny-sim"
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=1000",
+                                           "--llmsim-seed=42", "--llmsim-model=tiny-sim")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["llmsim: speed=1000, seed=42, model=tiny-sim, host=127.0.0.1"])
+
+
+def test_report_summary(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        from llmsim_helpers import ask
+
+        def test_served(llm_backend):
+            ask(llm_backend)
+            ask(llm_backend, max_tokens=0)
+
+        def test_untouched():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*llmsim backend summary*", "test*requests*statuses*tokens*cache*",
+                                 "*test_served*2*200x1 400x1*8+3*0%*0*"])
+
+
+def test_factory_backends_are_independent(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        from llmsim_helpers import ask
+
+        def test_two_backends(llm_backend, llm_backend_factory):
+            primary = llm_backend_factory(model="primary", ttft=0.1)
+            fallback = llm_backend_factory(model="fallback")
+            assert len({llm_backend.port, primary.port, fallback.port}) == 3
+            ask(primary)
+            ask(primary)
+            ask(fallback)
+            assert primary.metrics.requests_total == 2
+            assert fallback.metrics.requests_total == 1
+            assert llm_backend.metrics.requests_total == 0
+            assert primary.metrics.ttft.p50 == 0.1 and fallback.metrics.ttft.p50 == 0.0
+            assert primary.config.model == "primary"
+            test_two_backends.backends = (primary, fallback)
+
+        def test_stopped_afterwards():
+            assert not any(b.is_running for b in test_two_backends.backends)
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_assertion_helper_messages(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import pytest
+        from llmsim_helpers import ask
+
+        def test_count(llm_backend):
+            ask(llm_backend)
+            ask(llm_backend, max_tokens=0)
+            llm_backend.assert_requests(2)
+            llm_backend.assert_requests(1, status=400)
+            llm_backend.assert_requests(3, path="/v1/chat/completions")
+
+        def test_errors(llm_backend):
+            ask(llm_backend, max_tokens=-1)
+            llm_backend.assert_no_errors()
+
+        @pytest.mark.llm_latency(ttft=0.3)
+        @pytest.mark.llm_config(speed="inf")
+        def test_ttft(llm_backend):
+            ask(llm_backend)
+            llm_backend.assert_ttft(p50_at_most=0.3)
+            llm_backend.assert_ttft(p50_at_most=0.2)
+
+        def test_cache(llm_backend):
+            ask(llm_backend)
+            llm_backend.assert_cache_hit_rate(at_least=0.5)
+
+        def test_plain_assert_reads_well(llm_backend):
+            ask(llm_backend)
+            assert llm_backend.metrics.requests_total == 3
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=5)
+    result.stdout.fnmatch_lines([
+        "*expected 3 request(s) with path='/v1/chat/completions', saw 2",
+        "*requests received:",
+        "*[[]0] POST /v1/chat/completions -> 200 model=m tokens=8+3",
+        "*[[]1] POST /v1/chat/completions -> 400 model=m error=integer_below_min_value",
+    ])
+    result.stdout.fnmatch_lines(["*expected no failed or cancelled requests, saw 1*"])
+    result.stdout.fnmatch_lines(["*expected ttft p50 at most 0.2s, saw 0.3s*",
+                                 "*slowest requests by ttft*"])
+    result.stdout.fnmatch_lines(["*expected a prefix-cache hit rate at least 0.500, saw 0.000*"])
+    result.stdout.fnmatch_lines(["*assert 1 == 3*", "*MetricsSnapshot(requests_total=1*"])
+
+
+def test_runs_under_xdist(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import pytest
+        from llmsim_helpers import ask
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_many(llm_backend, i):
+            body = ask(llm_backend, content=f"question {i}").json()
+            assert body["usage"]["completion_tokens"] == 3
+            assert llm_backend.metrics.requests_total == 1
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--llmsim-report")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["*llmsim backend summary*", "*test_many?0?*1*200x1*"])
+
+
+def test_no_leaked_threads_or_sockets(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makeconftest("""
+        import threading
+
+        def pytest_unconfigure(config):
+            left = [t.name for t in threading.enumerate() if t.name.startswith("llmsim")]
+            assert not left, left
+            print("LLMSIM-THREADS-CLEAN")
+    """)
+    pytester.makepyfile("""
+        from llmsim_helpers import ask
+
+        def test_a(llm_backend, llm_backend_factory):
+            ask(llm_backend, stream=True)
+            ask(llm_backend_factory())
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::ResourceWarning",
+                                           "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*LLMSIM-THREADS-CLEAN*"])

