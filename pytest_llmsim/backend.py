@@ -40,9 +40,9 @@ class LLMBackend(BackendAssertions):
 
     def stop(self) -> None:
         """Stop the server and the engine thread; in-flight requests end as cancelled."""
+        self._simulator.stop()  # first: streams still open end now, freeing their threads
         if self._server.is_running():
             self._server.stop()
-        self._simulator.stop()
 
     def __enter__(self) -> LLMBackend:
         return self.start()

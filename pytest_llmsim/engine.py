@@ -107,7 +107,11 @@ class EngineListener(Protocol):
     """Receives what the engine does, in virtual-time order."""
 
     def on_token(self, seq: SimSequence, now: float) -> None:
-        """``seq`` emitted its ``seq.emitted``-th token at ``now``."""
+        """``seq`` has emitted ``seq.emitted`` tokens by ``now``.
+
+        Tokens emitted together at one instant (zero-length steps) are
+        announced once, so the count may jump by more than one.
+        """
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
         """``seq`` left the engine: finished, cancelled or rejected (see ``seq.state``)."""
@@ -245,25 +249,39 @@ class Engine:
 
     def _step(self, seq: SimSequence) -> None:
         now = self.now
-        if seq.cancel_requested:
-            self._finish(seq, SeqState.CANCELLED)
-            return
-        if seq.first_token_at is None:
-            seq.first_token_at = now
-            if self.config.cache_hit_rate is None:
-                self.cache.insert(seq.prompt_tokens)
-        if seq.emitted < seq.output_length:
-            if seq.last_token_at is not None:
-                seq.gaps.append(seq.step_delay)
-            seq.emitted += 1
-            seq.last_token_at = now
+        events = self._events
+        latency = self.latency
+        while True:
+            if seq.cancel_requested:
+                self._finish(seq, SeqState.CANCELLED)
+                return
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+                if self.config.cache_hit_rate is None:
+                    self.cache.insert(seq.prompt_tokens)
+            if seq.emitted < seq.output_length:
+                if seq.last_token_at is not None:
+                    seq.gaps.append(seq.step_delay)
+                seq.emitted += 1
+                seq.last_token_at = now
+            if seq.emitted >= seq.output_length:
+                self.listener.on_token(seq, now)
+                self._finish(seq, SeqState.FINISHED)
+                return
+            delay = latency.constant_step
+            if delay is None:
+                delay = latency.decode_step(len(self._running), seq.latency_scale)
+            else:
+                delay *= seq.latency_scale
+            seq.step_delay = delay
+            # A zero-length step whose event would be popped next anyway runs
+            # now: same order as through the heap, without the heap. The
+            # listener hears once per burst; ``seq.emitted`` says how far it got.
+            if delay == 0.0 and (not events or events[0][0] > now):
+                continue
             self.listener.on_token(seq, now)
-        if seq.emitted >= seq.output_length:
-            self._finish(seq, SeqState.FINISHED)
+            self._push(now + delay, _STEP, seq)
             return
-        delay = self.latency.decode_step(len(self._running), seq.latency_scale)
-        seq.step_delay = delay
-        self._push(now + delay, _STEP, seq)
 
     def _finish(self, seq: SimSequence, state: SeqState) -> None:
         was_running = seq.state is SeqState.RUNNING

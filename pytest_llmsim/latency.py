@@ -29,13 +29,16 @@ __all__ = ["LatencyModel"]
 class LatencyModel:
     """Turns a :class:`SimConfig` into step durations."""
 
-    __slots__ = ("_config", "rng", "_low", "_high")
+    __slots__ = ("_config", "rng", "_low", "_high", "constant_step")
 
     def __init__(self, config: SimConfig, rng: random.Random) -> None:
         self._config = config
         self.rng = rng
         self._low = max(0.0, 1.0 - 3.0 * config.jitter)
         self._high = 1.0 + 3.0 * config.jitter
+        # Without jitter or load the decode step is a constant: the engine's fast path.
+        self.constant_step: float | None = (
+            config.itl if config.jitter == 0.0 and config.load_factor == 1.0 else None)
 
     def load_multiplier(self, running: int) -> float:
         """Step-time multiplier with ``running`` sequences in the batch."""

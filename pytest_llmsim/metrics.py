@@ -1,21 +1,26 @@
 """Per-backend metrics: Prometheus text with vLLM's names, and a Python snapshot.
 
-Each backend owns a ``CollectorRegistry`` (never the global one), so two
-backends in one process never mix their numbers. Distributions for the
-snapshot keep the most recent ``SAMPLE_CAP`` values each, so memory stays flat
-however long a backend runs; the Prometheus histograms and every counter
-cover the whole run.
+The numbers live in plain Python state under one lock (cheap to update on the
+request path); a custom collector hands them to prometheus_client, which
+writes the exposition text. Each backend has its own ``CollectorRegistry``
+(never the global one), so two backends in one process never mix numbers.
+
+Distributions for the snapshot keep the most recent ``SAMPLE_CAP`` values
+each, so memory stays flat however long a backend runs; the Prometheus
+histograms and every counter cover the whole run (since the last reset).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import deque
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from .records import RequestRecord
 
@@ -31,6 +36,23 @@ _ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 _REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+# (snapshot name, Prometheus name, help, buckets)
+_HISTOGRAMS = (
+    ("ttft", "vllm:time_to_first_token_seconds", "Time to first token, queueing included", _TTFT_BUCKETS),
+    ("itl", "vllm:inter_token_latency_seconds", "Time between consecutive output tokens", _ITL_BUCKETS),
+    ("e2e", "vllm:e2e_request_latency_seconds", "End-to-end request latency", _REQUEST_BUCKETS),
+    ("queue_time", "vllm:request_queue_time_seconds", "Time spent waiting for a batch slot",
+     _REQUEST_BUCKETS),
+)
+# (key in totals, Prometheus name without _total, help)
+_COUNTERS = (
+    ("prompt", "vllm:prompt_tokens", "Prefill tokens processed"),
+    ("completion", "vllm:generation_tokens", "Generation tokens produced"),
+    ("queried", "vllm:prefix_cache_queries", "Prefix-cache queries, in tokens"),
+    ("cached", "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens"),
+    ("cancelled", "llmsim:requests_cancelled", "Requests whose client went away before the end"),
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +71,7 @@ class Distribution:
         ordered = sorted(values)
         if not ordered:
             return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-        return cls(len(ordered), sum(ordered) / len(ordered), _percentile(ordered, 50),
+        return cls(len(ordered), math.fsum(ordered) / len(ordered), _percentile(ordered, 50),
                    _percentile(ordered, 90), _percentile(ordered, 99), ordered[-1])
 
     def __repr__(self) -> str:
@@ -64,6 +86,8 @@ def _percentile(ordered: list[float], pct: float) -> float:
     position = (len(ordered) - 1) * pct / 100.0
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
+    if ordered[low] == ordered[high]:
+        return ordered[low]
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
@@ -96,97 +120,147 @@ class MetricsSnapshot:
         )
 
 
+class _Histogram:
+    """Bucket counts with Prometheus ``le`` semantics, plus recent raw samples."""
+
+    __slots__ = ("bounds", "counts", "total", "samples")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.total = 0.0
+        self.samples: deque[float] = deque(maxlen=SAMPLE_CAP)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.samples.append(value)
+
+    def observe_many(self, values: list[float]) -> None:
+        # Gaps are mostly equal: bucket each distinct value once.
+        for value, count in Counter(values).items():
+            self.counts[bisect_left(self.bounds, value)] += count
+            self.total += value * count
+        self.samples.extend(values)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        running, out = 0, []
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+            running += count
+            out.append((bound, float(running)))
+        return out
+
+
+class _ModelStats:
+    """Everything counted for one ``model_name`` label value."""
+
+    def __init__(self) -> None:
+        self.totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
+        self.histograms = {name: _Histogram(buckets) for name, _, _, buckets in _HISTOGRAMS}
+        self.requests: dict[tuple[str, int], int] = {}
+        self.success: dict[str, int] = {}
+
+
 class Metrics:
-    """Counters and histograms of one backend; :meth:`observe` is the single way in."""
+    """One backend's counters and histograms; :meth:`observe` is the single way in."""
 
     def __init__(self, model: str) -> None:
         self.model = model
-        self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
-        labels = ["model_name"]
-        reg = self.registry
-        self._running = Gauge("vllm:num_requests_running", "Requests in the running batch",
-                              labels, registry=reg)
-        self._waiting = Gauge("vllm:num_requests_waiting", "Requests waiting for a batch slot",
-                              labels, registry=reg)
-        self._prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed",
-                                      labels, registry=reg)
-        self._generation_tokens = Counter("vllm:generation_tokens", "Generation tokens produced",
-                                          labels, registry=reg)
-        self._cache_queries = Counter("vllm:prefix_cache_queries",
-                                      "Prefix-cache queries, in tokens", labels, registry=reg)
-        self._cache_hits = Counter("vllm:prefix_cache_hits", "Prefix-cache hits, in tokens",
-                                   labels, registry=reg)
-        self._success = Counter("vllm:request_success", "Requests finished, by finish reason",
-                                [*labels, "finished_reason"], registry=reg)
-        self._ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token",
-                               labels, buckets=_TTFT_BUCKETS, registry=reg)
-        self._itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency",
-                              labels, buckets=_ITL_BUCKETS, registry=reg)
-        self._e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency",
-                              labels, buckets=_REQUEST_BUCKETS, registry=reg)
-        self._queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting",
-                                labels, buckets=_REQUEST_BUCKETS, registry=reg)
-        self._requests = Counter("llmsim:requests", "HTTP API requests by endpoint and status",
-                                 [*labels, "endpoint", "status"], registry=reg)
-        self._cancelled = Counter("llmsim:requests_cancelled",
-                                  "Requests whose client went away before the end",
-                                  labels, registry=reg)
-        self._status_counts: dict[int, int] = {}
-        self._totals = {"prompt": 0, "completion": 0, "cached": 0, "queried": 0, "cancelled": 0}
-        self._samples: dict[str, deque[float]] = {
-            name: deque(maxlen=SAMPLE_CAP) for name in ("ttft", "itl", "e2e", "queue_time")
-        }
+        self._stats: dict[str, _ModelStats] = {}
+        self._gauges = (0, 0)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)  # type: ignore[arg-type]  # a Collector by shape
 
-    def observe(self, record: RequestRecord, gaps: Iterable[float] = (),
+    def _current(self) -> _ModelStats:
+        stats = self._stats.get(self.model)
+        if stats is None:
+            stats = self._stats[self.model] = _ModelStats()
+        return stats
+
+    def observe(self, record: RequestRecord, gaps: list[float] | None = None,
                 queried_tokens: int = 0) -> None:
         """Account for one finished API request (any status)."""
-        model = self.model
         with self._lock:
-            self._requests.labels(model, record.path, str(record.status)).inc()
-            self._status_counts[record.status] = self._status_counts.get(record.status, 0) + 1
-            if record.cancelled:
-                self._cancelled.labels(model).inc()
-                self._totals["cancelled"] += 1
-            if record.prompt_tokens or record.completion_tokens:
-                self._prompt_tokens.labels(model).inc(record.prompt_tokens)
-                self._generation_tokens.labels(model).inc(record.completion_tokens)
-                self._totals["prompt"] += record.prompt_tokens
-                self._totals["completion"] += record.completion_tokens
-            if queried_tokens:
-                self._cache_queries.labels(model).inc(queried_tokens)
-                self._cache_hits.labels(model).inc(record.cached_tokens)
-                self._totals["queried"] += queried_tokens
-                self._totals["cached"] += record.cached_tokens
+            stats = self._current()
+            key = (record.path, record.status)
+            stats.requests[key] = stats.requests.get(key, 0) + 1
+            totals = stats.totals
+            totals["prompt"] += record.prompt_tokens
+            totals["completion"] += record.completion_tokens
+            totals["queried"] += queried_tokens
+            totals["cached"] += record.cached_tokens if queried_tokens else 0
+            totals["cancelled"] += record.cancelled
             if record.ok:
                 for reason in record.finish_reasons:
-                    self._success.labels(model, reason or "abort").inc()
-            self._sample("ttft", self._ttft, record.ttft)
-            self._sample("e2e", self._e2e, record.e2e)
-            self._sample("queue_time", self._queue, record.queue_time)
-            itl_hist = self._itl.labels(model)
-            itl_samples = self._samples["itl"]
-            for gap in gaps:
-                itl_hist.observe(gap)
-                itl_samples.append(gap)
+                    reason = reason or "abort"
+                    stats.success[reason] = stats.success.get(reason, 0) + 1
+            histograms = stats.histograms
+            for name in ("ttft", "e2e", "queue_time"):
+                value = getattr(record, name)
+                if value is not None:
+                    histograms[name].observe(value)
+            if gaps:
+                histograms["itl"].observe_many(gaps)
 
-    def _sample(self, name: str, histogram: Histogram, value: float | None) -> None:
-        if value is not None:
-            histogram.labels(self.model).observe(value)
-            self._samples[name].append(value)
+    # --- Prometheus ---
+
+    def collect(self) -> Iterator[Metric]:
+        """prometheus_client Collector protocol: the families, built from our state."""
+        with self._lock:
+            running, waiting = self._gauges
+            labels = ["model_name"]
+            gauge_running = GaugeMetricFamily("vllm:num_requests_running", "Requests in the running batch",
+                                              labels=labels)
+            gauge_waiting = GaugeMetricFamily("vllm:num_requests_waiting",
+                                              "Requests waiting for a batch slot", labels=labels)
+            gauge_running.add_metric([self.model], running)
+            gauge_waiting.add_metric([self.model], waiting)
+            families: list[Metric] = [gauge_running, gauge_waiting]
+            for key, name, doc in _COUNTERS:
+                counter = CounterMetricFamily(name, doc, labels=labels)
+                for model, stats in self._stats.items():
+                    counter.add_metric([model], stats.totals[key])
+                families.append(counter)
+            success = CounterMetricFamily("vllm:request_success", "Requests finished, by finish reason",
+                                          labels=[*labels, "finished_reason"])
+            requests = CounterMetricFamily("llmsim:requests", "HTTP API requests by endpoint and status",
+                                           labels=[*labels, "endpoint", "status"])
+            for model, stats in self._stats.items():
+                for reason, count in stats.success.items():
+                    success.add_metric([model, reason], count)
+                for (path, status), count in stats.requests.items():
+                    requests.add_metric([model, path, str(status)], count)
+            families += [success, requests]
+            for key, name, doc, _ in _HISTOGRAMS:
+                histogram = HistogramMetricFamily(name, doc, labels=labels)
+                for model, stats in self._stats.items():
+                    h = stats.histograms[key]
+                    histogram.add_metric([model], h.cumulative(), sum_value=h.total)
+                families.append(histogram)
+        yield from families
 
     def render(self, running: int, waiting: int) -> bytes:
         """Prometheus text exposition, gauges set from the engine's state now."""
-        self._running.labels(self.model).set(running)
-        self._waiting.labels(self.model).set(waiting)
+        with self._lock:
+            self._gauges = (running, waiting)
         return generate_latest(self.registry)
 
+    # --- Python ---
+
     def snapshot(self, max_running: int) -> MetricsSnapshot:
-        """Python values of the same numbers."""
+        """Python values of the same numbers (all model names together)."""
         with self._lock:
-            totals = dict(self._totals)
-            statuses = dict(self._status_counts)
-            samples = {name: list(values) for name, values in self._samples.items()}
+            totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
+            statuses: dict[int, int] = {}
+            samples: dict[str, list[float]] = {name: [] for name, _, _, _ in _HISTOGRAMS}
+            for stats in self._stats.values():
+                for key, value in stats.totals.items():
+                    totals[key] += value
+                for (_, status), count in stats.requests.items():
+                    statuses[status] = statuses.get(status, 0) + count
+                for name, histogram in stats.histograms.items():
+                    samples[name].extend(histogram.samples)
         queried = totals["queried"]
         return MetricsSnapshot(
             requests_total=sum(statuses.values()),
@@ -202,4 +276,3 @@ class Metrics:
             e2e=Distribution.of(samples["e2e"]),
             queue_time=Distribution.of(samples["queue_time"]),
         )
-

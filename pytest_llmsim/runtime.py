@@ -84,6 +84,7 @@ class Runtime:
         self.engine = self._new_engine(config)
         self._anchor_virtual = 0.0
         self._anchor_wall = time.monotonic()
+        self._wake_at = math.inf  # virtual time the engine thread sleeps until
         self._thread = threading.Thread(target=self._loop, name="llmsim-engine", daemon=True)
         self._thread.start()
 
@@ -116,6 +117,10 @@ class Runtime:
         """Start the sequences of one request now; ``ticket.accepted`` is False if the queue was full."""
         ticket = Ticket(sequences)
         with self._cond:
+            if self._stopping:  # a request racing the shutdown: answer busy, never hang
+                ticket.accepted = False
+                ticket.open_count = 0
+                return ticket
             engine = self.engine
             engine.advance(self.virtual_now())
             for seq in sequences:
@@ -127,7 +132,7 @@ class Runtime:
                     engine.cancel(seq)
             self._live.add(ticket)
             self._run_due()
-            self._cond.notify()
+            self._wake_if_needed()
         return ticket
 
     def cancel(self, ticket: Ticket) -> None:
@@ -137,12 +142,18 @@ class Runtime:
                 if seq.state in (SeqState.WAITING, SeqState.RUNNING, SeqState.PENDING):
                     self.engine.cancel(seq)
             self._run_due()
-            self._cond.notify()
+            self._wake_if_needed()
 
     def release(self, ticket: Ticket) -> None:
         """Forget a ticket whose handler is done with it."""
         with self._cond:
             self._live.discard(ticket)
+
+    def _wake_if_needed(self) -> None:
+        """Wake the engine thread only if work is now due before it would wake anyway."""
+        due = self.engine.next_event_time()
+        if due is not None and due < self._wake_at:
+            self._cond.notify()
 
     def _run_due(self) -> None:
         if math.isinf(self.config.speed):
@@ -207,11 +218,14 @@ class Runtime:
             while not self._stopping:
                 due = self.engine.next_event_time()
                 if due is None:
+                    self._wake_at = math.inf
                     self._cond.wait()
                     continue
                 if not math.isinf(self.config.speed):
                     delay = self._wall_time_of(due) - time.monotonic()
                     if delay > 0:
+                        self._wake_at = due
                         self._cond.wait(delay)
                         continue
+                self._wake_at = -math.inf  # busy: running events now
                 self._run_due()

@@ -11,16 +11,16 @@ Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_httpserver import HTTPServer
 from werkzeug.exceptions import RequestEntityTooLarge
-from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from .engine import SeqState
@@ -32,6 +32,7 @@ from .protocol import (
 from .records import RequestRecord
 from .runtime import FINISH
 from .simulator import Generation, Simulator
+from .wsgi_server import PooledWSGIServer
 
 __all__ = ["SimulatorServer"]
 
@@ -40,17 +41,14 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 
 
-class _RequestHandler(WSGIRequestHandler):
-    """werkzeug's handler with Nagle off: each SSE chunk leaves when written.
-
-    werkzeug writes a chunk's size line, data and CRLF separately; with Nagle
-    on, the later writes wait for the peer's delayed ACK (tens of ms).
-    """
-
-    disable_nagle_algorithm = True
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass  # a test session's output is no place for an access log
+def _headers_of(environ: dict[str, Any]) -> dict[str, str]:
+    """Request headers as ``Title-Case`` keys (as werkzeug names them), straight from the environ."""
+    headers = {key[5:].replace("_", "-").title(): value
+               for key, value in environ.items() if key.startswith("HTTP_")}
+    for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(key):
+            headers[key.replace("_", "-").title()] = environ[key]
+    return headers
 
 
 def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -68,6 +66,8 @@ class SimulatorServer(HTTPServer):
         super().__init__(host, port, threaded=True)
         self.simulator = simulator
         self.no_handler_status_code = 404
+        self._id_prefix = os.urandom(6).hex()
+        self._id_counter = itertools.count(1)
         self._routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
             "/v1/chat/completions": ("POST", self._chat),
             "/v1/completions": ("POST", self._completions),
@@ -76,6 +76,10 @@ class SimulatorServer(HTTPServer):
             "/metrics": ("GET", self._metrics),
         }
 
+    def _next_id(self) -> str:
+        """24 hex digits, unique per server: a random prefix and a counter (uuid4 costs more)."""
+        return f"{self._id_prefix}{next(self._id_counter):012x}"
+
     # --- lifecycle (pytest-httpserver's start, with our request handler) ---
 
     def start(self) -> None:
@@ -83,8 +87,8 @@ class SimulatorServer(HTTPServer):
         if self.is_running():
             raise RuntimeError("the simulator server is already running")
         try:
-            self.server = make_server(self.host, self.port, Request.application(self.application),  # type: ignore[arg-type]
-                                      threaded=True, request_handler=_RequestHandler)
+            self.server = PooledWSGIServer(self.host, self.port,
+                                           Request.application(self.application))  # type: ignore[arg-type]
         except SystemExit:  # werkzeug exits the process when the port is taken
             raise OSError(f"cannot listen on {self.host}:{self.port}: address already in use") from None
         self.port = self.server.port
@@ -139,7 +143,7 @@ class SimulatorServer(HTTPServer):
     @staticmethod
     def _new_record(request: Request, body: Any) -> RequestRecord:
         return RequestRecord(method=request.method, path=request.path,
-                             headers=dict(request.headers), body=body)
+                             headers=_headers_of(request.environ), body=body)
 
     def _read_json(self, request: Request) -> Any:
         request.max_content_length = self.simulator.config.max_body_bytes
@@ -176,7 +180,7 @@ class SimulatorServer(HTTPServer):
             generation = self.simulator.start(parsed)
         except APIError as error:
             return self._api_error(request, error, record)
-        response_id = ("chatcmpl-" if parsed.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        response_id = ("chatcmpl-" if parsed.kind == "chat" else "cmpl-") + self._next_id()
         if parsed.stream:
             record.status = 200
             stream = self._stream(generation, record, response_id)
@@ -214,12 +218,18 @@ class SimulatorServer(HTTPServer):
         try:
             yield b""  # send the headers now, as a real server does on admission
             aborted = False
+            sent = [0] * len(generation.outputs)  # tokens written, per choice
             for batch in generation.ticket.batches():
                 out = []
                 for kind, seq, emitted in batch:
                     index = seq.index
                     if not started[index]:
                         out.append(opening(index))
+                    pieces = generation.outputs[index].pieces
+                    for piece in pieces[sent[index]:emitted]:  # one event per token
+                        out.append(chunk({"index": index, "delta": {"content": piece}, "finish_reason": None}
+                                         if chat else {"index": index, "text": piece, "finish_reason": None}))
+                    sent[index] = max(sent[index], emitted)
                     if kind == FINISH:
                         if seq.state is not SeqState.FINISHED:
                             aborted = True
@@ -227,10 +237,6 @@ class SimulatorServer(HTTPServer):
                         reason = generation.outputs[index].finish_reason
                         out.append(chunk({"index": index, "delta": {}, "finish_reason": reason} if chat
                                          else {"index": index, "text": "", "finish_reason": reason}))
-                        continue
-                    piece = generation.outputs[index].pieces[emitted - 1]
-                    out.append(chunk({"index": index, "delta": {"content": piece}, "finish_reason": None}
-                                     if chat else {"index": index, "text": piece, "finish_reason": None}))
                 yield b"".join(out)
             if aborted:
                 return  # the backend was reset under this stream: end it without [DONE]

@@ -6,7 +6,6 @@ The server turns HTTP into :meth:`Simulator.start` calls; the test's
 
 from __future__ import annotations
 
-import random
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -98,6 +97,7 @@ class Simulator:
         self.metrics = Metrics(self.config.model)
         self.log = RequestLog(self.config.max_log_entries)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
+        self._filler = self.tokenizer.filler_source(self.config.seed)
         self._replies: deque[str] = deque()
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
 
@@ -128,6 +128,8 @@ class Simulator:
         if config.model != self.config.model:
             self.tokenizer = Tokenizer(load_encoding(config.model))
             self.metrics.model = config.model
+        if config.model != self.config.model or config.seed != self.config.seed:
+            self._filler = self.tokenizer.filler_source(config.seed)
         if config.max_log_entries != self.config.max_log_entries:
             self.log = RequestLog(config.max_log_entries)
         self.config = config
@@ -165,9 +167,10 @@ class Simulator:
         echo_prefixes: list[str] = []
         for prompt_index, (ids, source) in enumerate(zip(prompts, echo_sources)):
             max_tokens = request.max_tokens or min(config.default_max_tokens, limit - len(ids))
+            prompt_key = hash(tuple(ids))  # ints hash the same in every process
             for choice in range(request.n):
-                rng = random.Random(f"{config.seed}:{request.seed}:{hash(tuple(ids))}:{choice}")
-                output = self._plan(request, tokenizer, rng, reply, source, max_tokens)
+                key = hash((request.seed or 0, prompt_key, choice)) & 0xFFFFFFFFFFFF
+                output = self._plan(request, tokenizer, key, reply, source, max_tokens)
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, len(output.tokens),
@@ -202,8 +205,9 @@ class Simulator:
                 sources.append(tokenizer.encoding.decode(prompt))
         return prompts, sources
 
-    def _plan(self, request: ParsedRequest, tokenizer: Tokenizer, rng: random.Random,
+    def _plan(self, request: ParsedRequest, tokenizer: Tokenizer, key: int,
               reply: str | None, echo_source: str, max_tokens: int) -> PlannedOutput:
+        """What one choice says: a scripted reply, an echo, or seeded filler."""
         if reply is not None:
             return tokenizer.plan(tokenizer.encode(reply), max_tokens, request.stops)
         if self.config.output == "echo":
@@ -214,9 +218,11 @@ class Simulator:
         elif isinstance(wanted, int):
             length = wanted
         else:
-            length = rng.randint(*wanted)
-        tokens = tokenizer.filler(rng, min(length, max_tokens))
-        return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=length < max_tokens)
+            low, high = wanted
+            length = low + (key >> 8) % (high - low + 1)
+        tokens, pieces = self._filler.take(key, min(length, max_tokens))
+        return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=length < max_tokens,
+                              pieces=pieces)
 
     def cancel(self, generation: Generation) -> None:
         self.runtime.cancel(generation.ticket)

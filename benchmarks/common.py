@@ -1,0 +1,59 @@
+"""Helpers shared by the benchmarks: start servers in their own processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CHAT_BODY = ('{"model": "llmsim", "messages": [{"role": "system", "content": "You are a helpful '
+             'assistant."}, {"role": "user", "content": "Say something short."}], "max_tokens": 16}')
+
+
+@contextmanager
+def server_process(argv: Sequence[str], url_pattern: str = r"(http://127\.0\.0\.1:\d+)") -> Iterator[
+        tuple[subprocess.Popen[str], str]]:
+    """Run a server that prints its URL on its first line; yield (process, root URL)."""
+    # stderr to a file: an undrained pipe would stall a chatty server
+    errors = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(url_pattern, line)
+        if not match:
+            errors.seek(0)
+            raise RuntimeError(f"server did not start: {line!r} {errors.read()}")
+        yield process, match.group(1)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        errors.close()
+
+
+def llmsim_argv(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", *flags]
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def wait_ready(seconds: float = 0.3) -> None:
+    time.sleep(seconds)

@@ -1,0 +1,57 @@
+"""Requests/s of pytest-llmsim (zero latency, non-streamed) against a bare werkzeug server.
+
+Both servers run in their own processes; wrk, in another, drives each with 16
+connections. Rounds alternate baseline/llmsim so drift on a shared machine
+hits both alike; the figure is the ratio of medians.
+
+    python benchmarks/throughput.py [--rounds 5] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+from common import HERE, llmsim_argv, server_process, wait_ready
+
+
+def wrk(url: str, seconds: int, connections: int) -> float:
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s",
+                          os.path.join(HERE, "post_chat.lua"), url],
+                         capture_output=True, text=True, check=True).stdout
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise RuntimeError(f"wrk saw errors: {out}")
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert match, out
+    return float(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=16)
+    args = parser.parse_args()
+    baseline_rates, llmsim_rates = [], []
+    with server_process([sys.executable, os.path.join(HERE, "baseline_server.py")]) as (_, base_url), \
+            server_process(llmsim_argv("--speed", "inf")) as (_, sim_url):
+        wait_ready()
+        wrk(base_url + "/v1/chat/completions", 1, args.connections)  # warm up both
+        wrk(sim_url + "/v1/chat/completions", 1, args.connections)
+        for round_ in range(args.rounds):
+            baseline_rates.append(wrk(base_url + "/v1/chat/completions", args.seconds, args.connections))
+            llmsim_rates.append(wrk(sim_url + "/v1/chat/completions", args.seconds, args.connections))
+            print(f"round {round_ + 1}: baseline {baseline_rates[-1]:.0f} req/s, "
+                  f"llmsim {llmsim_rates[-1]:.0f} req/s", flush=True)
+    base, sim = statistics.median(baseline_rates), statistics.median(llmsim_rates)
+    print(f"median: baseline {base:.0f} req/s, llmsim {sim:.0f} req/s, ratio {sim / base:.3f} "
+          f"(target >= 0.85); {args.connections} connections, {args.rounds} x {args.seconds}s rounds")
+
+
+if __name__ == "__main__":
+    main()
