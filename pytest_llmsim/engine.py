@@ -164,9 +164,13 @@ class Engine:
     # --- input ---
 
     def submit(self, seq: SimSequence, at: float | None = None) -> bool:
-        """Hand a sequence to the engine, now or at a later virtual time.
+        """Hand a sequence to the engine, now or at another virtual time.
 
-        Returns False when it arrives now and the waiting queue is full (it
+        A later ``at`` schedules the arrival. An earlier one back-dates it: the
+        runtime stamps requests when their connection was accepted, so the
+        time a handler thread takes to get to them is not added to their TTFT.
+        A back-dated request that finds a free slot is admitted as of ``at``;
+        its events never run before the engine's clock. Returns False when it arrives now and the waiting queue is full (it
         is then REJECTED and the listener told). Arrivals scheduled for later
         return True and report a rejection through the listener.
         """
@@ -174,7 +178,7 @@ class Engine:
             seq.state = SeqState.PENDING
             self._push(at, _ARRIVE, seq)
             return True
-        return self._arrive(seq)
+        return self._arrive(seq, self.now if at is None else at)
 
     def reconfigure(self, config: SimConfig) -> None:
         """Apply new settings to what comes next; the cache survives unless its shape changed."""
@@ -203,7 +207,7 @@ class Engine:
                     seq.arrival = when
                     self._finish(seq, SeqState.CANCELLED)
                 else:
-                    self._arrive(seq)
+                    self._arrive(seq, when)
             else:
                 self._step(seq)
         if to > self.now and not math.isinf(to):
@@ -218,10 +222,10 @@ class Engine:
     def _push(self, when: float, kind: int, seq: SimSequence) -> None:
         heapq.heappush(self._events, (when, next(self._serial), kind, seq))
 
-    def _arrive(self, seq: SimSequence) -> bool:
-        seq.arrival = self.now
+    def _arrive(self, seq: SimSequence, at: float) -> bool:
+        seq.arrival = at
         if len(self._running) < self.config.max_batch_size and not self._waiting:
-            self._admit(seq)
+            self._admit(seq, at)
             return True
         if len(self._waiting) >= self.config.max_waiting:
             self._finish(seq, SeqState.REJECTED)
@@ -230,9 +234,9 @@ class Engine:
         self._waiting.append(seq)
         return True
 
-    def _admit(self, seq: SimSequence) -> None:
+    def _admit(self, seq: SimSequence, at: float) -> None:
         seq.state = SeqState.RUNNING
-        seq.admitted_at = self.now
+        seq.admitted_at = at
         self._running.add(seq)
         self.max_running = max(self.max_running, len(self._running))
         prompt = seq.prompt_tokens
@@ -245,7 +249,7 @@ class Engine:
         uncached = len(prompt) - seq.cached_tokens
         delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale)
         seq.prefill_delay = delay
-        self._push(self.now + delay, _STEP, seq)
+        self._push(max(self.now, at + delay), _STEP, seq)
 
     def _step(self, seq: SimSequence) -> None:
         now = self.now
@@ -295,4 +299,4 @@ class Engine:
 
     def _fill_slots(self) -> None:
         while self._waiting and len(self._running) < self.config.max_batch_size:
-            self._admit(self._waiting.popleft())
+            self._admit(self._waiting.popleft(), self.now)

@@ -27,6 +27,11 @@ from .engine import Engine, SeqState, SimSequence
 
 __all__ = ["Runtime", "Ticket"]
 
+# The engine thread runs every event due within this many wall seconds in one
+# pass: with hundreds of streams whose steps interleave, waking once per event
+# costs more than the half millisecond a token may leave early.
+WAKE_SLACK = 0.0005
+
 TOKEN = "token"
 FINISH = "finish"
 
@@ -108,13 +113,25 @@ class Runtime:
         """Wall seconds that ``sim_seconds`` of simulated time take."""
         return 0.0 if math.isinf(self.config.speed) else sim_seconds / self.config.speed
 
+    def _virtual_at(self, wall: float | None, now: float) -> float:
+        """Virtual time of a past wall instant, never before this engine began."""
+        if wall is None or math.isinf(self.config.speed):
+            return now
+        virtual = self._anchor_virtual + (wall - self._anchor_wall) * self.config.speed
+        return min(now, max(self._anchor_virtual, virtual))
+
     def _wall_time_of(self, virtual: float) -> float:
         return self._anchor_wall + (virtual - self._anchor_virtual) / self.config.speed
 
     # --- work ---
 
-    def submit(self, sequences: Sequence[SimSequence]) -> Ticket:
-        """Start the sequences of one request now; ``ticket.accepted`` is False if the queue was full."""
+    def submit(self, sequences: Sequence[SimSequence], arrived_at: float | None = None) -> Ticket:
+        """Start the sequences of one request; ``ticket.accepted`` is False if the queue was full.
+
+        ``arrived_at`` is the ``time.monotonic()`` at which the request reached
+        the server (its connection was accepted); the engine back-dates the
+        arrival to then, so handler-thread scheduling delay is not latency.
+        """
         ticket = Ticket(sequences)
         with self._cond:
             if self._stopping:  # a request racing the shutdown: answer busy, never hang
@@ -122,10 +139,12 @@ class Runtime:
                 ticket.open_count = 0
                 return ticket
             engine = self.engine
-            engine.advance(self.virtual_now())
+            now = self.virtual_now()
+            engine.advance(now)
+            at = self._virtual_at(arrived_at, now)
             for seq in sequences:
                 seq.owner = ticket
-                if not engine.submit(seq):
+                if not engine.submit(seq, at):
                     ticket.accepted = False
             if not ticket.accepted:
                 for seq in sequences:
@@ -155,11 +174,12 @@ class Runtime:
         if due is not None and due < self._wake_at:
             self._cond.notify()
 
-    def _run_due(self) -> None:
+    def _run_due(self, slack: float = 0.0) -> None:
+        """Run the events due now, or within ``slack`` wall seconds from now."""
         if math.isinf(self.config.speed):
             self.engine.advance(math.inf)
         else:
-            self.engine.advance(self.virtual_now())
+            self.engine.advance(self.virtual_now() + slack * self.config.speed)
 
     def update(self, config: SimConfig) -> None:
         """Apply new settings from now on, keeping the cache, the batch and the clock."""
@@ -222,10 +242,10 @@ class Runtime:
                     self._cond.wait()
                     continue
                 if not math.isinf(self.config.speed):
-                    delay = self._wall_time_of(due) - time.monotonic()
+                    delay = self._wall_time_of(due) - time.monotonic() - WAKE_SLACK
                     if delay > 0:
                         self._wake_at = due
                         self._cond.wait(delay)
                         continue
                 self._wake_at = -math.inf  # busy: running events now
-                self._run_due()
+                self._run_due(WAKE_SLACK)

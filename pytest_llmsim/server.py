@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 import os
 import threading
 import time
@@ -32,7 +33,7 @@ from .protocol import (
 from .records import RequestRecord
 from .runtime import FINISH
 from .simulator import Generation, Simulator
-from .wsgi_server import PooledWSGIServer
+from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["SimulatorServer"]
 
@@ -57,6 +58,58 @@ def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None 
 
 def _sse(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _StreamEvents:
+    """The SSE events of one streamed response, as bytes.
+
+    Token events are the hot path: each choice's event is a template cut
+    around its text, so a token costs one string escape, not a JSON dump.
+    """
+
+    _MARK = "\x00llmsim-piece\x00"
+
+    def __init__(self, generation: Generation, response_id: str) -> None:
+        request = generation.request
+        self._generation = generation
+        self._chat = request.kind == "chat"
+        self._make = chat_chunk if self._chat else completion_chunk
+        self._id, self._model, self._created = response_id, request.model, int(time.time())
+        self._usage = request.include_usage
+        self._templates: dict[int, tuple[bytes, bytes]] = {}
+
+    def _event(self, choice: dict[str, Any]) -> bytes:
+        return _sse(self._make(self._id, self._model, self._created, [choice], self._usage))
+
+    def _choice(self, index: int, text: str, finish: str | None = None) -> dict[str, Any]:
+        if self._chat:
+            return {"index": index, "delta": {"content": text} if finish is None else {},
+                    "finish_reason": finish}
+        return {"index": index, "text": text, "finish_reason": finish}
+
+    def opening(self, index: int) -> bytes:
+        """The role event (chat) or the echoed prompt (completions with ``echo``)."""
+        if self._chat:
+            return self._event({"index": index, "delta": {"role": "assistant", "content": ""},
+                                "finish_reason": None})
+        prefix = self._generation.echo_prefixes[index]
+        return self._event(self._choice(index, prefix)) if prefix else b""
+
+    def token(self, index: int, piece: str) -> bytes:
+        template = self._templates.get(index)
+        if template is None:
+            head, tail = self._event(self._choice(index, self._MARK)).split(
+                encode_basestring_ascii(self._MARK).encode())
+            template = self._templates[index] = (head, tail)
+        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+
+    def finish(self, index: int) -> bytes:
+        reason = self._generation.outputs[index].finish_reason
+        return self._event(self._choice(index, "", reason))
+
+    def usage(self) -> bytes:
+        """The usage-only event (empty ``choices``) sent before ``[DONE]``."""
+        return _sse(self._make(self._id, self._model, self._created, [], True, self._generation.usage()))
 
 
 class SimulatorServer(HTTPServer):
@@ -177,7 +230,7 @@ class SimulatorServer(HTTPServer):
                 record.model = body["model"]
             parsed = parse(body)
             record.stream = parsed.stream
-            generation = self.simulator.start(parsed)
+            generation = self.simulator.start(parsed, request.environ.get(ACCEPTED_AT))
         except APIError as error:
             return self._api_error(request, error, record)
         response_id = ("chatcmpl-" if parsed.kind == "chat" else "cmpl-") + self._next_id()
@@ -196,53 +249,31 @@ class SimulatorServer(HTTPServer):
 
     def _stream(self, generation: Generation, record: RequestRecord, response_id: str) -> Iterator[bytes]:
         """SSE events as the engine releases tokens; every batch already due goes in one write."""
-        parsed = generation.request
-        created = int(time.time())
-        chat = parsed.kind == "chat"
-        make_chunk = chat_chunk if chat else completion_chunk
-        include_usage = parsed.include_usage
+        events = _StreamEvents(generation, response_id)
         started = [False] * len(generation.outputs)
-        complete = False
-
-        def chunk(choice: dict[str, Any]) -> bytes:
-            return _sse(make_chunk(response_id, parsed.model, created, [choice], include_usage))
-
-        def opening(index: int) -> bytes:
-            started[index] = True
-            if chat:
-                return chunk({"index": index, "delta": {"role": "assistant", "content": ""},
-                              "finish_reason": None})
-            prefix = generation.echo_prefixes[index]
-            return chunk({"index": index, "text": prefix, "finish_reason": None}) if prefix else b""
-
+        sent = [0] * len(generation.outputs)  # tokens written, per choice
+        complete = aborted = False
         try:
             yield b""  # send the headers now, as a real server does on admission
-            aborted = False
-            sent = [0] * len(generation.outputs)  # tokens written, per choice
             for batch in generation.ticket.batches():
                 out = []
                 for kind, seq, emitted in batch:
                     index = seq.index
                     if not started[index]:
-                        out.append(opening(index))
+                        started[index] = True
+                        out.append(events.opening(index))
                     pieces = generation.outputs[index].pieces
-                    for piece in pieces[sent[index]:emitted]:  # one event per token
-                        out.append(chunk({"index": index, "delta": {"content": piece}, "finish_reason": None}
-                                         if chat else {"index": index, "text": piece, "finish_reason": None}))
+                    out.extend(events.token(index, piece) for piece in pieces[sent[index]:emitted])
                     sent[index] = max(sent[index], emitted)
                     if kind == FINISH:
-                        if seq.state is not SeqState.FINISHED:
+                        if seq.state is SeqState.FINISHED:
+                            out.append(events.finish(index))
+                        else:
                             aborted = True
-                            continue
-                        reason = generation.outputs[index].finish_reason
-                        out.append(chunk({"index": index, "delta": {}, "finish_reason": reason} if chat
-                                         else {"index": index, "text": "", "finish_reason": reason}))
                 yield b"".join(out)
             if aborted:
                 return  # the backend was reset under this stream: end it without [DONE]
-            tail = b""
-            if include_usage:
-                tail = _sse(make_chunk(response_id, parsed.model, created, [], True, generation.usage()))
+            tail = events.usage() if generation.request.include_usage else b""
             # Account before the client can see [DONE], so a test that reads
             # the metrics right after its stream ends finds this request.
             complete = True

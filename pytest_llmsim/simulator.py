@@ -148,7 +148,7 @@ class Simulator:
 
     # --- serving ---
 
-    def start(self, request: ParsedRequest) -> Generation:
+    def start(self, request: ParsedRequest, arrived_at: float | None = None) -> Generation:
         """Validate against the model's limits, plan the outputs and enter the engine."""
         config, tokenizer = self.config, self.tokenizer
         prompts, echo_sources = self._prompts(request, tokenizer)
@@ -175,7 +175,7 @@ class Simulator:
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, len(output.tokens),
                                              index=prompt_index * request.n + choice))
-        ticket = self.runtime.submit(sequences)
+        ticket = self.runtime.submit(sequences, arrived_at)
         if not ticket.accepted:
             ticket.wait()
             self.runtime.release(ticket)

@@ -219,3 +219,18 @@ def test_durations_read_back_exactly_at_any_clock_value() -> None:
     engine.run_until_idle()
     assert seq.ttft == 0.1
     assert seq.gaps == [0.02] * 4
+
+
+def test_backdated_arrival_counts_from_when_the_request_arrived() -> None:
+    engine, rec = make_engine(ttft=0.1, itl=0.01)
+    engine.advance(10.0)
+    on_time = SimSequence(prompt(4), 3)
+    engine.submit(on_time, at=9.96)  # reached the server 40 ms before the engine saw it
+    engine.run_until_idle()
+    assert on_time.ttft == pytest.approx(0.1)
+    assert on_time.first_token_at == pytest.approx(10.06)
+    late = SimSequence(prompt(4, start=50), 2, index=1)
+    engine.advance(20.0)
+    engine.submit(late, at=19.5)  # later than its whole TTFT: the first token goes out now
+    engine.run_until_idle()
+    assert late.first_token_at == 20.0 and late.ttft == pytest.approx(0.1)

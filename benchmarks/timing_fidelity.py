@@ -1,0 +1,65 @@
+"""Client-observed timing fidelity of streams, measured from another process.
+
+`llmsim serve --ttft 0.1 --itl 0.01 --max-batch-size 256 --speed 1` in one
+process; a Node.js client (benchmarks/stream_client.mjs) in another opens N
+streams of 50 tokens at once and timestamps every content chunk. Reported:
+median TTFT and median inter-chunk gap against the setting, and the 99th
+percentile gap as a multiple of itl.
+
+    python benchmarks/timing_fidelity.py [--streams 64 256] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+
+from common import HERE, llmsim_argv, server_process, wait_ready
+
+TTFT, ITL, TOKENS = 0.1, 0.01, 50
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * pct / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def measure(base_url: str, streams: int) -> dict[str, float]:
+    out = subprocess.run(["node", f"{HERE}/stream_client.mjs", f"{base_url}/v1/chat/completions",
+                          str(streams), str(TOKENS)], capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    results: list[list[float]] = json.loads(out)
+    assert all(len(r) == TOKENS for r in results), [len(r) for r in results]
+    ttfts = [r[0] for r in results]
+    gaps = [b - a for r in results for a, b in zip(r, r[1:])]
+    return {"ttft_p50": statistics.median(ttfts), "gap_p50": statistics.median(gaps),
+            "gap_p99": percentile(gaps, 99), "ttft_p99": percentile(ttfts, 99)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--streams", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", "256", "--speed", "1",
+             "--max-waiting", "4096"]
+    with server_process(llmsim_argv(*flags)) as (_, url):
+        wait_ready()
+        measure(url, 8)  # warm-up
+        for streams in args.streams:
+            runs = [measure(url, streams) for _ in range(args.repeats)]
+            med = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+            print(f"{streams} streams x {TOKENS} tokens ({args.repeats} runs, medians): "
+                  f"TTFT p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
+                  f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
+                  f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, TTFT p99 {med['ttft_p99'] * 1000:.1f} ms",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
