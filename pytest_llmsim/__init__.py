@@ -8,6 +8,7 @@ pytest.register_assert_rewrite("pytest_llmsim.assertions")
 
 from .backend import LLMBackend  # noqa: E402
 from .config import ConfigError, SimConfig  # noqa: E402
+from .faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
 from .metrics import Distribution, MetricsSnapshot  # noqa: E402
 from .records import RequestRecord  # noqa: E402
 
@@ -16,6 +17,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "Distribution",
+    "FAULT_KINDS",
+    "Fault",
+    "FaultError",
     "LLMBackend",
     "MetricsSnapshot",
     "RequestRecord",

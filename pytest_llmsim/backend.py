@@ -8,6 +8,7 @@ from typing import Any
 
 from .assertions import BackendAssertions
 from .config import SimConfig
+from .faults import Fault
 from .metrics import MetricsSnapshot
 from .records import RequestRecord
 from .server import SimulatorServer
@@ -100,6 +101,35 @@ class LLMBackend(BackendAssertions):
             if not isinstance(reply, str):
                 raise TypeError(f"reply_with() takes strings, got {type(reply).__name__}")
         self._simulator.reply_with(replies)
+
+    def add_fault(self, kind: str, **params: Any) -> Fault:
+        """Arm a fault: ``kind`` (what) plus parameters and conditions (when).
+
+        Kinds: the HTTP errors ``rate_limit`` (429), ``server_error`` (500),
+        ``bad_gateway`` (502), ``overloaded`` (503), ``timeout`` (504),
+        ``invalid_api_key`` (401), ``context_length`` (400),
+        ``model_not_found`` (404), ``http_error`` (any ``status``); mid-stream
+        ``error_event``, ``drop``, ``malformed`` (after ``after_tokens``),
+        ``drop_before_headers``, ``empty``; ``stall`` (``seconds`` of wall
+        time) and ``slow`` (latency times ``factor``). Conditions: ``times``,
+        ``nth``, ``rate``, ``prompt`` (regex), ``model``, ``header_only``.
+        A request with the header ``x-llmsim-fault: KIND`` gets that kind.
+        See the fault reference in the docs for the details.
+        """
+        return self._simulator.add_fault(kind, **params)
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The faults armed, in the order they are tried."""
+        return self._simulator.faults.faults
+
+    def clear_faults(self) -> None:
+        """Disarm every fault."""
+        self._simulator.faults.clear()
+
+    def check(self) -> None:
+        """Raise the first internal error the simulator hit while serving (a bug), if any."""
+        self._server.check_handler_errors()
 
     def reset(self, config: SimConfig | None = None) -> None:
         """Back to the starting settings (or ``config``) with empty cache, metrics and log."""

@@ -48,6 +48,8 @@ class SimConfig:
     default_max_tokens: int = 16
     seed: int = 0
     speed: float = 1.0
+    rpm: int | None = None
+    tpm: int | None = None
     max_log_entries: int = 10_000
     max_body_bytes: int = 8 * 1024 * 1024
 
@@ -133,6 +135,12 @@ def _optional_rate(name: str, value: Any) -> float | None:
     return _number(0.0, high=1.0)(name, value)
 
 
+def _optional_limit(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    return _integer(1)(name, value)
+
+
 def _answer_length(name: str, value: Any) -> int | tuple[int, int] | None:
     if value is None:
         return None
@@ -166,6 +174,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "default_max_tokens": _integer(1),
     "seed": _integer(0),
     "speed": _speed,
+    "rpm": _optional_limit,
+    "tpm": _optional_limit,
     "max_log_entries": _integer(1),
     "max_body_bytes": _integer(1),
 }
@@ -191,6 +201,8 @@ SETTING_HELP: dict[str, str] = {
     "default_max_tokens": "max_tokens when a request gives none",
     "seed": "Seed for content, jitter and sampled answer lengths",
     "speed": "Simulated seconds per wall second (a positive number or inf)",
+    "rpm": "Simulated requests-per-minute limit (429 past it); unset means none",
+    "tpm": "Simulated tokens-per-minute limit (prompt + max_tokens); unset means none",
     "max_log_entries": "Requests kept in the request log (oldest dropped)",
     "max_body_bytes": "Largest request body accepted; larger answers 413",
 }
@@ -208,13 +220,15 @@ def parse_setting(name: str, text: str) -> Any:
     raw = text.strip()
     value: Any
     try:
-        if name in ("cache_hit_rate", "answer_length") and raw.lower() in ("", "none"):
+        if name in ("cache_hit_rate", "answer_length", "rpm", "tpm") and raw.lower() in ("", "none"):
             value = None
         elif name == "answer_length":
             low, _, high = raw.partition("-")
             value = (int(low), int(high)) if high else int(low)
         elif name == "cache_hit_rate" or isinstance(default, float):
             value = float(raw)
+        elif name in ("rpm", "tpm"):
+            value = int(raw)
         elif isinstance(default, int):
             value = int(raw)
         else:

@@ -103,6 +103,7 @@ class MetricsSnapshot:
     cache_hit_rate: float
     cancelled: int
     max_running: int
+    faults: dict[str, int]
     ttft: Distribution
     itl: Distribution
     e2e: Distribution
@@ -115,7 +116,7 @@ class MetricsSnapshot:
             f"requests_by_status={{{statuses}}}, prompt_tokens={self.prompt_tokens}, "
             f"completion_tokens={self.completion_tokens}, cached_tokens={self.cached_tokens}, "
             f"cache_hit_rate={self.cache_hit_rate:.3f}, cancelled={self.cancelled}, "
-            f"max_running={self.max_running}, ttft={self.ttft!r}, itl={self.itl!r}, "
+            f"max_running={self.max_running}, faults={self.faults!r}, ttft={self.ttft!r}, itl={self.itl!r}, "
             f"e2e={self.e2e!r}, queue_time={self.queue_time!r})"
         )
 
@@ -159,6 +160,7 @@ class _ModelStats:
         self.histograms = {name: _Histogram(buckets) for name, _, _, buckets in _HISTOGRAMS}
         self.requests: dict[tuple[str, int], int] = {}
         self.success: dict[str, int] = {}
+        self.faults: dict[str, int] = {}
 
 
 class Metrics:
@@ -191,6 +193,8 @@ class Metrics:
             totals["queried"] += queried_tokens
             totals["cached"] += record.cached_tokens if queried_tokens else 0
             totals["cancelled"] += record.cancelled
+            if record.fault is not None:
+                stats.faults[record.fault] = stats.faults.get(record.fault, 0) + 1
             if record.ok:
                 for reason in record.finish_reasons:
                     reason = reason or "abort"
@@ -226,12 +230,16 @@ class Metrics:
                                           labels=[*labels, "finished_reason"])
             requests = CounterMetricFamily("llmsim:requests", "HTTP API requests by endpoint and status",
                                            labels=[*labels, "endpoint", "status"])
+            faults = CounterMetricFamily("llmsim:faults_injected", "Faults injected, by kind",
+                                         labels=[*labels, "kind"])
             for model, stats in self._stats.items():
                 for reason, count in stats.success.items():
                     success.add_metric([model, reason], count)
                 for (path, status), count in stats.requests.items():
                     requests.add_metric([model, path, str(status)], count)
-            families += [success, requests]
+                for kind, count in stats.faults.items():
+                    faults.add_metric([model, kind], count)
+            families += [success, requests, faults]
             for key, name, doc, _ in _HISTOGRAMS:
                 histogram = HistogramMetricFamily(name, doc, labels=labels)
                 for model, stats in self._stats.items():
@@ -253,12 +261,15 @@ class Metrics:
         with self._lock:
             totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
             statuses: dict[int, int] = {}
+            faults: dict[str, int] = {}
             samples: dict[str, list[float]] = {name: [] for name, _, _, _ in _HISTOGRAMS}
             for stats in self._stats.values():
                 for key, value in stats.totals.items():
                     totals[key] += value
                 for (_, status), count in stats.requests.items():
                     statuses[status] = statuses.get(status, 0) + count
+                for kind, count in stats.faults.items():
+                    faults[kind] = faults.get(kind, 0) + count
                 for name, histogram in stats.histograms.items():
                     samples[name].extend(histogram.samples)
         queried = totals["queried"]
@@ -271,6 +282,7 @@ class Metrics:
             cache_hit_rate=totals["cached"] / queried if queried else 0.0,
             cancelled=totals["cancelled"],
             max_running=max_running,
+            faults=faults,
             ttft=Distribution.of(samples["ttft"]),
             itl=Distribution.of(samples["itl"]),
             e2e=Distribution.of(samples["e2e"]),

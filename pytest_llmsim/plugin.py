@@ -21,6 +21,7 @@ import pytest
 
 from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
+from .faults import Fault, FaultError
 
 __all__ = ["OptionSettings", "resolve_options"]
 
@@ -165,6 +166,8 @@ MARKERS = {
                  "llm_backend",
     "llm_batch": "llm_batch(size=, max_waiting=): continuous-batching limits of the llm_backend",
     "llm_config": "llm_config(**settings): any setting LLMBackend.configure() accepts",
+    "llm_fault": "llm_fault(kind, **params): arm a fault on the llm_backend (repeatable; closest first), "
+                 "e.g. llm_fault('rate_limit', times=2, retry_after=0.1)",
     "llm_realtime": "llm_realtime: run this test's llm_backend at speed 1 whatever --llmsim-speed says",
 }
 
@@ -213,6 +216,21 @@ def settings_from_markers(item: pytest.Item) -> dict[str, Any]:
         names = ", ".join(sorted({m.name for m in markers}))
         raise pytest.UsageError(f"bad llmsim marker value ({names}): {error}") from None
     return settings
+
+
+def faults_from_markers(item: pytest.Item) -> list[tuple[str, dict[str, Any]]]:
+    """``(kind, params)`` of every ``llm_fault`` marker, closest first, each validated."""
+    faults = []
+    for marker in item.iter_markers("llm_fault"):
+        if len(marker.args) != 1 or not isinstance(marker.args[0], str):
+            raise pytest.UsageError("@pytest.mark.llm_fault takes the fault kind as its one positional "
+                                    f"argument, e.g. llm_fault('rate_limit', times=2); got {marker.args!r}")
+        try:
+            Fault.build(marker.args[0], **marker.kwargs)
+        except FaultError as error:
+            raise pytest.UsageError(f"@pytest.mark.llm_fault: {error}") from None
+        faults.append((marker.args[0], dict(marker.kwargs)))
+    return faults
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -265,8 +283,11 @@ def llm_backend(llmsim_session_backend: LLMBackend, llmsim_config: SimConfig,
     """
     backend = llmsim_session_backend
     backend.reset(llmsim_config.replace(**settings_from_markers(request.node)))
+    for kind, params in faults_from_markers(request.node):
+        backend.add_fault(kind, **params)
     yield backend
     _record_for_report(request, backend)
+    backend.check()
 
 
 @pytest.fixture
@@ -306,6 +327,7 @@ def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> N
         "tokens": f"{m.prompt_tokens}+{m.completion_tokens}",
         "cache": f"{m.cache_hit_rate:.0%}",
         "cancelled": m.cancelled,
+        "faults": " ".join(f"{k}x{v}" for k, v in sorted(m.faults.items())) or "-",
         "ttft_p50": "-" if m.ttft.count == 0 else f"{m.ttft.p50:.4g}s",
     }))
 
@@ -313,7 +335,7 @@ def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> N
 class _Reporter:
     """Collects summary rows on the controller (from xdist workers too) and prints them."""
 
-    columns = ("requests", "statuses", "tokens", "cache", "cancelled", "ttft_p50")
+    columns = ("requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50")
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, dict[str, Any]]] = []

@@ -20,7 +20,8 @@ class RequestRecord:
     """One HTTP request to an API route and its outcome.
 
     Timings are simulated seconds (``None`` where the request never got
-    that far, e.g. a 400).
+    that far, e.g. a 400). ``status`` is 0 when the connection was dropped
+    before any response; ``fault`` names the fault the request was given.
     """
 
     method: str
@@ -40,6 +41,7 @@ class RequestRecord:
     itl: float | None = None
     cancelled: bool = False
     error: dict[str, Any] | None = None
+    fault: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -54,6 +56,8 @@ class RequestRecord:
             parts.append(f"tokens={self.prompt_tokens}+{self.completion_tokens}")
         if self.cancelled:
             parts.append("cancelled")
+        if self.fault:
+            parts.append(f"fault={self.fault}")
         if self.error:
             parts.append(f"error={self.error.get('code') or self.error.get('type')}")
         return " ".join(parts)

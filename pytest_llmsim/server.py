@@ -13,33 +13,25 @@ from __future__ import annotations
 
 import itertools
 import json
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from pytest_httpserver import HTTPServer
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .engine import SeqState
+from .faults import HTTP_FAULTS
 from .metrics import PROMETHEUS_CONTENT_TYPE
-from .protocol import (
-    APIError, ParsedRequest, chat_chunk, chat_response, completion_chunk, completion_response,
-    parse_chat, parse_completion,
-)
+from .protocol import APIError, ParsedRequest, parse_chat, parse_completion
 from .records import RequestRecord
-from .runtime import FINISH
-from .simulator import Generation, Simulator
+from .responses import GenerationResponder, drop_connection, json_response
+from .simulator import Simulator
 from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["SimulatorServer"]
 
-JSON = "application/json"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-DONE = b"data: [DONE]\n\n"
 
 
 def _headers_of(environ: dict[str, Any]) -> dict[str, str]:
@@ -52,66 +44,6 @@ def _headers_of(environ: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(body), status=status, headers=headers, content_type=JSON)
-
-
-def _sse(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
-
-
-class _StreamEvents:
-    """The SSE events of one streamed response, as bytes.
-
-    Token events are the hot path: each choice's event is a template cut
-    around its text, so a token costs one string escape, not a JSON dump.
-    """
-
-    _MARK = "\x00llmsim-piece\x00"
-
-    def __init__(self, generation: Generation, response_id: str) -> None:
-        request = generation.request
-        self._generation = generation
-        self._chat = request.kind == "chat"
-        self._make = chat_chunk if self._chat else completion_chunk
-        self._id, self._model, self._created = response_id, request.model, int(time.time())
-        self._usage = request.include_usage
-        self._templates: dict[int, tuple[bytes, bytes]] = {}
-
-    def _event(self, choice: dict[str, Any]) -> bytes:
-        return _sse(self._make(self._id, self._model, self._created, [choice], self._usage))
-
-    def _choice(self, index: int, text: str, finish: str | None = None) -> dict[str, Any]:
-        if self._chat:
-            return {"index": index, "delta": {"content": text} if finish is None else {},
-                    "finish_reason": finish}
-        return {"index": index, "text": text, "finish_reason": finish}
-
-    def opening(self, index: int) -> bytes:
-        """The role event (chat) or the echoed prompt (completions with ``echo``)."""
-        if self._chat:
-            return self._event({"index": index, "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None})
-        prefix = self._generation.echo_prefixes[index]
-        return self._event(self._choice(index, prefix)) if prefix else b""
-
-    def token(self, index: int, piece: str) -> bytes:
-        template = self._templates.get(index)
-        if template is None:
-            head, tail = self._event(self._choice(index, self._MARK)).split(
-                encode_basestring_ascii(self._MARK).encode())
-            template = self._templates[index] = (head, tail)
-        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
-
-    def finish(self, index: int) -> bytes:
-        reason = self._generation.outputs[index].finish_reason
-        return self._event(self._choice(index, "", reason))
-
-    def usage(self) -> bytes:
-        """The usage-only event (empty ``choices``) sent before ``[DONE]``."""
-        return _sse(self._make(self._id, self._model, self._created, [], True, self._generation.usage()))
-
-
 class SimulatorServer(HTTPServer):
     """A threaded werkzeug server on loopback answering as an OpenAI-compatible backend."""
 
@@ -119,6 +51,7 @@ class SimulatorServer(HTTPServer):
         super().__init__(host, port, threaded=True)
         self.simulator = simulator
         self.no_handler_status_code = 404
+        self._responder = GenerationResponder(simulator)
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
         self._routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
@@ -159,6 +92,15 @@ class SimulatorServer(HTTPServer):
     # --- dispatch ---
 
     def application(self, request: Request) -> Response:
+        try:
+            return self._route(request)
+        except Exception as error:  # noqa: BLE001 - a bug must still answer in OpenAI's shape
+            self.handler_errors.append(error)
+            failure = APIError(500, f"pytest-llmsim internal error: {type(error).__name__}: {error}",
+                               type="server_error", code="internal_error")
+            return self._api_error(request, failure)
+
+    def _route(self, request: Request) -> Response:
         path = request.path
         if path.startswith("/v1/models/"):
             route: tuple[str, Callable[[Request], Response]] | None = ("GET", self._model)
@@ -191,7 +133,7 @@ class SimulatorServer(HTTPServer):
             record.status = error.status
             record.error = error.body()["error"]
             self.simulator.finish(record)
-        return _json_response(error.body(), error.status, error.headers)
+        return json_response(error.body(), error.status, error.headers)
 
     @staticmethod
     def _new_record(request: Request, body: Any) -> RequestRecord:
@@ -223,6 +165,8 @@ class SimulatorServer(HTTPServer):
 
     def _generate(self, request: Request, parse: Callable[[Any], ParsedRequest]) -> Response:
         record = self._new_record(request, None)
+        number = self.simulator.count_request()
+        fault = None
         try:
             body = self._read_json(request)
             record.body = body
@@ -230,65 +174,26 @@ class SimulatorServer(HTTPServer):
                 record.model = body["model"]
             parsed = parse(body)
             record.stream = parsed.stream
-            generation = self.simulator.start(parsed, request.environ.get(ACCEPTED_AT))
+            fault = self.simulator.pick_fault(number, record.headers, parsed)
+            if fault is not None:
+                record.fault = fault.kind
+                if fault.kind in HTTP_FAULTS:
+                    raise fault.api_error()
+                if fault.kind == "drop_before_headers":
+                    self.simulator.finish(record)  # status 0: no response at all
+                    drop_connection(request)
+                    return Response(b"", status=500)  # never reaches the client
+            scale = fault.factor if fault is not None and fault.kind == "slow" else 1.0
+            generation = self.simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale)
         except APIError as error:
             return self._api_error(request, error, record)
         response_id = ("chatcmpl-" if parsed.kind == "chat" else "cmpl-") + self._next_id()
-        if parsed.stream:
-            record.status = 200
-            stream = self._stream(generation, record, response_id)
-            return Response(stream, status=200, content_type="text/event-stream; charset=utf-8",
-                            headers=SSE_HEADERS)
-        generation.ticket.wait()
-        record.status = 200
-        self.simulator.finish(record, generation)
-        texts = [prefix + output.text for prefix, output in zip(generation.echo_prefixes, generation.outputs)]
-        reasons = [generation.outputs[i].finish_reason for i in range(len(texts))]
-        build = chat_response if parsed.kind == "chat" else completion_response
-        return _json_response(build(response_id, parsed.model, texts, reasons, generation.usage()))
-
-    def _stream(self, generation: Generation, record: RequestRecord, response_id: str) -> Iterator[bytes]:
-        """SSE events as the engine releases tokens; every batch already due goes in one write."""
-        events = _StreamEvents(generation, response_id)
-        started = [False] * len(generation.outputs)
-        sent = [0] * len(generation.outputs)  # tokens written, per choice
-        complete = aborted = False
-        try:
-            yield b""  # send the headers now, as a real server does on admission
-            for batch in generation.ticket.batches():
-                out = []
-                for kind, seq, emitted in batch:
-                    index = seq.index
-                    if not started[index]:
-                        started[index] = True
-                        out.append(events.opening(index))
-                    pieces = generation.outputs[index].pieces
-                    out.extend(events.token(index, piece) for piece in pieces[sent[index]:emitted])
-                    sent[index] = max(sent[index], emitted)
-                    if kind == FINISH:
-                        if seq.state is SeqState.FINISHED:
-                            out.append(events.finish(index))
-                        else:
-                            aborted = True
-                yield b"".join(out)
-            if aborted:
-                return  # the backend was reset under this stream: end it without [DONE]
-            tail = events.usage() if generation.request.include_usage else b""
-            # Account before the client can see [DONE], so a test that reads
-            # the metrics right after its stream ends finds this request.
-            complete = True
-            self.simulator.finish(record, generation)
-            yield tail + DONE
-        finally:
-            if not complete:
-                self.simulator.cancel(generation)
-                generation.ticket.wait()
-                self.simulator.finish(record, generation)
+        return self._responder.respond(request, record, generation, response_id, fault)
 
     # --- information routes ---
 
     def _models(self, request: Request) -> Response:
-        return _json_response({"object": "list", "data": [self._model_card()]})
+        return json_response({"object": "list", "data": [self._model_card()]})
 
     def _model(self, request: Request) -> Response:
         model_id = request.path[len("/v1/models/"):]
@@ -296,7 +201,7 @@ class SimulatorServer(HTTPServer):
             error = APIError(404, f"The model `{model_id}` does not exist.", code="model_not_found",
                              param="model")
             return self._api_error(request, error)
-        return _json_response(self._model_card())
+        return json_response(self._model_card())
 
     def _model_card(self) -> dict[str, Any]:
         config = self.simulator.config

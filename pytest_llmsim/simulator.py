@@ -6,6 +6,7 @@ The server turns HTTP into :meth:`Simulator.start` calls; the test's
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -14,8 +15,10 @@ from typing import Any
 
 from .config import SimConfig
 from .engine import SeqState, SimSequence
+from .faults import Fault, FaultInjector
 from .metrics import Metrics, MetricsSnapshot
 from .protocol import APIError, ParsedRequest, invalid, usage_body
+from .ratelimit import RateLimiter
 from .records import RequestLog, RequestRecord
 from .runtime import Runtime, Ticket
 from .tokens import PlannedOutput, Tokenizer, load_encoding
@@ -34,6 +37,7 @@ class Generation:
     ticket: Ticket
     echo_prefixes: list[str]
     epoch: int
+    headers: dict[str, str]
 
     def usage(self) -> dict[str, Any]:
         return usage_body(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
@@ -100,6 +104,10 @@ class Simulator:
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self._replies: deque[str] = deque()
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
+        self.faults = FaultInjector(self.config.seed)
+        self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
+        self._request_numbers = itertools.count(1)
+        self._wake_stalls = threading.Event()  # set by reset/stop: stalled handlers give up
 
     # --- steering ---
 
@@ -123,6 +131,11 @@ class Simulator:
             self.log = RequestLog(config.max_log_entries)
             self._replies.clear()
             self._epoch += 1
+            self.faults = FaultInjector(config.seed)
+            self._limiter = RateLimiter(config.rpm, config.tpm)
+            self._request_numbers = itertools.count(1)
+            self._wake_stalls.set()
+            self._wake_stalls = threading.Event()
 
     def _apply(self, config: SimConfig) -> None:
         if config.model != self.config.model:
@@ -130,6 +143,9 @@ class Simulator:
             self.metrics.model = config.model
         if config.model != self.config.model or config.seed != self.config.seed:
             self._filler = self.tokenizer.filler_source(config.seed)
+        if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
+            self._limiter = RateLimiter(config.rpm, config.tpm)
+        self.faults.seed = config.seed
         if config.max_log_entries != self.config.max_log_entries:
             self.log = RequestLog(config.max_log_entries)
         self.config = config
@@ -144,11 +160,37 @@ class Simulator:
             return self._replies.popleft() if self._replies else None
 
     def stop(self) -> None:
+        self._wake_stalls.set()
         self.runtime.stop()
+
+    # --- faults ---
+
+    def add_fault(self, kind: str, **params: Any) -> Fault:
+        """Arm a fault (validated; raises ``FaultError`` naming a bad kind or parameter)."""
+        return self.faults.add(Fault.build(kind, **params))
+
+    def count_request(self) -> int:
+        """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
+        return next(self._request_numbers)
+
+    def pick_fault(self, number: int, headers: dict[str, str], request: ParsedRequest) -> Fault | None:
+        def prompt_text() -> str:  # only built when a fault matches on the prompt
+            if request.kind == "chat":
+                return "\n".join(message.content for message in request.messages)
+            tokenizer = self.tokenizer
+            return "\n".join(p if isinstance(p, str) else tokenizer.encoding.decode(
+                [t for t in p if tokenizer.valid_token_id(t)]) for p in request.prompts)
+
+        return self.faults.select(number, headers, request.model, prompt_text)
+
+    def stall(self, seconds: float) -> None:
+        """Hold the calling handler for ``seconds`` of wall time (ends early on reset or stop)."""
+        self._wake_stalls.wait(seconds)
 
     # --- serving ---
 
-    def start(self, request: ParsedRequest, arrived_at: float | None = None) -> Generation:
+    def start(self, request: ParsedRequest, arrived_at: float | None = None,
+              latency_scale: float = 1.0) -> Generation:
         """Validate against the model's limits, plan the outputs and enter the engine."""
         config, tokenizer = self.config, self.tokenizer
         prompts, echo_sources = self._prompts(request, tokenizer)
@@ -161,6 +203,11 @@ class Simulator:
                     f"{len(ids) + wanted} tokens ({len(ids)} in the {request.prompt_param}, {wanted} in "
                     f"the completion). Please reduce the length of the {request.prompt_param} or completion.",
                     request.prompt_param, "context_length_exceeded")
+        headers: dict[str, str] = {}
+        if self._limiter.active:  # charged as OpenAI estimates: prompt plus max_tokens
+            charged = sum(len(ids) for ids in prompts) + request.n * len(prompts) * (
+                request.max_tokens or config.default_max_tokens)
+            headers = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
         reply = self._next_reply()
         outputs: list[PlannedOutput] = []
         sequences: list[SimSequence] = []
@@ -173,7 +220,7 @@ class Simulator:
                 output = self._plan(request, tokenizer, key, reply, source, max_tokens)
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
-                sequences.append(SimSequence(ids, len(output.tokens),
+                sequences.append(SimSequence(ids, len(output.tokens), latency_scale=latency_scale,
                                              index=prompt_index * request.n + choice))
         ticket = self.runtime.submit(sequences, arrived_at)
         if not ticket.accepted:
@@ -183,7 +230,7 @@ class Simulator:
                                 f"(max_waiting={config.max_waiting}). Please retry later.",
                            type="server_error", code="queue_full")
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
-                          echo_prefixes, self._epoch)
+                          echo_prefixes, self._epoch, headers)
 
     def _prompts(self, request: ParsedRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
         if request.kind == "chat":
@@ -227,8 +274,13 @@ class Simulator:
     def cancel(self, generation: Generation) -> None:
         self.runtime.cancel(generation.ticket)
 
-    def finish(self, record: RequestRecord, generation: Generation | None = None) -> None:
-        """Account for a request that is over (success, error or cancelled)."""
+    def finish(self, record: RequestRecord, generation: Generation | None = None,
+               cut_by_fault: bool = False) -> None:
+        """Account for a request that is over (success, error or cancelled).
+
+        ``cut_by_fault``: the server ended it on purpose (a fault), so it is
+        not counted as a client cancellation.
+        """
         gaps: list[float] = []
         queried = 0
         if generation is not None:
@@ -236,6 +288,9 @@ class Simulator:
             if generation.epoch != self._epoch:
                 return  # started before a reset: belongs to an earlier test
             generation.fill(record)
+            if cut_by_fault:  # the client saw no ending, whatever the engine got to
+                record.cancelled = False
+                record.finish_reasons = [None] * len(record.finish_reasons)
             gaps = generation.gaps()
             queried = generation.queried_tokens
         self.metrics.observe(record, gaps, queried)

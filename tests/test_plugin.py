@@ -132,11 +132,51 @@ def test_bad_marker_fails_setup_naming_it(pytester: pytest.Pytester, marker: str
     result.stdout.fnmatch_lines([message])
 
 
+def test_fault_markers(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import pytest
+        from llmsim_helpers import ask
+
+        pytestmark = pytest.mark.llm_fault("server_error", prompt="module")
+
+        @pytest.mark.llm_fault("rate_limit", times=2, retry_after=0)
+        @pytest.mark.llm_fault("overloaded", nth=3)
+        def test_faults(llm_backend):
+            statuses = [ask(llm_backend).status_code for _ in range(4)]
+            assert statuses == [429, 429, 503, 200]
+            assert ask(llm_backend, content="module level").status_code == 500
+            assert [f.kind for f in llm_backend.faults] == ["overloaded", "rate_limit", "server_error"]
+
+        def test_reset_clears_faults(llm_backend):
+            assert [f.kind for f in llm_backend.faults] == ["server_error"]
+            assert ask(llm_backend).status_code == 200
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(("marker", "message"), [
+    ("llm_fault('gremlins')", "*llm_fault: unknown fault kind 'gremlins'; accepted: rate_limit*"),
+    ("llm_fault('drop', seconds=3)", "*llm_fault: fault 'drop': unknown parameter 'seconds'*"),
+    ("llm_fault(times=2)", "*llm_fault takes the fault kind as its one positional argument*"),
+])
+def test_bad_fault_marker(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_x(llm_backend):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([message])
+
+
 def test_markers_are_documented(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.llm_latency(ttft=, itl=*", "@pytest.mark.llm_cache(*",
                                  "@pytest.mark.llm_batch(*", "@pytest.mark.llm_config(*",
-                                 "@pytest.mark.llm_realtime*"])
+                                 "@pytest.mark.llm_fault(kind, [*][*]params)*", "@pytest.mark.llm_realtime*"])
 
 
 def test_fixtures_are_documented(pytester: pytest.Pytester) -> None:
@@ -235,7 +275,7 @@ def test_report_summary(pytester: pytest.Pytester, helpers: None) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*llmsim backend summary*", "test*requests*statuses*tokens*cache*",
-                                 "*test_served*2*200x1 400x1*8+3*0%*0*"])
+                                 "*test_served*2*200x1 400x1*8+3*0%*0*-*"])
 
 
 def test_factory_backends_are_independent(pytester: pytest.Pytester, helpers: None) -> None:

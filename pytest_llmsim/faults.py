@@ -1,0 +1,224 @@
+"""Fault injection: what goes wrong, and for which requests.
+
+A :class:`Fault` is a *kind* (what happens) plus conditions (when). The
+:class:`FaultInjector` picks at most one fault per request, deterministically:
+the same seed and the same request order give the same faults.
+
+Selection, for the request that is the backend's ``n``-th (1-based):
+
+1. a request carrying the header ``x-llmsim-fault: <kind>`` gets that kind,
+   with the parameters of the first added fault of that kind, else defaults;
+2. otherwise the first added fault whose conditions all hold: ``nth``
+   (``n`` equals it), ``times`` (the fault's first N matches only), ``rate``
+   (a seeded draw per request index), ``prompt`` (a regex found in the
+   prompt text), ``model`` (the request's model), and ``header_only`` faults
+   never match here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .protocol import APIError
+
+__all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector", "HTTP_FAULTS"]
+
+FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
+
+# kind: (status, type, code, param, message)
+HTTP_FAULTS: dict[str, tuple[int, str, str | None, str | None, str]] = {
+    "rate_limit": (429, "requests", "rate_limit_exceeded", None,
+                   "Rate limit reached for requests (simulated by pytest-llmsim)."),
+    "server_error": (500, "server_error", None, None,
+                     "The server had an error while processing your request (simulated)."),
+    "bad_gateway": (502, "server_error", None, None, "Bad gateway (simulated)."),
+    "overloaded": (503, "server_error", "overloaded",
+                   None, "The engine is currently overloaded, please try again later (simulated)."),
+    "timeout": (504, "server_error", "timeout", None, "Gateway timeout (simulated)."),
+    "invalid_api_key": (401, "invalid_request_error", "invalid_api_key", None,
+                        "Incorrect API key provided (simulated)."),
+    "context_length": (400, "invalid_request_error", "context_length_exceeded", "messages",
+                       "This model's maximum context length was exceeded (simulated)."),
+    "model_not_found": (404, "invalid_request_error", "model_not_found", "model",
+                        "The model does not exist or you do not have access to it (simulated)."),
+    "http_error": (500, "server_error", None, None, "Simulated HTTP error."),
+}
+STREAM_FAULTS = ("error_event", "drop", "drop_before_headers", "empty", "malformed")
+TIME_FAULTS = ("stall", "slow")
+FAULT_KINDS: tuple[str, ...] = (*HTTP_FAULTS, *STREAM_FAULTS, *TIME_FAULTS)
+
+# Parameters each kind accepts, besides the "when" conditions.
+_WHAT_PARAMS: dict[str, tuple[str, ...]] = {
+    **{kind: ("message", "retry_after") for kind in HTTP_FAULTS},
+    "http_error": ("status", "message", "retry_after"),
+    "error_event": ("after_tokens", "message"),
+    "drop": ("after_tokens",),
+    "drop_before_headers": (),
+    "empty": (),
+    "malformed": ("after_tokens",),
+    "stall": ("seconds", "after_tokens"),
+    "slow": ("factor",),
+}
+_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only")
+
+
+class FaultError(ValueError):
+    """A fault was specified wrongly; the message says which part."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: ``kind`` plus its parameters and the conditions it applies under.
+
+    What: ``status``/``message``/``retry_after`` (HTTP errors; ``retry_after``
+    in wall seconds, sent as ``Retry-After`` and ``retry-after-ms``),
+    ``after_tokens`` (mid-stream kinds and ``stall``), ``seconds`` (``stall``,
+    wall seconds: client timeouts are wall-clock), ``factor`` (``slow``).
+    When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``header_only``.
+    """
+
+    kind: str
+    status: int | None = None
+    message: str | None = None
+    retry_after: float | None = None
+    after_tokens: int = 0
+    seconds: float = 1.0
+    factor: float = 2.0
+    times: int | None = None
+    nth: int | None = None
+    rate: float | None = None
+    prompt: str | None = None
+    model: str | None = None
+    header_only: bool = False
+
+    @classmethod
+    def build(cls, kind: str, **params: Any) -> Fault:
+        """Validate ``kind`` and ``params``; raises :class:`FaultError` naming the culprit."""
+        if kind not in FAULT_KINDS:
+            raise FaultError(f"unknown fault kind {kind!r}; accepted: {', '.join(FAULT_KINDS)}")
+        accepted = (*_WHAT_PARAMS[kind], *_WHEN_PARAMS)
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise FaultError(f"fault {kind!r}: unknown parameter {unknown[0]!r}; accepted: {', '.join(accepted)}")
+        fault = cls(kind, **params)
+        fault._check()
+        return fault
+
+    def _check(self) -> None:
+        def bad(name: str, expected: str) -> FaultError:
+            return FaultError(f"fault {self.kind!r}: invalid {name}={getattr(self, name)!r} ({expected})")
+
+        if self.kind == "http_error" and not (isinstance(self.status, int) and 400 <= self.status <= 599):
+            raise bad("status", "expected an HTTP error status, 400 to 599")
+        for name in ("after_tokens", "times", "nth"):
+            value = getattr(self, name)
+            low = 0 if name == "after_tokens" else 1
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+                raise bad(name, f"expected an integer >= {low}")
+        if self.rate is not None and not 0.0 <= self.rate <= 1.0:
+            raise bad("rate", "expected a number from 0 to 1")
+        if self.retry_after is not None and self.retry_after < 0:
+            raise bad("retry_after", "expected seconds >= 0")
+        if self.seconds < 0:
+            raise bad("seconds", "expected seconds >= 0")
+        if self.factor <= 0:
+            raise bad("factor", "expected a number > 0")
+        if self.prompt is not None:
+            try:
+                re.compile(self.prompt)
+            except re.error as error:
+                raise bad("prompt", f"not a regular expression: {error}") from None
+
+    def api_error(self) -> APIError:
+        """The error response of an HTTP-error fault."""
+        status, type_, code, param, message = HTTP_FAULTS[self.kind]
+        headers: dict[str, str] = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = f"{max(0, round(self.retry_after)):d}"
+            headers["retry-after-ms"] = f"{round(self.retry_after * 1000):d}"
+        return APIError(self.status or status, self.message or message, type=type_, param=param,
+                        code=code, headers=headers)
+
+    def stream_error_body(self) -> dict[str, Any]:
+        """The ``error`` event of an ``error_event`` fault, as OpenAI sends one mid-stream."""
+        return {"error": {"message": self.message or "The server had an error while streaming (simulated).",
+                          "type": "server_error", "param": None, "code": None}}
+
+
+@dataclass
+class _Armed:
+    fault: Fault
+    matched: int = 0
+    pattern: re.Pattern[str] | None = field(default=None)
+
+
+class FaultInjector:
+    """The faults added to one backend, and the choice of one per request."""
+
+    def __init__(self, seed: int) -> None:
+        self._lock = threading.Lock()
+        self._armed: list[_Armed] = []
+        self.seed = seed
+        self.injected: dict[str, int] = {}
+
+    def add(self, fault: Fault) -> Fault:
+        with self._lock:
+            pattern = re.compile(fault.prompt) if fault.prompt is not None else None
+            self._armed.append(_Armed(fault, pattern=pattern))
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._armed.clear()
+
+    @property
+    def faults(self) -> list[Fault]:
+        with self._lock:
+            return [armed.fault for armed in self._armed]
+
+    def select(self, n: int, headers: Mapping[str, str], model: str | None,
+               prompt_text: Callable[[], str]) -> Fault | None:
+        """The fault request number ``n`` gets, if any (and count it)."""
+        with self._lock:
+            chosen = self._choose(n, headers, model, prompt_text)
+            if chosen is not None:
+                self.injected[chosen.kind] = self.injected.get(chosen.kind, 0) + 1
+            return chosen
+
+    def _choose(self, n: int, headers: Mapping[str, str], model: str | None,
+                prompt_text: Callable[[], str]) -> Fault | None:
+        aimed = headers.get(FAULT_HEADER)
+        if aimed:
+            kind = aimed.strip()
+            if kind not in FAULT_KINDS:
+                raise APIError(400, f"Unknown fault kind in {FAULT_HEADER}: {kind!r}; accepted: "
+                                    f"{', '.join(FAULT_KINDS)}.", param=None, code="unknown_fault")
+            template = next((a.fault for a in self._armed if a.fault.kind == kind), None)
+            return replace(template, times=None, nth=None, rate=None) if template else Fault(kind)
+        if not self._armed:
+            return None
+        for index, armed in enumerate(self._armed):
+            fault = armed.fault
+            if fault.header_only or (fault.times is not None and armed.matched >= fault.times):
+                continue
+            if fault.nth is not None and n != fault.nth:
+                continue
+            if fault.model is not None and model != fault.model:
+                continue
+            if armed.pattern is not None and not armed.pattern.search(prompt_text()):
+                continue
+            if fault.rate is not None and self._draw(index, n) >= fault.rate:
+                continue
+            armed.matched += 1
+            return fault
+        return None
+
+    def _draw(self, index: int, n: int) -> float:
+        """A uniform number in [0, 1) fixed by (seed, fault, request number)."""
+        digest = hashlib.blake2b(f"{self.seed}:{index}:{n}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64

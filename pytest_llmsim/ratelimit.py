@@ -1,0 +1,98 @@
+"""Simulated OpenAI-style rate limits: requests and tokens per minute.
+
+A sliding window of 60 simulated seconds. A request is charged its prompt
+tokens plus its ``max_tokens`` (as OpenAI estimates it). Inside the limits a
+response carries the ``x-ratelimit-*`` headers; past them the request gets a
+429 whose ``Retry-After`` is the time until enough of the window has expired,
+converted to wall seconds by the speed factor.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .protocol import APIError
+
+__all__ = ["RateLimiter", "format_duration"]
+
+WINDOW = 60.0
+
+
+def format_duration(seconds: float) -> str:
+    """OpenAI's reset format: ``20ms``, ``1.5s``, ``6m0s``."""
+    if seconds < 1.0:
+        return f"{max(0, round(seconds * 1000))}ms"
+    if seconds < 60.0:
+        return f"{seconds:.3g}s"
+    minutes, rest = divmod(seconds, 60.0)
+    return f"{int(minutes)}m{rest:.0f}s"
+
+
+@dataclass(frozen=True)
+class _Limits:
+    rpm: int | None
+    tpm: int | None
+
+
+class RateLimiter:
+    """Counts what each window admitted; thread-safe."""
+
+    def __init__(self, rpm: int | None, tpm: int | None) -> None:
+        self.limits = _Limits(rpm, tpm)
+        self._lock = threading.Lock()
+        self._admitted: deque[tuple[float, int]] = deque()  # (simulated time, tokens charged)
+
+    @property
+    def active(self) -> bool:
+        return self.limits.rpm is not None or self.limits.tpm is not None
+
+    def admit(self, now: float, tokens: int, to_wall: Callable[[float], float]) -> dict[str, str]:
+        """Charge a request at simulated time ``now``; its headers, or a 429 ``APIError``."""
+        rpm, tpm = self.limits.rpm, self.limits.tpm
+        with self._lock:
+            window = self._admitted
+            while window and window[0][0] <= now - WINDOW:
+                window.popleft()
+            used_tokens = sum(charged for _, charged in window)
+            wait = 0.0
+            if rpm is not None and len(window) + 1 > rpm:
+                wait = max(wait, window[len(window) - rpm][0] + WINDOW - now)
+            if tpm is not None and used_tokens + tokens > tpm:
+                wait = max(wait, self._token_wait(now, used_tokens + tokens - tpm))
+            if wait > 0 or (tpm is not None and tokens > tpm):
+                which = "requests" if rpm is not None and len(window) + 1 > rpm else "tokens"
+                wall = to_wall(wait)
+                raise APIError(429, f"Rate limit reached for {which} per minute (simulated: "
+                                    f"rpm={rpm}, tpm={tpm}). Please try again in {format_duration(wall)}.",
+                               type=which, code="rate_limit_exceeded",
+                               headers={"Retry-After": str(max(1, math.ceil(wall))),
+                                        "retry-after-ms": str(max(1, math.ceil(wall * 1000))),
+                                        **self._headers(now, len(window), used_tokens, to_wall)})
+            window.append((now, tokens))
+            return self._headers(now, len(window), used_tokens + tokens, to_wall)
+
+    def _token_wait(self, now: float, excess: int) -> float:
+        freed = 0
+        for when, charged in self._admitted:
+            freed += charged
+            if freed >= excess:
+                return when + WINDOW - now
+        return WINDOW
+
+    def _headers(self, now: float, requests: int, tokens: int,
+                 to_wall: Callable[[float], float]) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        reset = to_wall(self._admitted[0][0] + WINDOW - now) if self._admitted else 0.0
+        if self.limits.rpm is not None:
+            headers["x-ratelimit-limit-requests"] = str(self.limits.rpm)
+            headers["x-ratelimit-remaining-requests"] = str(max(0, self.limits.rpm - requests))
+            headers["x-ratelimit-reset-requests"] = format_duration(reset)
+        if self.limits.tpm is not None:
+            headers["x-ratelimit-limit-tokens"] = str(self.limits.tpm)
+            headers["x-ratelimit-remaining-tokens"] = str(max(0, self.limits.tpm - tokens))
+            headers["x-ratelimit-reset-tokens"] = format_duration(reset)
+        return headers

@@ -1,0 +1,234 @@
+"""Answers to generation requests: JSON or SSE, and the faults that spoil them.
+
+The server validates a request and starts its generation; this module turns
+the engine's events into the bytes a client sees, and applies a request's
+fault on the way (a stall, a stream cut after N tokens, a dropped
+connection, an empty or malformed body).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Generator, Iterator
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+
+from .engine import SeqState
+from .faults import Fault
+from .protocol import chat_chunk, chat_response, completion_chunk, completion_response
+from .records import RequestRecord
+from .runtime import FINISH
+from .simulator import Generation, Simulator
+
+__all__ = ["GenerationResponder", "drop_connection", "json_response"]
+
+JSON = "application/json"
+SSE_TYPE = "text/event-stream; charset=utf-8"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+CUT_KINDS = ("drop", "error_event", "malformed", "stall")
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(body), status=status, headers=headers, content_type=JSON)
+
+
+def _sse(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def drop_connection(request: Request) -> None:
+    """Close the client's connection under the server (FIN both ways); later writes fail."""
+    sock = request.environ.get("werkzeug.socket")
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone
+
+
+class _StreamEvents:
+    """The SSE events of one streamed response, as bytes.
+
+    Token events are the hot path: each choice's event is a template cut
+    around its text, so a token costs one string escape, not a JSON dump.
+    """
+
+    _MARK = "\x00llmsim-piece\x00"
+
+    def __init__(self, generation: Generation, response_id: str) -> None:
+        request = generation.request
+        self._generation = generation
+        self._chat = request.kind == "chat"
+        self._make = chat_chunk if self._chat else completion_chunk
+        self._id, self._model, self._created = response_id, request.model, int(time.time())
+        self._usage = request.include_usage
+        self._templates: dict[int, tuple[bytes, bytes]] = {}
+
+    def _event(self, choice: dict[str, Any]) -> bytes:
+        return _sse(self._make(self._id, self._model, self._created, [choice], self._usage))
+
+    def _choice(self, index: int, text: str, finish: str | None = None) -> dict[str, Any]:
+        if self._chat:
+            return {"index": index, "delta": {"content": text} if finish is None else {},
+                    "finish_reason": finish}
+        return {"index": index, "text": text, "finish_reason": finish}
+
+    def opening(self, index: int) -> bytes:
+        """The role event (chat) or the echoed prompt (completions with ``echo``)."""
+        if self._chat:
+            return self._event({"index": index, "delta": {"role": "assistant", "content": ""},
+                                "finish_reason": None})
+        prefix = self._generation.echo_prefixes[index]
+        return self._event(self._choice(index, prefix)) if prefix else b""
+
+    def token(self, index: int, piece: str) -> bytes:
+        template = self._templates.get(index)
+        if template is None:
+            head, tail = self._event(self._choice(index, self._MARK)).split(
+                encode_basestring_ascii(self._MARK).encode())
+            template = self._templates[index] = (head, tail)
+        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+
+    def finish(self, index: int) -> bytes:
+        reason = self._generation.outputs[index].finish_reason
+        return self._event(self._choice(index, "", reason))
+
+    def usage(self) -> bytes:
+        """The usage-only event (empty ``choices``) sent before ``[DONE]``."""
+        return _sse(self._make(self._id, self._model, self._created, [], True, self._generation.usage()))
+
+    def malformed(self) -> bytes:
+        """An event whose JSON breaks off, as a truncating proxy would leave it."""
+        return self.token(0, "")[:-12] + b"\n\n"
+
+
+class GenerationResponder:
+    """Builds the response of a started generation, applying the request's fault."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.simulator = simulator
+
+    def respond(self, request: Request, record: RequestRecord, generation: Generation,
+                response_id: str, fault: Fault | None) -> Response:
+        record.status = 200
+        headers = {**SSE_HEADERS, **generation.headers}
+        if generation.request.stream:
+            if fault is not None and fault.kind == "empty":
+                self._finish_early(record, generation)
+                return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
+            body = self._stream(request, record, generation, response_id, fault)
+            return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
+        return self._complete(request, record, generation, response_id, fault)
+
+    # --- non-streamed ---
+
+    def _complete(self, request: Request, record: RequestRecord, generation: Generation,
+                  response_id: str, fault: Fault | None) -> Response:
+        kind = fault.kind if fault is not None else None
+        if kind == "stall":
+            self.simulator.stall(fault.seconds)  # type: ignore[union-attr]
+        generation.ticket.wait()
+        parsed = generation.request
+        if kind in ("drop", "error_event"):
+            record.status = 0 if kind == "drop" else 500
+            self.simulator.finish(record, generation)
+            if kind == "drop":
+                drop_connection(request)
+                return Response(b"", status=500)  # never reaches the client
+            return json_response(fault.stream_error_body(), 500)  # type: ignore[union-attr]
+        self.simulator.finish(record, generation)
+        if kind == "empty":
+            return Response(b"", status=200, content_type=JSON)
+        texts = [prefix + output.text for prefix, output in zip(generation.echo_prefixes, generation.outputs)]
+        reasons = [output.finish_reason for output in generation.outputs]
+        build = chat_response if parsed.kind == "chat" else completion_response
+        body = build(response_id, parsed.model, texts, reasons, generation.usage())
+        if kind == "malformed":
+            text = json.dumps(body)
+            return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=generation.headers)
+        return json_response(body, headers=generation.headers)
+
+    def _finish_early(self, record: RequestRecord, generation: Generation) -> None:
+        self.simulator.cancel(generation)
+        generation.ticket.wait()
+        self.simulator.finish(record, generation, cut_by_fault=True)
+
+    # --- streamed ---
+
+    def _stream(self, request: Request, record: RequestRecord, generation: Generation,
+                response_id: str, fault: Fault | None) -> Iterator[bytes]:
+        """SSE events as the engine releases tokens; every batch already due goes in one write."""
+        events = _StreamEvents(generation, response_id)
+        outputs = generation.outputs
+        started = [False] * len(outputs)
+        sent = [0] * len(outputs)  # tokens written, per choice
+        cut_at = fault.after_tokens if fault is not None and fault.kind in CUT_KINDS else None
+        written = 0
+        complete = reset = cut = False
+        try:
+            if cut_at == 0 and fault is not None and fault.kind == "stall":
+                self.simulator.stall(fault.seconds)  # before the headers: no bytes at all
+                cut_at = None
+            yield b""  # send the headers now, as a real server does on admission
+            for batch in generation.ticket.batches():
+                out: list[bytes] = []
+                for kind, seq, emitted in batch:
+                    index = seq.index
+                    if not started[index]:
+                        started[index] = True
+                        out.append(events.opening(index))
+                    for piece in outputs[index].pieces[sent[index]:emitted]:  # one event per token
+                        if written == cut_at and fault is not None:
+                            cut_at = None
+                            if (yield from self._apply_cut(request, fault, events, out)):
+                                cut = True
+                                return
+                        out.append(events.token(index, piece))
+                        written += 1
+                    sent[index] = max(sent[index], emitted)
+                    if kind == FINISH:
+                        if seq.state is SeqState.FINISHED:
+                            out.append(events.finish(index))
+                        else:
+                            reset = True
+                yield b"".join(out)
+            if reset:
+                return  # the backend was reset under this stream: end it without [DONE]
+            out = []
+            if cut_at is not None and fault is not None:  # fewer tokens than after_tokens: cut at the end
+                if (yield from self._apply_cut(request, fault, events, out)):
+                    cut = True
+                    return
+            tail = b"".join(out) + (events.usage() if generation.request.include_usage else b"")
+            # Account before the client can see [DONE], so a test that reads
+            # the metrics right after its stream ends finds this request.
+            complete = True
+            self.simulator.finish(record, generation)
+            yield tail + DONE
+        finally:
+            if not complete:
+                self.simulator.cancel(generation)
+                generation.ticket.wait()
+                self.simulator.finish(record, generation, cut_by_fault=cut)
+
+    def _apply_cut(self, request: Request, fault: Fault, events: _StreamEvents,
+                   out: list[bytes]) -> Generator[bytes, None, bool]:
+        """Apply a mid-stream fault here (``out`` holds what is due); True when the stream ends."""
+        if fault.kind == "malformed":
+            out.append(events.malformed())
+            return False
+        if fault.kind == "error_event":
+            out.append(_sse(fault.stream_error_body()))
+        yield b"".join(out)
+        out.clear()
+        if fault.kind == "stall":
+            self.simulator.stall(fault.seconds)
+            return False
+        if fault.kind == "drop":
+            drop_connection(request)
+        return True

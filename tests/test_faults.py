@@ -1,0 +1,269 @@
+"""Fault injection seen through real clients: the openai SDK and httpx."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pytest_llmsim import Fault, FaultError, LLMBackend
+
+CHAT = "/v1/chat/completions"
+MESSAGES: Any = [{"role": "user", "content": "hello"}]
+
+
+def sdk(backend: LLMBackend, **kwargs: Any) -> openai.OpenAI:
+    kwargs.setdefault("max_retries", 0)
+    return openai.OpenAI(base_url=backend.base_url, api_key="sk-test", **kwargs)
+
+
+def ask(backend: LLMBackend, content: str = "hello", **extra: Any) -> httpx.Response:
+    body = {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 3, **extra}
+    return httpx.post(backend.url_for(CHAT), json=body, headers=extra.pop("headers", None), timeout=30)
+
+
+@pytest.mark.parametrize(("kind", "params", "exception", "status"), [
+    ("rate_limit", {}, openai.RateLimitError, 429),
+    ("server_error", {}, openai.InternalServerError, 500),
+    ("bad_gateway", {}, openai.InternalServerError, 502),
+    ("overloaded", {}, openai.InternalServerError, 503),
+    ("timeout", {}, openai.InternalServerError, 504),
+    ("invalid_api_key", {}, openai.AuthenticationError, 401),
+    ("context_length", {}, openai.BadRequestError, 400),
+    ("model_not_found", {}, openai.NotFoundError, 404),
+    ("http_error", {"status": 409, "message": "busy elsewhere"}, openai.ConflictError, 409),
+    ("http_error", {"status": 422}, openai.UnprocessableEntityError, 422),
+])
+def test_http_faults_map_to_sdk_exceptions(llm_backend: LLMBackend, kind: str, params: dict[str, Any],
+                                           exception: type[Exception], status: int) -> None:
+    llm_backend.add_fault(kind, times=1, **params)
+    with pytest.raises(exception) as caught:
+        sdk(llm_backend).chat.completions.create(model="m", messages=MESSAGES)
+    assert isinstance(caught.value, openai.APIStatusError) and caught.value.status_code == status
+    body = caught.value.body
+    assert isinstance(body, dict) and {"message", "type", "param", "code"} <= set(body)
+    if "message" in params:
+        assert body["message"] == params["message"]
+    # times=1: the next request is served normally
+    assert sdk(llm_backend).chat.completions.create(model="m", messages=MESSAGES).choices
+    assert [r.fault for r in llm_backend.requests] == [kind, None]
+    assert llm_backend.metrics.faults == {kind: 1}
+
+
+def test_sdk_retries_429_honouring_retry_after(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("rate_limit", times=2, retry_after=0.2)
+    started = time.monotonic()
+    reply = sdk(llm_backend, max_retries=2).chat.completions.create(model="m", messages=MESSAGES)
+    elapsed = time.monotonic() - started
+    assert reply.choices[0].message.content
+    assert [r.status for r in llm_backend.requests] == [429, 429, 200]
+    assert elapsed >= 0.4  # two waits of retry-after-ms = 200 each (the SDK's own backoff is shorter)
+    first = llm_backend.requests[0]
+    assert first.error is not None and first.error["code"] == "rate_limit_exceeded"
+
+
+def test_retry_after_headers(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("overloaded", retry_after=2.5)
+    response = ask(llm_backend)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "2" and response.headers["retry-after-ms"] == "2500"
+
+
+def test_dropped_stream_is_an_api_connection_error(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("drop", after_tokens=3)
+    stream = sdk(llm_backend).chat.completions.create(model="m", messages=MESSAGES, max_tokens=20, stream=True)
+    received: list[str] = []
+    with pytest.raises(openai.APIConnectionError):
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                received.append(chunk.choices[0].delta.content)
+    assert len(received) == 3
+    assert llm_backend.wait_idle()
+    (record,) = llm_backend.requests
+    assert record.fault == "drop" and not record.cancelled and record.finish_reasons == [None]
+
+
+def test_drop_before_headers(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("drop_before_headers", times=1)
+    with pytest.raises(openai.APIConnectionError):
+        sdk(llm_backend).chat.completions.create(model="m", messages=MESSAGES)
+    assert llm_backend.requests[0].status == 0
+    assert ask(llm_backend).status_code == 200
+
+
+def test_stall_longer_than_client_timeout(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("stall", seconds=5.0, times=1)
+    client = sdk(llm_backend, timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    assert time.monotonic() - started < 4.0
+    assert client.chat.completions.create(model="m", messages=MESSAGES).choices  # others are served
+
+
+def test_stall_after_tokens_in_a_stream(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("stall", seconds=0.3, after_tokens=2)
+    arrivals = []
+    started = time.monotonic()
+    with httpx.stream("POST", llm_backend.url_for(CHAT), json={"model": "m", "messages": MESSAGES,
+                                                              "max_tokens": 4, "stream": True}) as response:
+        for line in response.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                arrivals.append(time.monotonic() - started)
+    assert len(arrivals) == 4
+    assert arrivals[2] - arrivals[1] >= 0.25  # the pause sits between the second and third token
+
+
+def test_error_event_mid_stream(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("error_event", after_tokens=2, message="backend exploded")
+    stream = sdk(llm_backend).chat.completions.create(model="m", messages=MESSAGES, max_tokens=10, stream=True)
+    with pytest.raises(openai.APIError, match="backend exploded"):
+        for _ in stream:
+            pass
+    raw = httpx.post(llm_backend.url_for(CHAT), json={"model": "m", "messages": MESSAGES, "stream": True,
+                                                       "max_tokens": 5}).text
+    assert "data: [DONE]" not in raw and '"error"' in raw
+
+
+def test_malformed_chunk_and_empty_body(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("malformed", after_tokens=1, nth=1)
+    llm_backend.add_fault("empty", nth=2)
+    body = {"model": "m", "messages": MESSAGES, "stream": True, "max_tokens": 3}
+    malformed = httpx.post(llm_backend.url_for(CHAT), json=body).text
+    events = [e for e in malformed.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    broken = [e for e in events if e.startswith("data: {") and not e.endswith("}")]
+    assert len(broken) == 1
+    empty = httpx.post(llm_backend.url_for(CHAT), json=body)
+    assert empty.status_code == 200 and empty.content == b""
+    assert [r.fault for r in llm_backend.requests] == ["malformed", "empty"]
+
+
+def test_slow_multiplies_latency(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.2, itl=0.01, speed=float("inf"))
+    llm_backend.add_fault("slow", factor=3.0, prompt="slowly")
+    ask(llm_backend, "answer slowly please")
+    ask(llm_backend, "answer now")
+    slow, fast = llm_backend.requests
+    assert slow.ttft == pytest.approx(0.6) and slow.itl == pytest.approx(0.03)
+    assert fast.ttft == pytest.approx(0.2) and fast.fault is None
+
+
+def faulted_indices(backend: LLMBackend, seed: int) -> list[int]:
+    backend.reset(backend.config.replace(seed=seed))
+    backend.add_fault("server_error", rate=0.3)
+    with httpx.Client() as http:
+        for i in range(200):
+            http.post(backend.url_for(CHAT), json={"model": "m", "messages": MESSAGES, "max_tokens": 1})
+    return [i for i, record in enumerate(backend.requests) if record.fault]
+
+
+def test_rate_faults_are_deterministic_per_seed(llm_backend: LLMBackend) -> None:
+    first = faulted_indices(llm_backend, seed=11)
+    again = faulted_indices(llm_backend, seed=11)
+    other = faulted_indices(llm_backend, seed=12)
+    assert first == again
+    assert first != other
+    assert 35 <= len(first) <= 85  # about 30% of 200
+
+
+def test_header_aims_one_request_of_a_burst(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("rate_limit", header_only=True, retry_after=1)
+    statuses: dict[int, int] = {}
+
+    def call(i: int) -> None:
+        headers = {"x-llmsim-fault": "rate_limit"} if i == 3 else {}
+        body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 2}
+        statuses[i] = httpx.post(llm_backend.url_for(CHAT), json=body, headers=headers).status_code
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == {i: 429 if i == 3 else 200 for i in range(8)}
+    faulted = [r for r in llm_backend.requests if r.fault]
+    assert len(faulted) == 1 and faulted[0].headers["X-Llmsim-Fault"] == "rate_limit"
+
+
+def test_header_with_unknown_kind_is_a_400(llm_backend: LLMBackend) -> None:
+    response = ask(llm_backend, headers={"x-llmsim-fault": "gremlins"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "unknown_fault"
+
+
+def test_prompt_model_nth_and_times_conditions(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("server_error", prompt=r"\bpoison\b")
+    llm_backend.add_fault("model_not_found", model="missing-model")
+    llm_backend.add_fault("bad_gateway", nth=5)
+    statuses = [ask(llm_backend, "a poison pill").status_code, ask(llm_backend, "fine").status_code,
+                ask(llm_backend, "poisonous is not a word match").status_code,
+                ask(llm_backend, model="missing-model").status_code, ask(llm_backend).status_code,
+                ask(llm_backend).status_code]
+    assert statuses == [500, 200, 200, 404, 502, 200]
+
+
+def test_faults_are_counted_in_metrics(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("rate_limit", times=2)
+    llm_backend.add_fault("server_error", times=1)
+    for _ in range(4):
+        ask(llm_backend)
+    assert llm_backend.metrics.faults == {"rate_limit": 2, "server_error": 1}
+    text = httpx.get(llm_backend.url_for("/metrics")).text
+    samples = {(s.name, s.labels.get("kind")): s.value for f in text_string_to_metric_families(text)
+               for s in f.samples if s.name == "llmsim:faults_injected_total"}
+    assert samples == {("llmsim:faults_injected_total", "rate_limit"): 2.0,
+                       ("llmsim:faults_injected_total", "server_error"): 1.0}
+    assert llm_backend.faults[0].kind == "rate_limit"
+    llm_backend.clear_faults()
+    assert llm_backend.faults == [] and ask(llm_backend).status_code == 200
+
+
+@pytest.mark.parametrize(("kind", "params", "message"), [
+    ("gremlins", {}, "unknown fault kind 'gremlins'; accepted: rate_limit"),
+    ("rate_limit", {"after_tokens": 3}, "fault 'rate_limit': unknown parameter 'after_tokens'"),
+    ("http_error", {"status": 200}, "invalid status=200"),
+    ("server_error", {"rate": 1.5}, "invalid rate=1.5"),
+    ("drop", {"after_tokens": -1}, "invalid after_tokens=-1"),
+    ("server_error", {"prompt": "("}, "invalid prompt='\\('"),
+])
+def test_bad_fault_specs_name_the_problem(llm_backend: LLMBackend, kind: str, params: dict[str, Any],
+                                          message: str) -> None:
+    with pytest.raises(FaultError, match=message):
+        llm_backend.add_fault(kind, **params)
+
+
+def test_simulated_rate_limits(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(rpm=3, tpm=1000, speed=60.0)  # one simulated minute = one wall second
+    ok = [ask(llm_backend) for _ in range(3)]
+    assert all(r.status_code == 200 for r in ok)
+    assert [r.headers["x-ratelimit-remaining-requests"] for r in ok] == ["2", "1", "0"]
+    assert ok[0].headers["x-ratelimit-limit-requests"] == "3"
+    assert ok[0].headers["x-ratelimit-limit-tokens"] == "1000"
+    assert int(ok[0].headers["x-ratelimit-remaining-tokens"]) == 1000 - (8 + 3)
+    limited = ask(llm_backend)
+    assert limited.status_code == 429
+    assert limited.json()["error"]["code"] == "rate_limit_exceeded"
+    wait_ms = int(limited.headers["retry-after-ms"])
+    assert 0 < wait_ms <= 1000  # the window is 60 simulated s = 1 wall s at speed 60
+    time.sleep(wait_ms / 1000 + 0.05)
+    assert ask(llm_backend).status_code == 200
+
+
+def test_sdk_retries_past_a_simulated_rpm_limit(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(rpm=1, speed=300.0)  # the window lasts 0.2 wall seconds
+    client = sdk(llm_backend, max_retries=3)
+    for _ in range(2):
+        client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=1)
+    assert [r.status for r in llm_backend.requests].count(200) == 2
+    assert 429 in [r.status for r in llm_backend.requests]
+
+
+def test_fault_object_builds_errors() -> None:
+    fault = Fault.build("rate_limit", retry_after=0.5)
+    error = fault.api_error()
+    assert (error.status, error.headers["retry-after-ms"]) == (429, "500")
