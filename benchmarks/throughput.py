@@ -47,10 +47,13 @@ def main() -> None:
             baseline_rates.append(wrk(base_url + "/v1/chat/completions", args.seconds, args.connections))
             llmsim_rates.append(wrk(sim_url + "/v1/chat/completions", args.seconds, args.connections))
             print(f"round {round_ + 1}: baseline {baseline_rates[-1]:.0f} req/s, "
-                  f"llmsim {llmsim_rates[-1]:.0f} req/s", flush=True)
+                  f"llmsim {llmsim_rates[-1]:.0f} req/s, ratio {llmsim_rates[-1] / baseline_rates[-1]:.3f}",
+                  flush=True)
     base, sim = statistics.median(baseline_rates), statistics.median(llmsim_rates)
-    print(f"median: baseline {base:.0f} req/s, llmsim {sim:.0f} req/s, ratio {sim / base:.3f} "
-          f"(target >= 0.85); {args.connections} connections, {args.rounds} x {args.seconds}s rounds")
+    ratios = sorted(s / b for s, b in zip(llmsim_rates, baseline_rates))
+    print(f"median: baseline {base:.0f} req/s, llmsim {sim:.0f} req/s, ratio of medians {sim / base:.3f}, "
+          f"per-round ratios {ratios[0]:.3f}..{ratios[-1]:.3f} (target >= 0.85); "
+          f"{args.connections} connections, {args.rounds} x {args.seconds}s rounds")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from .config import SimConfig
 from .latency import LatencyModel
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, block_hashes
 
 __all__ = ["Engine", "EngineListener", "SeqState", "SimSequence"]
 
@@ -75,6 +75,7 @@ class SimSequence:
     cancel_requested: bool = False
     prefill_delay: float = 0.0
     step_delay: float = 0.0
+    block_hashes: list[int] | None = None
     gaps: list[float] = field(default_factory=list)
 
     # Durations are kept as the delays the engine scheduled, not as differences
@@ -242,7 +243,8 @@ class Engine:
         prompt = seq.prompt_tokens
         forced_rate = self.config.cache_hit_rate
         if forced_rate is None:
-            seq.cached_tokens = self.cache.lookup(prompt)
+            seq.block_hashes = block_hashes(prompt, self.cache.block_size)
+            seq.cached_tokens = self.cache.lookup(prompt, seq.block_hashes)
         else:
             seq.cached_tokens = int(forced_rate * len(prompt))
             self.cache.record(len(prompt), seq.cached_tokens)
@@ -255,6 +257,10 @@ class Engine:
         now = self.now
         events = self._events
         latency = self.latency
+        if (latency.constant_step == 0.0 and not seq.cancel_requested
+                and (not events or events[0][0] > now)):
+            self._emit_rest_now(seq, now)
+            return
         while True:
             if seq.cancel_requested:
                 self._finish(seq, SeqState.CANCELLED)
@@ -262,7 +268,7 @@ class Engine:
             if seq.first_token_at is None:
                 seq.first_token_at = now
                 if self.config.cache_hit_rate is None:
-                    self.cache.insert(seq.prompt_tokens)
+                    self.cache.insert(seq.prompt_tokens, seq.block_hashes)
             if seq.emitted < seq.output_length:
                 if seq.last_token_at is not None:
                     seq.gaps.append(seq.step_delay)
@@ -286,6 +292,22 @@ class Engine:
             self.listener.on_token(seq, now)
             self._push(now + delay, _STEP, seq)
             return
+
+    def _emit_rest_now(self, seq: SimSequence, now: float) -> None:
+        """Zero-length decode steps: every remaining token is due at once (the hot path
+        of an instantaneous backend); same outcome as stepping through them."""
+        if seq.first_token_at is None:
+            seq.first_token_at = now
+            if self.config.cache_hit_rate is None:
+                self.cache.insert(seq.prompt_tokens, seq.block_hashes)
+        remaining = seq.output_length - seq.emitted
+        if remaining > 0:
+            gaps = remaining if seq.last_token_at is not None else remaining - 1
+            seq.gaps.extend([seq.step_delay] * gaps)
+            seq.emitted = seq.output_length
+            seq.last_token_at = now
+            self.listener.on_token(seq, now)
+        self._finish(seq, SeqState.FINISHED)
 
     def _finish(self, seq: SimSequence, state: SeqState) -> None:
         was_running = seq.state is SeqState.RUNNING

@@ -48,10 +48,15 @@ class PrefixCache:
     def __contains__(self, block_hash: object) -> bool:
         return block_hash in self._blocks
 
-    def lookup(self, tokens: Sequence[int]) -> int:
-        """Cached tokens for a prompt (block-aligned); refreshes the hit blocks' recency."""
+    def lookup(self, tokens: Sequence[int], hashes: list[int] | None = None) -> int:
+        """Cached tokens for a prompt (block-aligned); refreshes the hit blocks' recency.
+
+        ``hashes`` are the prompt's :func:`block_hashes`, if already computed.
+        """
+        if hashes is None:
+            hashes = block_hashes(tokens, self.block_size)
         hit_blocks = 0
-        for block_hash in block_hashes(tokens[:len(tokens) - 1], self.block_size):
+        for block_hash in hashes[:(len(tokens) - 1) // self.block_size]:
             if block_hash not in self._blocks:
                 break
             self._blocks.move_to_end(block_hash)
@@ -65,11 +70,11 @@ class PrefixCache:
         self.queried_tokens += queried
         self.hit_tokens += hit
 
-    def insert(self, tokens: Sequence[int]) -> None:
+    def insert(self, tokens: Sequence[int], hashes: list[int] | None = None) -> None:
         """Add a computed prompt's full blocks, evicting the least recently used."""
         if self.capacity_blocks == 0:
             return
-        for block_hash in block_hashes(tokens, self.block_size):
+        for block_hash in hashes if hashes is not None else block_hashes(tokens, self.block_size):
             self._blocks[block_hash] = None
             self._blocks.move_to_end(block_hash)
         while len(self._blocks) > self.capacity_blocks:

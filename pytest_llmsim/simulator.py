@@ -72,19 +72,19 @@ class Generation:
     def fill(self, record: RequestRecord) -> None:
         """Copy token counts and simulated timings into the log record."""
         seqs = self.sequences
-        record.prompt_tokens = self.prompt_tokens
-        record.completion_tokens = self.completion_tokens
+        record.prompt_tokens = sum(self.prompt_lengths)
+        record.completion_tokens = sum(seq.emitted for seq in seqs)
         record.cached_tokens = self.cached_tokens
-        record.cancelled = self.cancelled
+        record.cancelled = any(seq.state is SeqState.CANCELLED for seq in seqs)
         record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
-        ttfts = [s.ttft for s in seqs if s.ttft is not None]
+        ttfts = [t for t in (s.ttft for s in seqs) if t is not None]
         record.ttft = min(ttfts) if ttfts else None
-        ends = [s.e2e for s in seqs if s.e2e is not None]
+        ends = [t for t in (s.e2e for s in seqs) if t is not None]
         record.e2e = max(ends) if ends else None
-        queued = [s.queue_time for s in seqs if s.queue_time is not None]
+        queued = [t for t in (s.queue_time for s in seqs) if t is not None]
         record.queue_time = max(queued) if queued else None
-        gaps = self.gaps()
-        record.itl = sum(gaps) / len(gaps) if gaps else None
+        gap_count = sum(len(seq.gaps) for seq in seqs)
+        record.itl = sum(sum(seq.gaps) for seq in seqs) / gap_count if gap_count else None
 
     def gaps(self) -> list[float]:
         return [gap for seq in self.sequences for gap in seq.gaps]

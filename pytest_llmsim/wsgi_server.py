@@ -8,12 +8,13 @@ only when none is idle, so concurrency stays unbounded like werkzeug's.
 
 from __future__ import annotations
 
-import io
+import http.client
 import queue
 import socket
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
@@ -26,28 +27,49 @@ ACCEPTED_AT = "llmsim.accepted_at"
 _accepted = threading.local()  # the accept time of the connection this thread handles
 
 
-class _CoalescingWriter(io.BufferedIOBase):
+_MAX_LINE = 65536  # http.client's limits
+_MAX_HEADERS = 100
+
+
+def _read_headers(rfile: Any) -> http.client.HTTPMessage:
+    """The header block as an ``HTTPMessage``, without the ``email`` parser."""
+    message = http.client.HTTPMessage()
+    count = 0
+    while True:
+        line = rfile.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return message
+        count += 1
+        if count > _MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+        name, colon, value = line.decode("iso-8859-1").partition(":")
+        if colon and name.strip():
+            message[name.strip()] = value.strip()
+
+
+class _CoalescingWriter:
     """Holds writes until ``flush()``, then sends them with one ``sendall``.
 
     werkzeug writes a chunk's size line, its data and a CRLF separately and
     flushes after each chunk: unbuffered, that is three packets per SSE event.
     It writes the final ``0\r\n\r\n`` without a flush, so that goes out at once.
+    A plain class: an ``io`` object per connection costs more than it gives.
     """
 
+    __slots__ = ("_sock", "_parts", "closed")
+
     def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
         self._sock = sock
         self._parts: list[bytes] = []
+        self.closed = False
 
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        chunk = bytes(data)
-        self._parts.append(chunk)
-        if chunk == b"0\r\n\r\n":
+    def write(self, data: bytes) -> int:
+        self._parts.append(data)
+        if data == b"0\r\n\r\n":
             self.flush()
-        return len(chunk)
+        return len(data)
 
     def flush(self) -> None:
         if self._parts:
@@ -55,18 +77,63 @@ class _CoalescingWriter(io.BufferedIOBase):
             self._parts.clear()
             self._sock.sendall(data)
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
+    def close(self) -> None:
+        self.closed = True
 
 
 class QuietRequestHandler(WSGIRequestHandler):
     """No access log; one packet per flushed write, sent at once (Nagle off)."""
 
-    disable_nagle_algorithm = True
-
     def setup(self) -> None:
-        super().setup()
-        self.wfile = _CoalescingWriter(self.connection)
+        # StreamRequestHandler.setup, with our writer in place of its unbuffered one
+        self.connection = self.request
+        if self.timeout is not None:
+            self.connection.settimeout(self.timeout)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        self.rfile = self.connection.makefile("rb", self.rbufsize)
+        self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
+
+    def parse_request(self) -> bool:
+        """``http.server``'s ``parse_request`` with a lean header parser.
+
+        The standard one runs every header block through the ``email``
+        package, a sizeable share of a small request's cost. Same checks,
+        same errors (400, 431, 505), same ``HTTPMessage`` result; the
+        ``Expect: 100-continue`` answer is werkzeug's, in ``run_wsgi``.
+        """
+        self.command = None  # type: ignore[assignment]
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = requestline.split()
+        if not words:
+            return False
+        if len(words) >= 3:
+            version = words[-1]
+            numbers = version[5:].split(".") if version.startswith("HTTP/") else []
+            if len(numbers) != 2 or not all(n.isdigit() and len(n) <= 10 for n in numbers):
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
+                return False
+            if (int(numbers[0]), int(numbers[1])) >= (2, 0):
+                self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+                                f"Invalid HTTP version ({version[5:]})")
+                return False
+            self.request_version = version
+        if not 2 <= len(words) <= 3 or (len(words) == 2 and words[0] != "GET"):
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
+            return False
+        self.command, self.path = words[0], words[1]
+        if self.path.startswith("//"):
+            self.path = "/" + self.path.lstrip("/")
+        try:
+            self.headers = _read_headers(self.rfile)
+        except http.client.LineTooLong as error:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long", str(error))
+            return False
+        except http.client.HTTPException as error:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers", str(error))
+            return False
+        return True
 
     def make_environ(self) -> Any:
         environ = super().make_environ()
