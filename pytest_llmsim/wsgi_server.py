@@ -143,6 +143,9 @@ class QuietRequestHandler(WSGIRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass  # a test session's output is no place for an access log
 
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        pass  # malformed requests already get their 4xx answer
+
 
 class _WorkerPool:
     """Daemon threads that run jobs; grows when no worker is idle, never shrinks until closed."""
