@@ -23,7 +23,7 @@ def server_process(argv: Sequence[str], url_pattern: str = r"(http://127\.0\.0\.
         tuple[subprocess.Popen[str], str]]:
     """Run a server that prints its URL on its first line; yield (process, root URL)."""
     # stderr to a file: an undrained pipe would stall a chatty server
-    errors = tempfile.TemporaryFile(mode="w+")
+    errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in the finally below
     process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, text=True)
     try:
         assert process.stdout is not None

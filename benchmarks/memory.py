@@ -35,7 +35,7 @@ def main() -> None:
         start = rss_kib(process.pid)
         print(f"{0:>8} requests  RSS {start / 1024:7.1f} MiB", flush=True)
         samples = []
-        while (count := served(url)) < args.requests:
+        while served(url) < args.requests:
             subprocess.run(["wrk", "-t2", "-c16", f"-d{args.round_seconds}s", "-s",
                             os.path.join(HERE, "post_chat.lua"), url + "/v1/chat/completions"],
                            capture_output=True, check=True)

@@ -15,9 +15,9 @@ from .records import RequestRecord  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "FAULT_KINDS",
     "ConfigError",
     "Distribution",
-    "FAULT_KINDS",
     "Fault",
     "FaultError",
     "LLMBackend",

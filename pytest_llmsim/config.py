@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-__all__ = ["ConfigError", "SimConfig", "SETTING_HELP", "parse_setting"]
+__all__ = ["SETTING_HELP", "ConfigError", "SimConfig", "parse_setting"]
 
 OUTPUT_MODES = ("filler", "echo")
 
@@ -227,9 +228,7 @@ def parse_setting(name: str, text: str) -> Any:
             value = (int(low), int(high)) if high else int(low)
         elif name == "cache_hit_rate" or isinstance(default, float):
             value = float(raw)
-        elif name in ("rpm", "tpm"):
-            value = int(raw)
-        elif isinstance(default, int):
+        elif name in ("rpm", "tpm") or isinstance(default, int):
             value = int(raw)
         else:
             value = raw

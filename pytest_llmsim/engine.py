@@ -171,8 +171,10 @@ class Engine:
         runtime stamps requests when their connection was accepted, so the
         time a handler thread takes to get to them is not added to their TTFT.
         A back-dated request that finds a free slot is admitted as of ``at``;
-        its events never run before the engine's clock. Returns False when it arrives now and the waiting queue is full (it
-        is then REJECTED and the listener told). Arrivals scheduled for later
+        its events never run before the engine's clock.
+
+        Returns False when it arrives now and the waiting queue is full (it is
+        then REJECTED and the listener told). Arrivals scheduled for later
         return True and report a rejection through the listener.
         """
         if at is not None and at > self.now:

@@ -26,7 +26,7 @@ from typing import Any
 
 from .protocol import APIError
 
-__all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector", "HTTP_FAULTS"]
+__all__ = ["FAULT_HEADER", "FAULT_KINDS", "HTTP_FAULTS", "Fault", "FaultError", "FaultInjector"]
 
 FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
 

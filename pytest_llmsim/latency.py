@@ -29,7 +29,7 @@ __all__ = ["LatencyModel"]
 class LatencyModel:
     """Turns a :class:`SimConfig` into step durations."""
 
-    __slots__ = ("_config", "rng", "_low", "_high", "constant_step")
+    __slots__ = ("_config", "_high", "_low", "constant_step", "rng")
 
     def __init__(self, config: SimConfig, rng: random.Random) -> None:
         self._config = config

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from .records import RequestRecord
 
-__all__ = ["Distribution", "Metrics", "MetricsSnapshot", "PROMETHEUS_CONTENT_TYPE"]
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "Distribution", "Metrics", "MetricsSnapshot"]
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SAMPLE_CAP = 50_000
@@ -124,7 +124,7 @@ class MetricsSnapshot:
 class _Histogram:
     """Bucket counts with Prometheus ``le`` semantics, plus recent raw samples."""
 
-    __slots__ = ("bounds", "counts", "total", "samples")
+    __slots__ = ("bounds", "counts", "samples", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
@@ -172,7 +172,7 @@ class Metrics:
         self._stats: dict[str, _ModelStats] = {}
         self._gauges = (0, 0)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)  # type: ignore[arg-type]  # a Collector by shape
+        self.registry.register(self)  # a Collector by shape: collect() yields families
 
     def _current(self) -> _ModelStats:
         stats = self._stats.get(self.model)

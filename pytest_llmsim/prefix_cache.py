@@ -33,7 +33,7 @@ def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
 class PrefixCache:
     """Block-hash set with LRU eviction; counts queried and hit tokens."""
 
-    __slots__ = ("block_size", "capacity_blocks", "_blocks", "queried_tokens", "hit_tokens")
+    __slots__ = ("_blocks", "block_size", "capacity_blocks", "hit_tokens", "queried_tokens")
 
     def __init__(self, block_size: int, capacity_blocks: int) -> None:
         self.block_size = block_size

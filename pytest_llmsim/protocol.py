@@ -16,8 +16,16 @@ from typing import Any
 from .tokens import ChatMessage
 
 __all__ = [
-    "APIError", "ParsedRequest", "SYSTEM_FINGERPRINT", "chat_chunk", "chat_response",
-    "completion_chunk", "completion_response", "parse_chat", "parse_completion", "usage_body",
+    "SYSTEM_FINGERPRINT",
+    "APIError",
+    "ParsedRequest",
+    "chat_chunk",
+    "chat_response",
+    "completion_chunk",
+    "completion_response",
+    "parse_chat",
+    "parse_completion",
+    "usage_body",
 ]
 
 SYSTEM_FINGERPRINT = "fp_llmsim"
@@ -35,7 +43,7 @@ UNSUPPORTED_FIELDS = {
 class APIError(Exception):
     """An error answered as OpenAI answers it."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",  # noqa: A002
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
                  param: str | None = None, code: str | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)

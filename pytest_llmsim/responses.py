@@ -12,7 +12,7 @@ import json
 import socket
 import time
 from collections.abc import Generator, Iterator
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from werkzeug.wrappers import Request, Response

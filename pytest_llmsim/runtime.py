@@ -39,7 +39,7 @@ FINISH = "finish"
 class Ticket:
     """A handler's view of its sequences (one per choice) while they run."""
 
-    __slots__ = ("sequences", "events", "accepted", "open_count")
+    __slots__ = ("accepted", "events", "open_count", "sequences")
 
     def __init__(self, sequences: Sequence[SimSequence]) -> None:
         self.sequences = list(sequences)

@@ -74,7 +74,7 @@ class SimulatorServer(HTTPServer):
             raise RuntimeError("the simulator server is already running")
         try:
             self.server = PooledWSGIServer(self.host, self.port,
-                                           Request.application(self.application))  # type: ignore[arg-type]
+                                           Request.application(self.application))
         except SystemExit:  # werkzeug exits the process when the port is taken
             raise OSError(f"cannot listen on {self.host}:{self.port}: address already in use") from None
         self.port = self.server.port
@@ -94,7 +94,7 @@ class SimulatorServer(HTTPServer):
     def application(self, request: Request) -> Response:
         try:
             return self._route(request)
-        except Exception as error:  # noqa: BLE001 - a bug must still answer in OpenAI's shape
+        except Exception as error:
             self.handler_errors.append(error)
             failure = APIError(500, f"pytest-llmsim internal error: {type(error).__name__}: {error}",
                                type="server_error", code="internal_error")

@@ -76,7 +76,7 @@ def load_encoding(model: str) -> tiktoken.Encoding:
     if name is not None and cached_encoding_path(name) is not None:
         try:
             return tiktoken.get_encoding(name)
-        except Exception:  # noqa: BLE001 - a corrupt cache file: fall back, never fetch
+        except Exception:
             pass
     return tiktoken.get_encoding(OFFLINE_ENCODING)
 

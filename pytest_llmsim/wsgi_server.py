@@ -58,7 +58,7 @@ class _CoalescingWriter:
     A plain class: an ``io`` object per connection costs more than it gives.
     """
 
-    __slots__ = ("_sock", "_parts", "closed")
+    __slots__ = ("_parts", "_sock", "closed")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -143,7 +143,7 @@ class QuietRequestHandler(WSGIRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass  # a test session's output is no place for an access log
 
-    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+    def log_error(self, format: str, *args: Any) -> None:
         pass  # malformed requests already get their 4xx answer
 
 

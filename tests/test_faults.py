@@ -158,7 +158,7 @@ def faulted_indices(backend: LLMBackend, seed: int) -> list[int]:
     backend.reset(backend.config.replace(seed=seed))
     backend.add_fault("server_error", rate=0.3)
     with httpx.Client() as http:
-        for i in range(200):
+        for _ in range(200):
             http.post(backend.url_for(CHAT), json={"model": "m", "messages": MESSAGES, "max_tokens": 1})
     return [i for i, record in enumerate(backend.requests) if record.fault]
 

@@ -40,7 +40,7 @@ def test_uses_a_cached_model_encoding(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
     import tiktoken_ext
 
-    source = os.path.join(list(tiktoken_ext.__path__)[0], "data", "cl100k_base.tiktoken")
+    source = os.path.join(next(iter(tiktoken_ext.__path__)), "data", "cl100k_base.tiktoken")
     url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
     shutil.copy(source, os.path.join(str(tmp_path), hashlib.sha1(url.encode()).hexdigest()))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
