@@ -200,7 +200,7 @@ SETTING_HELP: dict[str, str] = {
     "output": "Generated content: filler (seeded) or echo (last user message)",
     "answer_length": "Answer length in tokens: N or MIN-MAX (seeded); unset runs to max_tokens",
     "default_max_tokens": "max_tokens when a request gives none",
-    "seed": "Seed for content, jitter and sampled answer lengths",
+    "seed": "Seed for content, jitter, sampled answer lengths and fault selection",
     "speed": "Simulated seconds per wall second (a positive number or inf)",
     "rpm": "Simulated requests-per-minute limit (429 past it); unset means none",
     "tpm": "Simulated tokens-per-minute limit (prompt + max_tokens); unset means none",

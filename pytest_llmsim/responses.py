@@ -9,6 +9,7 @@ connection, an empty or malformed body).
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from collections.abc import Generator, Iterator
@@ -21,7 +22,7 @@ from .engine import SeqState
 from .faults import Fault
 from .protocol import chat_chunk, chat_response, completion_chunk, completion_response
 from .records import RequestRecord
-from .runtime import FINISH
+from .runtime import FINISH, ClientGone
 from .simulator import Generation, Simulator
 
 __all__ = ["GenerationResponder", "drop_connection", "json_response"]
@@ -39,6 +40,18 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 def _sse(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def client_gone(request: Request) -> bool:
+    """True when the client has closed its connection (EOF or reset pending on the socket)."""
+    sock = request.environ.get("werkzeug.socket")
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def drop_connection(request: Request) -> None:
@@ -132,7 +145,13 @@ class GenerationResponder:
         kind = fault.kind if fault is not None else None
         if kind == "stall":
             self.simulator.stall(fault.seconds)  # type: ignore[union-attr]
-        generation.ticket.wait()
+        try:
+            generation.ticket.wait(lambda: client_gone(request))
+        except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
+            self.simulator.cancel(generation)
+            generation.ticket.wait()
+            self.simulator.finish(record, generation)
+            return Response(b"", status=499)  # never reaches the client
         parsed = generation.request
         if kind in ("drop", "error_event"):
             record.status = 0 if kind == "drop" else 500
@@ -175,7 +194,7 @@ class GenerationResponder:
                 self.simulator.stall(fault.seconds)  # before the headers: no bytes at all
                 cut_at = None
             yield b""  # send the headers now, as a real server does on admission
-            for batch in generation.ticket.batches():
+            for batch in generation.ticket.batches(lambda: client_gone(request)):
                 out: list[bytes] = []
                 for kind, seq, emitted in batch:
                     index = seq.index
@@ -210,6 +229,8 @@ class GenerationResponder:
             complete = True
             self.simulator.finish(record, generation)
             yield tail + DONE
+        except ClientGone:
+            return  # the finally below cancels and accounts it
         finally:
             if not complete:
                 self.simulator.cancel(generation)

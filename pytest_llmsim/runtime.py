@@ -20,17 +20,20 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
 
-__all__ = ["Runtime", "Ticket"]
+__all__ = ["ClientGone", "Runtime", "Ticket"]
 
 # The engine thread runs every event due within this many wall seconds in one
 # pass: with hundreds of streams whose steps interleave, waking once per event
 # costs more than the half millisecond a token may leave early.
 WAKE_SLACK = 0.0005
+
+# How often a handler waiting for tokens checks whether its client hung up.
+CLIENT_CHECK_INTERVAL = 0.05
 
 TOKEN = "token"
 FINISH = "finish"
@@ -49,22 +52,43 @@ class Ticket:
         self.accepted = True
         self.open_count = len(self.sequences)
 
-    def batches(self) -> Iterator[list[tuple[str, SimSequence, int]]]:
-        """Block for the next events, yielding everything already due at once."""
+    def batches(self, client_gone: Callable[[], bool] | None = None
+                ) -> Iterator[list[tuple[str, SimSequence, int]]]:
+        """Block for the next events, yielding everything already due at once.
+
+        While nothing is due, ``client_gone`` is asked every
+        ``CLIENT_CHECK_INTERVAL`` wall seconds; when it says so,
+        :class:`ClientGone` is raised (the caller cancels the request).
+        """
+        events = self.events
         while self.open_count:
-            batch = [self.events.get()]
+            if client_gone is None:
+                first = events.get()
+            else:
+                while True:
+                    try:
+                        first = events.get(timeout=CLIENT_CHECK_INTERVAL)
+                        break
+                    except queue.Empty:
+                        if client_gone():
+                            raise ClientGone from None
+            batch = [first]
             while True:
                 try:
-                    batch.append(self.events.get_nowait())
+                    batch.append(events.get_nowait())
                 except queue.Empty:
                     break
             self.open_count -= sum(1 for event in batch if event[0] == FINISH)
             yield batch
 
-    def wait(self) -> None:
-        """Block until every sequence has left the engine."""
-        for _ in self.batches():
+    def wait(self, client_gone: Callable[[], bool] | None = None) -> None:
+        """Block until every sequence has left the engine (or raise :class:`ClientGone`)."""
+        for _ in self.batches(client_gone):
             pass
+
+
+class ClientGone(Exception):
+    """The client closed its connection while its request was waiting for tokens."""
 
 
 class _TicketListener:

@@ -98,3 +98,16 @@ def test_client_disconnect_mid_stream_frees_the_slot(llm_backend: LLMBackend) ->
     text = llm_backend.prometheus_text()
     assert 'llmsim:requests_cancelled_total{model_name="llmsim"} 1.0' in text
     assert 'vllm:num_requests_running{model_name="llmsim"} 0.0' in text
+
+
+def test_client_timeout_before_the_first_token_is_cancelled(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=10.0, max_batch_size=1, speed=10)  # one wall second to the first token
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(llm_backend.url_for(CHAT), json=chat_body("slow", 3), timeout=0.2)
+    assert llm_backend.wait_idle(timeout=5)
+    (record,) = llm_backend.requests
+    assert record.cancelled and record.completion_tokens == 0 and record.ttft is None
+    assert llm_backend.metrics.cancelled == 1
+    llm_backend.configure(ttft=0.0)
+    assert httpx.post(llm_backend.url_for(CHAT), json=chat_body("next", 3)).status_code == 200
+    assert llm_backend.requests[-1].queue_time == 0.0  # the slot was free again
