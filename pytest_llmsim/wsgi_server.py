@@ -9,8 +9,11 @@ only when none is idle, so concurrency stays unbounded like werkzeug's.
 from __future__ import annotations
 
 import http.client
+import io
 import queue
 import socket
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,9 +25,46 @@ from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 __all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler"]
 
 
-# WSGI environ key: time.monotonic() when the connection was accepted.
+# WSGI environ key: time.monotonic() when the request reached the server.
 ACCEPTED_AT = "llmsim.accepted_at"
 _accepted = threading.local()  # the accept time of the connection this thread handles
+
+# Linux stamps each received packet with the kernel's receive time when asked
+# (SO_TIMESTAMP; Python names neither constant). The stamp of a request's first
+# bytes is when it really arrived, however late a handler thread gets to it.
+_SO_TIMESTAMP = 29 if sys.platform.startswith("linux") else None
+_TIMEVAL = struct.Struct("@ll")
+
+
+class _PrefixedSocketReader(io.RawIOBase):
+    """A socket's byte stream, with bytes already received put back in front."""
+
+    def __init__(self, sock: socket.socket, prefix: bytes) -> None:
+        super().__init__()
+        self._sock = sock
+        self._prefix = memoryview(prefix)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._prefix:
+            count = min(len(buffer), len(self._prefix))
+            buffer[:count] = self._prefix[:count]
+            self._prefix = self._prefix[count:]
+            return count
+        return self._sock.recv_into(buffer)
+
+
+def _first_bytes(sock: socket.socket) -> tuple[bytes, float | None]:
+    """The first bytes a client sent, and when they arrived (``time.monotonic()``), if the kernel says."""
+    data, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(_TIMEVAL.size))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:
+            seconds, micros = _TIMEVAL.unpack_from(payload)
+            age = time.time() - (seconds + micros / 1e6)
+            return data, time.monotonic() - max(0.0, age)
+    return data, None
 
 
 _MAX_LINE = 65536  # http.client's limits
@@ -90,8 +130,18 @@ class QuietRequestHandler(WSGIRequestHandler):
         if self.timeout is not None:
             self.connection.settimeout(self.timeout)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-        self.rfile = self.connection.makefile("rb", self.rbufsize)
         self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
+        self.arrived_at = getattr(_accepted, "at", None)
+        if _SO_TIMESTAMP is None:
+            self.rfile = self.connection.makefile("rb", self.rbufsize)
+            return
+        try:
+            first, stamp = _first_bytes(self.connection)
+        except OSError:
+            first, stamp = b"", None
+        if stamp is not None:
+            self.arrived_at = stamp
+        self.rfile = io.BufferedReader(_PrefixedSocketReader(self.connection, first))
 
     def parse_request(self) -> bool:
         """``http.server``'s ``parse_request`` with a lean header parser.
@@ -137,7 +187,7 @@ class QuietRequestHandler(WSGIRequestHandler):
 
     def make_environ(self) -> Any:
         environ = super().make_environ()
-        environ[ACCEPTED_AT] = getattr(_accepted, "at", None)
+        environ[ACCEPTED_AT] = self.arrived_at
         return environ
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
@@ -204,6 +254,8 @@ class PooledWSGIServer(ThreadedWSGIServer):
                  **kwargs: Any) -> None:
         super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
         self._pool = _WorkerPool("llmsim-http-worker")
+        if _SO_TIMESTAMP is not None:  # inherited by accepted sockets; stamps from the first packet on
+            self.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMP, 1)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         self._pool.submit(self._handle, request, client_address, time.monotonic())

@@ -24,7 +24,7 @@ def test_sdk_retries_two_429s_then_succeeds(llm_backend: LLMBackend) -> None:
 
 
 @pytest.mark.llm_latency(ttft=2.0, itl=0.05)
-@pytest.mark.llm_config(speed=20)
+@pytest.mark.llm_config(speed=5)
 def test_timeout_set_from_simulated_time(llm_backend: LLMBackend) -> None:
     # The gateway's budget is 1 simulated second; the backend takes 2 before
     # its first token. Convert with to_wall() so the test holds at any speed.
