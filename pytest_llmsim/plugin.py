@@ -143,7 +143,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         if option.is_flag:
             group.addoption(f"--llmsim-{option.name}", action="store_true", default=None,
                             dest=f"llmsim_{option.name}", help=option.help)
-            parser.addini(f"llmsim_{option.name}", option.help, type="bool", default=None)
+            # a plain string, parsed by us, so a bad value is named like the others
+            parser.addini(f"llmsim_{option.name}", option.help, default=None)
         else:
             group.addoption(f"--llmsim-{option.name}", action="store", default=None,
                             dest=f"llmsim_{option.name}", metavar=option.name.upper(), help=option.help)

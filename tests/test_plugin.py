@@ -234,6 +234,59 @@ def test_invalid_option_is_a_usage_error(pytester: pytest.Pytester, monkeypatch:
     result.stderr.fnmatch_lines([message])
 
 
+OPTION_TEST = """
+    def test_options(llm_backend, pytestconfig):
+        assert (llm_backend.config.seed, llm_backend.config.model) == ({seed}, {model!r})
+        assert llm_backend.host == {host!r}
+        assert pytestconfig.getoption("llmsim_report") in (None, True)
+"""
+
+
+@pytest.mark.parametrize("source", ["flag", "ini", "pyproject", "env"])
+def test_seed_model_host_report_from_every_source(pytester: pytest.Pytester,
+                                                  monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    pytester.makepyfile(OPTION_TEST.format(seed=7, model="src-model", host="127.0.0.1"))
+    values = {"seed": "7", "model": "src-model", "host": "127.0.0.1", "report": "true"}
+    args = ["-p", "no:cacheprovider"]
+    if source == "flag":
+        args += ["--llmsim-seed=7", "--llmsim-model=src-model", "--llmsim-host=127.0.0.1", "--llmsim-report"]
+    elif source == "ini":
+        pytester.makeini("[pytest]\n" + "".join(f"llmsim_{k} = {v}\n" for k, v in values.items()))
+    elif source == "pyproject":
+        pytester.makepyprojecttoml("[tool.pytest.ini_options]\n"
+                                   + "".join(f'llmsim_{k} = "{v}"\n' for k, v in values.items()))
+    else:
+        for key, value in values.items():
+            monkeypatch.setenv(f"PYTEST_LLMSIM_{key.upper()}", value)
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmsim: speed=1, seed=7, model=src-model, host=127.0.0.1",
+                                 "*llmsim backend summary*"])
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("pyproject", "*invalid ini option llmsim_seed 'minus one': expected a non-negative integer*"),
+    ("ini", "*invalid ini option llmsim_report 'maybe': expected true or false*"),
+    ("env", "*invalid environment variable PYTEST_LLMSIM_MODEL '  ': expected a non-empty string*"),
+    ("flag", "*invalid --llmsim-host '': expected a non-empty string*"),
+])
+def test_invalid_values_from_other_sources(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                           source: str, message: str) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    args = ["-p", "no:cacheprovider"]
+    if source == "pyproject":
+        pytester.makepyprojecttoml('[tool.pytest.ini_options]\nllmsim_seed = "minus one"\n')
+    elif source == "ini":
+        pytester.makeini("[pytest]\nllmsim_report = maybe\n")
+    elif source == "env":
+        monkeypatch.setenv("PYTEST_LLMSIM_MODEL", "  ")
+    else:
+        args.append("--llmsim-host=")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
 def test_resolve_options_order() -> None:
     settings = resolve_options({"speed": "inf", "seed": None}, {"PYTEST_LLMSIM_SEED": "9"},
                                {"seed": "3", "model": "from-ini"})
