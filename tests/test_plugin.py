@@ -211,29 +211,6 @@ def test_speed_option_sources(pytester: pytest.Pytester, monkeypatch: pytest.Mon
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize(("source", "message"), [
-    ("flag", "*invalid --llmsim-speed 'fast': expected a positive number or 'inf'*"),
-    ("ini", "*invalid ini option llmsim_speed '-2': expected a positive number or 'inf'*"),
-    ("env", "*invalid environment variable PYTEST_LLMSIM_SPEED 'zero': expected a positive number*"),
-    ("seed", "*invalid --llmsim-seed 'abc': expected a non-negative integer*"),
-])
-def test_invalid_option_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                         source: str, message: str) -> None:
-    pytester.makepyfile("def test_x(): pass")
-    args = ["-p", "no:cacheprovider"]
-    if source == "flag":
-        args.append("--llmsim-speed=fast")
-    elif source == "ini":
-        pytester.makeini("[pytest]\nllmsim_speed = -2\n")
-    elif source == "env":
-        monkeypatch.setenv("PYTEST_LLMSIM_SPEED", "zero")
-    else:
-        args.append("--llmsim-seed=abc")
-    result = pytester.runpytest_subprocess(*args)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([message])
-
-
 OPTION_TEST = """
     def test_options(llm_backend, pytestconfig):
         assert (llm_backend.config.seed, llm_backend.config.model) == ({seed}, {model!r})
@@ -264,24 +241,29 @@ def test_seed_model_host_report_from_every_source(pytester: pytest.Pytester,
                                  "*llmsim backend summary*"])
 
 
-@pytest.mark.parametrize(("source", "message"), [
-    ("pyproject", "*invalid ini option llmsim_seed 'minus one': expected a non-negative integer*"),
-    ("ini", "*invalid ini option llmsim_report 'maybe': expected true or false*"),
-    ("env", "*invalid environment variable PYTEST_LLMSIM_MODEL '  ': expected a non-empty string*"),
-    ("flag", "*invalid --llmsim-host '': expected a non-empty string*"),
+@pytest.mark.parametrize(("source", "option", "value", "message"), [
+    ("flag", "speed", "fast", "*invalid --llmsim-speed 'fast': expected a positive number or 'inf'*"),
+    ("ini", "speed", "-2", "*invalid ini option llmsim_speed '-2': expected a positive number or 'inf'*"),
+    ("env", "speed", "zero", "*invalid environment variable PYTEST_LLMSIM_SPEED 'zero': expected a positive*"),
+    ("flag", "seed", "abc", "*invalid --llmsim-seed 'abc': expected a non-negative integer*"),
+    ("pyproject", "seed", "minus one", "*invalid ini option llmsim_seed 'minus one': expected a non-negative*"),
+    ("ini", "report", "maybe", "*invalid ini option llmsim_report 'maybe': expected true or false*"),
+    ("env", "model", "  ", "*invalid environment variable PYTEST_LLMSIM_MODEL '  ': expected a non-empty*"),
+    ("flag", "host", "", "*invalid --llmsim-host '': expected a non-empty string*"),
 ])
-def test_invalid_values_from_other_sources(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                           source: str, message: str) -> None:
+def test_invalid_option_is_a_usage_error_naming_its_source(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str, option: str, value: str,
+        message: str) -> None:
     pytester.makepyfile("def test_x(): pass")
     args = ["-p", "no:cacheprovider"]
-    if source == "pyproject":
-        pytester.makepyprojecttoml('[tool.pytest.ini_options]\nllmsim_seed = "minus one"\n')
+    if source == "flag":
+        args.append(f"--llmsim-{option}={value}")
     elif source == "ini":
-        pytester.makeini("[pytest]\nllmsim_report = maybe\n")
-    elif source == "env":
-        monkeypatch.setenv("PYTEST_LLMSIM_MODEL", "  ")
+        pytester.makeini(f"[pytest]\nllmsim_{option} = {value}\n")
+    elif source == "pyproject":
+        pytester.makepyprojecttoml(f'[tool.pytest.ini_options]\nllmsim_{option} = "{value}"\n')
     else:
-        args.append("--llmsim-host=")
+        monkeypatch.setenv(f"PYTEST_LLMSIM_{option.upper()}", value)
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
