@@ -143,8 +143,8 @@ class GenerationResponder:
     def _complete(self, request: Request, record: RequestRecord, generation: Generation,
                   response_id: str, fault: Fault | None) -> Response:
         kind = fault.kind if fault is not None else None
-        if kind == "stall":
-            self.simulator.stall(fault.seconds)  # type: ignore[union-attr]
+        if fault is not None and kind == "stall":
+            self.simulator.stall(fault.seconds)
         try:
             generation.ticket.wait(lambda: client_gone(request))
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
@@ -153,13 +153,16 @@ class GenerationResponder:
             self.simulator.finish(record, generation)
             return Response(b"", status=499)  # never reaches the client
         parsed = generation.request
-        if kind in ("drop", "error_event"):
-            record.status = 0 if kind == "drop" else 500
+        if fault is not None and kind == "drop":
+            record.status = 0  # no response at all
             self.simulator.finish(record, generation)
-            if kind == "drop":
-                drop_connection(request)
-                return Response(b"", status=500)  # never reaches the client
-            return json_response(fault.stream_error_body(), 500)  # type: ignore[union-attr]
+            drop_connection(request)
+            return Response(b"", status=500)  # never reaches the client
+        if fault is not None and kind == "error_event":  # not streamed: the error is the answer
+            body = fault.stream_error_body()
+            record.status, record.error = 500, body["error"]
+            self.simulator.finish(record, generation)
+            return json_response(body, 500)
         self.simulator.finish(record, generation)
         if kind == "empty":
             return Response(b"", status=200, content_type=JSON)

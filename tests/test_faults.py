@@ -267,3 +267,20 @@ def test_fault_object_builds_errors() -> None:
     fault = Fault.build("rate_limit", retry_after=0.5)
     error = fault.api_error()
     assert (error.status, error.headers["retry-after-ms"]) == (429, "500")
+
+
+def test_mid_stream_kinds_on_a_request_that_is_not_streamed(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("drop", nth=1)
+    llm_backend.add_fault("error_event", nth=2, message="went wrong")
+    llm_backend.add_fault("malformed", nth=3)
+    client = sdk(llm_backend)
+    with pytest.raises(openai.APIConnectionError):
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    with pytest.raises(openai.InternalServerError, match="went wrong"):
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    broken = ask(llm_backend)
+    assert broken.status_code == 200
+    with pytest.raises(ValueError):
+        broken.json()
+    assert [(r.fault, r.status) for r in llm_backend.requests] == [("drop", 0), ("error_event", 500),
+                                                                   ("malformed", 200)]
