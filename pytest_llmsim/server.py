@@ -109,7 +109,7 @@ class SimulatorServer(HTTPServer):
         if route is None:
             return self._fallback(request)
         method, handler = route
-        if request.method != method:
+        if request.method != method and not (method == "GET" and request.method == "HEAD"):
             error = APIError(405, f"Method {request.method} is not allowed on {path}; use {method}.",
                              code="method_not_allowed", headers={"Allow": method})
             return self._api_error(request, error)

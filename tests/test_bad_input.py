@@ -94,6 +94,8 @@ def test_wrong_method_is_405(llm_backend: LLMBackend) -> None:
     assert response.headers["allow"] == "POST"
     assert response.json()["error"]["code"] == "method_not_allowed"
     assert httpx.post(llm_backend.url_for("/v1/models")).status_code == 405
+    head = httpx.head(llm_backend.url_for("/v1/models"))  # HEAD is allowed wherever GET is
+    assert head.status_code == 200 and head.content == b""
 
 
 def test_oversized_body_is_413(llm_backend: LLMBackend) -> None:
