@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import threading
 import time
 from collections.abc import Generator, Iterator
 from json.encoder import encode_basestring_ascii
@@ -18,7 +19,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from .engine import SeqState
+from .engine import SeqState, SimSequence
 from .faults import Fault
 from .protocol import chat_chunk, chat_response, completion_chunk, completion_response
 from .records import RequestRecord
@@ -120,6 +121,60 @@ class _StreamEvents:
         return self.token(0, "")[:-12] + b"\n\n"
 
 
+class _DirectWriter:
+    """Writes a single-choice stream's token events from the engine's thread.
+
+    Waking a handler thread per token costs a GIL hand-off each; with many
+    streams those pile up and tokens go out late. Whoever runs the engine
+    (its thread, or a handler submitting work) writes the due events straight
+    to the socket instead, framed as werkzeug frames chunks. It never blocks:
+    if the handler thread is writing (it holds ``lock``), or the socket would
+    block, the event goes through the handler as before; bytes a short send
+    left over wait in ``pending`` for the handler, and the fast path stops.
+    """
+
+    __slots__ = ("_events", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
+
+    def __init__(self, sock: socket.socket, events: _StreamEvents, pieces: list[str]) -> None:
+        self._sock = sock
+        self._events = events
+        self._pieces = pieces
+        self.lock = threading.Lock()
+        self.enabled = False  # set once the response headers are out
+        self.opened = False  # the role event has been written
+        self.written = 0  # token events on the wire (by either writer)
+        self.pending = b""
+
+    def render(self, upto: int) -> bytes:
+        """The events not yet written, through token ``upto`` (call holding ``lock``)."""
+        parts = [] if self.opened else [self._events.opening(0)]
+        self.opened = True
+        parts.extend(self._events.token(0, piece) for piece in self._pieces[self.written:upto])
+        self.written = max(self.written, upto)
+        return b"".join(parts)
+
+    def __call__(self, seq: SimSequence, emitted: int) -> bool:
+        if not self.enabled or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            data = self.render(emitted)
+            if not data:
+                return True
+            framed = b"%x\r\n%s\r\n" % (len(data), data)
+            try:
+                sent = self._sock.send(framed, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # the client is gone; the handler's idle check notices and cancels
+                self.enabled = False
+                return True
+            if sent < len(framed):
+                self.pending, self.enabled = framed[sent:], False
+            return True
+        finally:
+            self.lock.release()
+
+
 class GenerationResponder:
     """Builds the response of a started generation, applying the request's fault."""
 
@@ -192,36 +247,41 @@ class GenerationResponder:
         cut_at = fault.after_tokens if fault is not None and fault.kind in CUT_KINDS else None
         written = 0
         complete = reset = cut = False
+        direct = self._direct_writer(request, generation, events, fault)
         try:
             if cut_at == 0 and fault is not None and fault.kind == "stall":
                 self.simulator.stall(fault.seconds)  # before the headers: no bytes at all
                 cut_at = None
             yield b""  # send the headers now, as a real server does on admission
-            for batch in generation.ticket.batches(lambda: client_gone(request)):
-                out: list[bytes] = []
-                for kind, seq, emitted in batch:
-                    index = seq.index
-                    if not started[index]:
-                        started[index] = True
-                        out.append(events.opening(index))
-                    for piece in outputs[index].pieces[sent[index]:emitted]:  # one event per token
-                        if written == cut_at and fault is not None:
-                            cut_at = None
-                            if (yield from self._apply_cut(request, fault, events, out)):
-                                cut = True
-                                return
-                        out.append(events.token(index, piece))
-                        written += 1
-                    sent[index] = max(sent[index], emitted)
-                    if kind == FINISH:
-                        if seq.state is SeqState.FINISHED:
-                            out.append(events.finish(index))
-                        else:
-                            reset = True
-                yield b"".join(out)
+            out: list[bytes] = []  # what goes out with [DONE]
+            if direct is not None:
+                last, reset = yield from self._stream_direct(request, generation, events, direct)
+                out.append(last)
+            else:
+                for batch in generation.ticket.batches(lambda: client_gone(request)):
+                    due: list[bytes] = []
+                    for kind, seq, emitted in batch:
+                        index = seq.index
+                        if not started[index]:
+                            started[index] = True
+                            due.append(events.opening(index))
+                        for piece in outputs[index].pieces[sent[index]:emitted]:  # one event per token
+                            if written == cut_at and fault is not None:
+                                cut_at = None
+                                if (yield from self._apply_cut(request, fault, events, due)):
+                                    cut = True
+                                    return
+                            due.append(events.token(index, piece))
+                            written += 1
+                        sent[index] = max(sent[index], emitted)
+                        if kind == FINISH:
+                            if seq.state is SeqState.FINISHED:
+                                due.append(events.finish(index))
+                            else:
+                                reset = True
+                    yield b"".join(due)
             if reset:
                 return  # the backend was reset under this stream: end it without [DONE]
-            out = []
             if cut_at is not None and fault is not None:  # fewer tokens than after_tokens: cut at the end
                 if (yield from self._apply_cut(request, fault, events, out)):
                     cut = True
@@ -239,6 +299,46 @@ class GenerationResponder:
                 self.simulator.cancel(generation)
                 generation.ticket.wait()
                 self.simulator.finish(record, generation, cut_by_fault=cut)
+
+    @staticmethod
+    def _direct_writer(request: Request, generation: Generation, events: _StreamEvents,
+                       fault: Fault | None) -> _DirectWriter | None:
+        """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1."""
+        sock = request.environ.get("werkzeug.socket")
+        if (fault is not None or len(generation.outputs) != 1 or sock is None
+                or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"):
+            return None
+        return _DirectWriter(sock, events, generation.outputs[0].pieces)
+
+    def _stream_direct(self, request: Request, generation: Generation, events: _StreamEvents,
+                       direct: _DirectWriter) -> Generator[bytes, None, tuple[bytes, bool]]:
+        """The token events of a stream whose engine writes tokens itself (see :class:`_DirectWriter`).
+
+        The handler writes only what the fast path could not (events queued
+        while the handler was writing, bytes a short send left over). It holds
+        ``direct.lock`` while werkzeug writes, so the two writers never
+        interleave. Returns the finish event, for the caller to send with
+        ``[DONE]``, and whether the backend was reset under the stream.
+        """
+        pieces = generation.outputs[0].pieces
+        generation.ticket.direct = direct
+        direct.enabled = True
+        for batch in generation.ticket.batches(lambda: client_gone(request)):
+            with direct.lock:
+                out = [direct.pending]
+                direct.pending = b""
+                for kind, seq, emitted in batch:
+                    out.append(direct.render(min(emitted, len(pieces))))
+                    if kind == FINISH:
+                        direct.enabled = False
+                        if seq.state is not SeqState.FINISHED:
+                            return b"", True
+                        out.append(events.finish(0))
+                        return b"".join(out), False
+                data = b"".join(out)
+                if data:
+                    yield data  # werkzeug writes it before resuming us, still under the lock
+        return b"", False
 
     def _apply_cut(self, request: Request, fault: Fault, events: _StreamEvents,
                    out: list[bytes]) -> Generator[bytes, None, bool]:

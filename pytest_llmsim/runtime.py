@@ -42,10 +42,13 @@ FINISH = "finish"
 class Ticket:
     """A handler's view of its sequences (one per choice) while they run."""
 
-    __slots__ = ("accepted", "events", "open_count", "sequences")
+    __slots__ = ("accepted", "direct", "events", "open_count", "sequences")
 
     def __init__(self, sequences: Sequence[SimSequence]) -> None:
         self.sequences = list(sequences)
+        # Optional fast path: called with (sequence, tokens emitted) by whichever
+        # thread runs the engine; True means the tokens went out, no event needed.
+        self.direct: Callable[[SimSequence, int], bool] | None = None
         # (kind, sequence, tokens emitted so far): the count travels with the
         # event because the engine may have moved on by the time it is read.
         self.events: queue.SimpleQueue[tuple[str, SimSequence, int]] = queue.SimpleQueue()
@@ -95,7 +98,11 @@ class _TicketListener:
     """Engine listener that forwards events to the owning ticket's queue."""
 
     def on_token(self, seq: SimSequence, now: float) -> None:
-        seq.owner.events.put((TOKEN, seq, seq.emitted))
+        ticket = seq.owner
+        direct = ticket.direct
+        if direct is not None and direct(seq, seq.emitted):
+            return
+        ticket.events.put((TOKEN, seq, seq.emitted))
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
         seq.owner.events.put((FINISH, seq, seq.emitted))

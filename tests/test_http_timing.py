@@ -6,6 +6,7 @@ is only bounded from below (a server cannot answer sooner than it was told).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -111,3 +112,25 @@ def test_client_timeout_before_the_first_token_is_cancelled(llm_backend: LLMBack
     llm_backend.configure(ttft=0.0)
     assert httpx.post(llm_backend.url_for(CHAT), json=chat_body("next", 3)).status_code == 200
     assert llm_backend.requests[-1].queue_time == 0.0  # the slot was free again
+
+
+@pytest.mark.parametrize(("itl", "speed"), [(0.0, 1.0), (0.0001, 100.0)])
+def test_a_slow_reader_gets_every_token_in_order(llm_backend: LLMBackend, itl: float, speed: float) -> None:
+    """Far more events than the socket buffers hold: the engine's non-blocking writes
+    fall back to the handler thread, and nothing is lost, doubled or reordered."""
+    llm_backend.configure(itl=itl, speed=speed, output="echo", max_model_len=40_000)
+    words = [f"w{i}" for i in range(5_000)]  # about 15,000 tokens, some 3 MB of events
+    body = {"model": "m", "messages": [{"role": "user", "content": " ".join(words)}], "max_tokens": 20_000,
+            "stream": True}
+    with httpx.stream("POST", llm_backend.url_for(CHAT), json=body, timeout=60) as response:
+        assert response.status_code == 200
+        time.sleep(0.5)  # let the server run into a full socket
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == " ".join(words)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    (record,) = llm_backend.requests
+    assert record.completion_tokens == len(chunks) - 2  # minus the role and finish events
