@@ -268,9 +268,7 @@ class Engine:
                 self._finish(seq, SeqState.CANCELLED)
                 return
             if seq.first_token_at is None:
-                seq.first_token_at = now
-                if self.config.cache_hit_rate is None:
-                    self.cache.insert(seq.prompt_tokens, seq.block_hashes)
+                self._prefill_done(seq, now)
             if seq.emitted < seq.output_length:
                 if seq.last_token_at is not None:
                     seq.gaps.append(seq.step_delay)
@@ -295,13 +293,17 @@ class Engine:
             self._push(now + delay, _STEP, seq)
             return
 
+    def _prefill_done(self, seq: SimSequence, now: float) -> None:
+        """The prompt is computed: the first token is due, and its blocks enter the cache."""
+        seq.first_token_at = now
+        if self.config.cache_hit_rate is None:
+            self.cache.insert(seq.prompt_tokens, seq.block_hashes)
+
     def _emit_rest_now(self, seq: SimSequence, now: float) -> None:
         """Zero-length decode steps: every remaining token is due at once (the hot path
         of an instantaneous backend); same outcome as stepping through them."""
         if seq.first_token_at is None:
-            seq.first_token_at = now
-            if self.config.cache_hit_rate is None:
-                self.cache.insert(seq.prompt_tokens, seq.block_hashes)
+            self._prefill_done(seq, now)
         remaining = seq.output_length - seq.emitted
         if remaining > 0:
             gaps = remaining if seq.last_token_at is not None else remaining - 1

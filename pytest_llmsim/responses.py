@@ -187,7 +187,7 @@ class GenerationResponder:
         headers = {**SSE_HEADERS, **generation.headers}
         if generation.request.stream:
             if fault is not None and fault.kind == "empty":
-                self._finish_early(record, generation)
+                self._abandon(record, generation, cut_by_fault=True)
                 return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
             body = self._stream(request, record, generation, response_id, fault)
             return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
@@ -203,9 +203,7 @@ class GenerationResponder:
         try:
             generation.ticket.wait(lambda: client_gone(request))
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
-            self.simulator.cancel(generation)
-            generation.ticket.wait()
-            self.simulator.finish(record, generation)
+            self._abandon(record, generation)
             return Response(b"", status=499)  # never reaches the client
         parsed = generation.request
         if fault is not None and kind == "drop":
@@ -230,10 +228,11 @@ class GenerationResponder:
             return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=generation.headers)
         return json_response(body, headers=generation.headers)
 
-    def _finish_early(self, record: RequestRecord, generation: Generation) -> None:
+    def _abandon(self, record: RequestRecord, generation: Generation, cut_by_fault: bool = False) -> None:
+        """End a generation early (client gone, or a fault cut it): free its slots, then account it."""
         self.simulator.cancel(generation)
         generation.ticket.wait()
-        self.simulator.finish(record, generation, cut_by_fault=True)
+        self.simulator.finish(record, generation, cut_by_fault=cut_by_fault)
 
     # --- streamed ---
 
@@ -296,9 +295,7 @@ class GenerationResponder:
             return  # the finally below cancels and accounts it
         finally:
             if not complete:
-                self.simulator.cancel(generation)
-                generation.ticket.wait()
-                self.simulator.finish(record, generation, cut_by_fault=cut)
+                self._abandon(record, generation, cut_by_fault=cut)
 
     @staticmethod
     def _direct_writer(request: Request, generation: Generation, events: _StreamEvents,
