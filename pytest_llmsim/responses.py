@@ -317,7 +317,6 @@ class GenerationResponder:
         interleave. Returns the finish event, for the caller to send with
         ``[DONE]``, and whether the backend was reset under the stream.
         """
-        pieces = generation.outputs[0].pieces
         generation.ticket.direct = direct
         direct.enabled = True
         for batch in generation.ticket.batches(lambda: client_gone(request)):
@@ -325,7 +324,7 @@ class GenerationResponder:
                 out = [direct.pending]
                 direct.pending = b""
                 for kind, seq, emitted in batch:
-                    out.append(direct.render(min(emitted, len(pieces))))
+                    out.append(direct.render(emitted))
                     if kind == FINISH:
                         direct.enabled = False
                         if seq.state is not SeqState.FINISHED:

@@ -37,6 +37,8 @@ CLIENT_CHECK_INTERVAL = 0.05
 
 TOKEN = "token"
 FINISH = "finish"
+# Sequences still inside the engine (arrival scheduled, queued or in the batch).
+IN_ENGINE = (SeqState.PENDING, SeqState.WAITING, SeqState.RUNNING)
 
 
 class Ticket:
@@ -160,8 +162,9 @@ class Runtime:
         """Start the sequences of one request; ``ticket.accepted`` is False if the queue was full.
 
         ``arrived_at`` is the ``time.monotonic()`` at which the request reached
-        the server (its connection was accepted); the engine back-dates the
-        arrival to then, so handler-thread scheduling delay is not latency.
+        the server (the kernel's receive time of its first bytes, or when its
+        connection was accepted); the engine back-dates the arrival to then,
+        so handler-thread scheduling delay is not latency.
         """
         ticket = Ticket(sequences)
         with self._cond:
@@ -189,7 +192,7 @@ class Runtime:
         """The client went away: free the ticket's slots (at each sequence's next step)."""
         with self._cond:
             for seq in ticket.sequences:
-                if seq.state in (SeqState.WAITING, SeqState.RUNNING, SeqState.PENDING):
+                if seq.state in IN_ENGINE:
                     self.engine.cancel(seq)
             self._run_due()
             self._wake_if_needed()
@@ -231,7 +234,7 @@ class Runtime:
         with self._cond:
             for ticket in list(self._live):
                 for seq in ticket.sequences:
-                    if seq.state in (SeqState.WAITING, SeqState.RUNNING, SeqState.PENDING):
+                    if seq.state in IN_ENGINE:
                         seq.state = SeqState.CANCELLED
                         seq.cancel_requested = True
                         ticket.events.put((FINISH, seq, seq.emitted))
