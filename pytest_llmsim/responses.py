@@ -9,7 +9,6 @@ connection, an empty or malformed body).
 from __future__ import annotations
 
 import json
-import select
 import socket
 import threading
 import time
@@ -44,14 +43,19 @@ def _sse(body: dict[str, Any]) -> bytes:
 
 
 def client_gone(request: Request) -> bool:
-    """True when the client has closed its connection (EOF or reset pending on the socket)."""
+    """True when the client has closed its connection (EOF or reset pending on the socket).
+
+    A non-blocking peek, not ``select()``, which cannot watch descriptors past
+    1024 and would report a busy server's live clients as gone.
+    """
     sock = request.environ.get("werkzeug.socket")
     if sock is None:
         return False
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
+    except BlockingIOError:
+        return False  # nothing to read: still there
+    except OSError:
         return True
 
 
@@ -130,7 +134,8 @@ class _DirectWriter:
     to the socket instead, framed as werkzeug frames chunks. It never blocks:
     if the handler thread is writing (it holds ``lock``), or the socket would
     block, the event goes through the handler as before; bytes a short send
-    left over wait in ``pending`` for the handler, and the fast path stops.
+    left over go in ``pending``, the event wakes the handler to write them,
+    and the fast path stops.
     """
 
     __slots__ = ("_events", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
@@ -168,8 +173,9 @@ class _DirectWriter:
             except OSError:  # the client is gone; the handler's idle check notices and cancels
                 self.enabled = False
                 return True
-            if sent < len(framed):
+            if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
+                return False
             return True
         finally:
             self.lock.release()

@@ -134,3 +134,27 @@ def test_a_slow_reader_gets_every_token_in_order(llm_backend: LLMBackend, itl: f
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     (record,) = llm_backend.requests
     assert record.completion_tokens == len(chunks) - 2  # minus the role and finish events
+
+
+def test_waiting_requests_survive_high_file_descriptors(llm_backend: LLMBackend) -> None:
+    """select() cannot watch descriptors past 1024; the hang-up check must not mistake
+    that for a client that went away."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("cannot open 1,100 file descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200) if hard == resource.RLIM_INFINITY
+                                                 else min(max(soft, 1200), hard), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        llm_backend.configure(ttft=2.0, speed=10)  # 0.2 wall seconds of waiting: several checks
+        response = httpx.post(llm_backend.url_for(CHAT), json=chat_body("hi", 2), timeout=10)
+        assert response.status_code == 200
+        assert response.json()["usage"]["completion_tokens"] == 2
+        assert llm_backend.metrics.cancelled == 0
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
