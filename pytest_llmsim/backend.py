@@ -35,12 +35,23 @@ class LLMBackend(BackendAssertions):
     # --- lifecycle ---
 
     def start(self) -> LLMBackend:
-        """Start listening; returns self."""
+        """Start listening; returns self.
+
+        A stopped backend starts again on the same port with an empty engine
+        (an outage-and-recovery test), keeping its settings, metrics and log.
+        Raises ``OSError`` ("cannot listen on HOST:PORT: ...") when the
+        address is taken.
+        """
+        self._simulator.resume()
         self._server.start()
         return self
 
     def stop(self) -> None:
-        """Stop the server and the engine thread; in-flight requests end as cancelled."""
+        """Stop the server and the engine thread; in-flight requests end as cancelled.
+
+        Returns within about a second whatever the clients do: open
+        connections (idle, half-sent, or not reading) are cut.
+        """
         self._simulator.stop()  # first: streams still open end now, freeing their threads
         if self._server.is_running():
             self._server.stop()
@@ -150,6 +161,21 @@ class LLMBackend(BackendAssertions):
         return True
 
     # --- reading ---
+
+    @property
+    def running(self) -> int:
+        """Sequences in the running batch now (``vllm:num_requests_running``)."""
+        return self._simulator.runtime.running_and_waiting()[0]
+
+    @property
+    def waiting(self) -> int:
+        """Sequences waiting for a batch slot now (``vllm:num_requests_waiting``)."""
+        return self._simulator.runtime.running_and_waiting()[1]
+
+    @property
+    def in_flight(self) -> int:
+        """HTTP requests inside the engine now (submitted, not yet accounted)."""
+        return self._simulator.runtime.in_flight
 
     @property
     def metrics(self) -> MetricsSnapshot:

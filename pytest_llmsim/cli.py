@@ -2,12 +2,13 @@
 
 Every setting ``LLMBackend.configure()`` accepts is a flag
 (``--ttft 0.1 --itl 0.01 --max-batch-size 64 --speed 1``). Ctrl-C (or
-SIGTERM) stops it cleanly.
+SIGTERM) stops it cleanly within about a second; a second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -32,13 +33,31 @@ def _setting_type(name: str) -> Any:
     return convert
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r} (expected an integer from 0 to 65535)")
+    return port
+
+
+def _host(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the host must not be empty (an empty host listens on every "
+                                         "interface; say 0.0.0.0 if that is what you want)")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmsim", description="A simulated OpenAI-compatible LLM backend.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Serve the simulator in the foreground until Ctrl-C")
-    serve.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="Port to listen on; 0 picks a free one "
-                                                              "(default: 8000)")
+    serve.add_argument("--host", type=_host, default="127.0.0.1",
+                       help="Address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8000, help="Port to listen on, 0 to 65535; 0 picks a "
+                                                                "free one (default: 8000)")
     defaults = SimConfig()
     for name in SETTING_NAMES:
         serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
@@ -54,12 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = LLMBackend(SimConfig().replace(**settings), host=args.host, port=args.port)
     try:
         backend.start()
-    except OSError as error:
-        print(f"llmsim: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+    except OSError as error:  # its message names the address
+        print(f"llmsim: {error.strerror or error}", file=sys.stderr)
         return 1
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():  # a second Ctrl-C: do not wait for the clean stop
+            os._exit(128 + signum)
         stop.set()
 
     signal.signal(signal.SIGINT, on_signal)

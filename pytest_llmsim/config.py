@@ -52,7 +52,11 @@ class SimConfig:
     rpm: int | None = None
     tpm: int | None = None
     max_log_entries: int = 10_000
+    max_log_bytes: int = 64 * 1024 * 1024
+    max_log_body_bytes: int = 1024 * 1024
     max_body_bytes: int = 8 * 1024 * 1024
+    max_request_tokens: int = 524_288
+    keepalive_timeout: float = 5.0
 
     def replace(self, **settings: Any) -> SimConfig:
         """Return a copy with ``settings`` applied, each one validated.
@@ -178,7 +182,11 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "rpm": _optional_limit,
     "tpm": _optional_limit,
     "max_log_entries": _integer(1),
+    "max_log_bytes": _integer(1),
+    "max_log_body_bytes": _integer(0),
     "max_body_bytes": _integer(1),
+    "max_request_tokens": _integer(1),
+    "keepalive_timeout": _number(0.0, low_inclusive=False),
 }
 
 SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(SimConfig))
@@ -205,7 +213,13 @@ SETTING_HELP: dict[str, str] = {
     "rpm": "Simulated requests-per-minute limit (429 past it); unset means none",
     "tpm": "Simulated tokens-per-minute limit (prompt + max_tokens); unset means none",
     "max_log_entries": "Requests kept in the request log (oldest dropped)",
+    "max_log_bytes": "Bytes of bodies and headers kept in the request log (oldest dropped)",
+    "max_log_body_bytes": "Larger bodies are logged as their first this many bytes plus a marker",
     "max_body_bytes": "Largest request body accepted; larger answers 413",
+    "max_request_tokens": "Most tokens one request may ask for: prompt tokens plus n x max_tokens "
+                          "over all its prompts; more answers 400",
+    "keepalive_timeout": "Wall seconds a connection may take to send a request head (and wait between "
+                         "body reads) before it is closed",
 }
 
 

@@ -25,7 +25,9 @@ import heapq
 import itertools
 import math
 import random
+from array import array
 from collections import deque
+from collections.abc import Iterator
 from collections.abc import Sequence as TokenIds
 from dataclasses import dataclass, field
 from enum import Enum
@@ -35,7 +37,7 @@ from .config import SimConfig
 from .latency import LatencyModel
 from .prefix_cache import PrefixCache, block_hashes
 
-__all__ = ["Engine", "EngineListener", "SeqState", "SimSequence"]
+__all__ = ["Engine", "EngineListener", "Gaps", "SeqState", "SimSequence"]
 
 
 class SeqState(Enum):
@@ -47,6 +49,50 @@ class SeqState(Enum):
     FINISHED = "finished"
     CANCELLED = "cancelled"
     REJECTED = "rejected"  # waiting queue was full
+
+
+class Gaps:
+    """A sequence's inter-token gaps, kept as runs of equal values.
+
+    A constant step (no jitter, no load) is one run however long the answer,
+    so a long generation costs no memory per token; with jitter every gap is
+    its own run, 16 bytes each.
+    """
+
+    __slots__ = ("_counts", "_values", "count")
+
+    def __init__(self) -> None:
+        self._values = array("d")
+        self._counts = array("q")
+        self.count = 0
+
+    def add(self, value: float, count: int = 1) -> None:
+        if count <= 0:
+            return
+        if self._values and self._values[-1] == value:
+            self._counts[-1] += count
+        else:
+            self._values.append(value)
+            self._counts.append(count)
+        self.count += count
+
+    def runs(self) -> list[tuple[float, int]]:
+        """``(gap, how many times in a row)`` pairs, in order."""
+        return list(zip(self._values, self._counts))
+
+    def total(self) -> float:
+        return math.fsum(value * count for value, count in zip(self._values, self._counts))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[float]:
+        for value, count in zip(self._values, self._counts):
+            for _ in range(count):
+                yield value
+
+    def __repr__(self) -> str:
+        return f"Gaps({self.runs()!r})"
 
 
 @dataclass(eq=False, slots=True)
@@ -72,11 +118,10 @@ class SimSequence:
     finished_at: float | None = None
     emitted: int = 0
     cached_tokens: int = 0
-    cancel_requested: bool = False
     prefill_delay: float = 0.0
     step_delay: float = 0.0
     block_hashes: list[int] | None = None
-    gaps: list[float] = field(default_factory=list)
+    gaps: Gaps = field(default_factory=Gaps)
 
     # Durations are kept as the delays the engine scheduled, not as differences
     # of absolute times, so a configured 0.1 s reads back as exactly 0.1.
@@ -100,7 +145,7 @@ class SimSequence:
             return None
         ttft = self.ttft
         if self.state is SeqState.FINISHED and ttft is not None:
-            return ttft + math.fsum(self.gaps)
+            return ttft + self.gaps.total()
         return self.finished_at - self.arrival
 
 
@@ -192,29 +237,43 @@ class Engine:
         self.latency = LatencyModel(config, self.latency.rng)
 
     def cancel(self, seq: SimSequence) -> None:
-        """The client is gone: drop a waiting sequence now, a running one at its next step."""
+        """The client is gone: the sequence leaves now, in any phase, and its slot is free.
+
+        Its pending event, if any, stays in the heap and is skipped when due.
+        """
         if seq.state is SeqState.WAITING:
             self._waiting.remove(seq)
             self._finish(seq, SeqState.CANCELLED)
-        elif seq.state in (SeqState.RUNNING, SeqState.PENDING):
-            seq.cancel_requested = True
+        elif seq.state is SeqState.PENDING:
+            seq.arrival = self.now
+            self._finish(seq, SeqState.CANCELLED)
+        elif seq.state is SeqState.RUNNING:
+            self._finish(seq, SeqState.CANCELLED)
 
-    def advance(self, to: float) -> None:
-        """Run every event due at or before ``to``; the clock ends at ``to``."""
+    def advance(self, to: float, max_events: int | None = None) -> bool:
+        """Run the events due at or before ``to``; the clock ends at ``to``.
+
+        With ``max_events``, stop after that many (the clock then stays at the
+        last one run) and return False if any due event is left, so a caller
+        holding a lock can let others in between slices of a large backlog.
+        """
         events = self._events
+        budget = math.inf if max_events is None else max_events
         while events and events[0][0] <= to:
+            if budget <= 0:
+                return False
+            budget -= 1
             when, _, kind, seq = heapq.heappop(events)
-            self.now = when
             if kind == _ARRIVE:
-                if seq.cancel_requested:
-                    seq.arrival = when
-                    self._finish(seq, SeqState.CANCELLED)
-                else:
+                if seq.state is SeqState.PENDING:
+                    self.now = when
                     self._arrive(seq, when)
-            else:
+            elif seq.state is SeqState.RUNNING:  # a cancelled sequence's step is skipped
+                self.now = when
                 self._step(seq)
         if to > self.now and not math.isinf(to):
             self.now = to
+        return True
 
     def run_until_idle(self) -> None:
         """Run all events (tests); the clock ends at the last one."""
@@ -257,21 +316,17 @@ class Engine:
 
     def _step(self, seq: SimSequence) -> None:
         now = self.now
-        events = self._events
         latency = self.latency
-        if (latency.constant_step == 0.0 and not seq.cancel_requested
-                and (not events or events[0][0] > now)):
+        if self.config.itl == 0.0:  # every decode step is zero-length: all the rest is due now
             self._emit_rest_now(seq, now)
             return
+        events = self._events
         while True:
-            if seq.cancel_requested:
-                self._finish(seq, SeqState.CANCELLED)
-                return
             if seq.first_token_at is None:
                 self._prefill_done(seq, now)
             if seq.emitted < seq.output_length:
                 if seq.last_token_at is not None:
-                    seq.gaps.append(seq.step_delay)
+                    seq.gaps.add(seq.step_delay)
                 seq.emitted += 1
                 seq.last_token_at = now
             if seq.emitted >= seq.output_length:
@@ -284,9 +339,8 @@ class Engine:
             else:
                 delay *= seq.latency_scale
             seq.step_delay = delay
-            # A zero-length step whose event would be popped next anyway runs
-            # now: same order as through the heap, without the heap. The
-            # listener hears once per burst; ``seq.emitted`` says how far it got.
+            # A zero-length step (a jittered step can round to zero) whose event
+            # would be popped next anyway runs now: same order as through the heap.
             if delay == 0.0 and (not events or events[0][0] > now):
                 continue
             self.listener.on_token(seq, now)
@@ -306,14 +360,15 @@ class Engine:
             self._prefill_done(seq, now)
         remaining = seq.output_length - seq.emitted
         if remaining > 0:
-            gaps = remaining if seq.last_token_at is not None else remaining - 1
-            seq.gaps.extend([seq.step_delay] * gaps)
+            seq.gaps.add(seq.step_delay, remaining if seq.last_token_at is not None else remaining - 1)
             seq.emitted = seq.output_length
             seq.last_token_at = now
             self.listener.on_token(seq, now)
         self._finish(seq, SeqState.FINISHED)
 
     def _finish(self, seq: SimSequence, state: SeqState) -> None:
+        if math.isnan(seq.arrival):
+            seq.arrival = self.now
         was_running = seq.state is SeqState.RUNNING
         seq.state = state
         seq.finished_at = self.now

@@ -12,10 +12,11 @@ histograms and every counter cover the whole run (since the last reset).
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from bisect import bisect_left
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -48,7 +49,8 @@ _HISTOGRAMS = (
 # (key in totals, Prometheus name without _total, help)
 _COUNTERS = (
     ("prompt", "vllm:prompt_tokens", "Prefill tokens processed"),
-    ("completion", "vllm:generation_tokens", "Generation tokens produced"),
+    ("generated", "vllm:generation_tokens", "Generation tokens produced"),
+    ("completion", "llmsim:completion_tokens", "Generated tokens the clients were sent"),
     ("queried", "vllm:prefix_cache_queries", "Prefix-cache queries, in tokens"),
     ("cached", "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens"),
     ("cancelled", "llmsim:requests_cancelled", "Requests whose client went away before the end"),
@@ -99,6 +101,7 @@ class MetricsSnapshot:
     requests_by_status: dict[int, int]
     prompt_tokens: int
     completion_tokens: int
+    generated_tokens: int
     cached_tokens: int
     cache_hit_rate: float
     cancelled: int
@@ -114,7 +117,8 @@ class MetricsSnapshot:
         return (
             f"MetricsSnapshot(requests_total={self.requests_total}, "
             f"requests_by_status={{{statuses}}}, prompt_tokens={self.prompt_tokens}, "
-            f"completion_tokens={self.completion_tokens}, cached_tokens={self.cached_tokens}, "
+            f"completion_tokens={self.completion_tokens}, generated_tokens={self.generated_tokens}, "
+            f"cached_tokens={self.cached_tokens}, "
             f"cache_hit_rate={self.cache_hit_rate:.3f}, cancelled={self.cancelled}, "
             f"max_running={self.max_running}, faults={self.faults!r}, ttft={self.ttft!r}, itl={self.itl!r}, "
             f"e2e={self.e2e!r}, queue_time={self.queue_time!r})"
@@ -137,12 +141,13 @@ class _Histogram:
         self.total += value
         self.samples.append(value)
 
-    def observe_many(self, values: list[float]) -> None:
-        # Gaps are mostly equal: bucket each distinct value once.
-        for value, count in Counter(values).items():
+    def observe_runs(self, runs: list[tuple[float, int]]) -> None:
+        """Observe ``count`` times each ``value`` (gaps come in runs of equal values)."""
+        samples = self.samples
+        for value, count in runs:
             self.counts[bisect_left(self.bounds, value)] += count
             self.total += value * count
-        self.samples.extend(values)
+            samples.extend(itertools.repeat(value, min(count, SAMPLE_CAP)))
 
     def cumulative(self) -> list[tuple[str, float]]:
         running, out = 0, []
@@ -180,15 +185,16 @@ class Metrics:
             stats = self._stats[self.model] = _ModelStats()
         return stats
 
-    def observe(self, record: RequestRecord, gaps: list[float] | None = None,
+    def observe(self, record: RequestRecord, gaps: list[tuple[float, int]] | None = None,
                 queried_tokens: int = 0) -> None:
-        """Account for one finished API request (any status)."""
+        """Account for one finished API request (any status); ``gaps`` as ``(gap, count)`` runs."""
         with self._lock:
             stats = self._current()
-            key = (record.path, record.status)
+            key = (record.route, record.status)  # a route template: bounded label values
             stats.requests[key] = stats.requests.get(key, 0) + 1
             totals = stats.totals
             totals["prompt"] += record.prompt_tokens
+            totals["generated"] += record.generated_tokens
             totals["completion"] += record.completion_tokens
             totals["queried"] += queried_tokens
             totals["cached"] += record.cached_tokens if queried_tokens else 0
@@ -205,7 +211,7 @@ class Metrics:
                 if value is not None:
                     histograms[name].observe(value)
             if gaps:
-                histograms["itl"].observe_many(gaps)
+                histograms["itl"].observe_runs(gaps)
 
     # --- Prometheus ---
 
@@ -278,6 +284,7 @@ class Metrics:
             requests_by_status=statuses,
             prompt_tokens=totals["prompt"],
             completion_tokens=totals["completion"],
+            generated_tokens=totals["generated"],
             cached_tokens=totals["cached"],
             cache_hit_rate=totals["cached"] / queried if queried else 0.0,
             cancelled=totals["cancelled"],

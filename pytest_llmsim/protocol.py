@@ -32,6 +32,13 @@ SYSTEM_FINGERPRINT = "fp_llmsim"
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
+# Prompts in one completions request (OpenAI caps embeddings inputs at 2048 too);
+# each costs n sequences, so this bounds a request before its work is counted.
+MAX_PROMPTS = 2048
+# JSON nested deeper than this is refused before anything walks it recursively.
+MAX_JSON_DEPTH = 128
+# An omitted or null completions prompt: the document separator, as the API documents.
+DEFAULT_PROMPT = "<|endoftext|>"
 UNSUPPORTED_FIELDS = {
     "logprobs": "log probabilities are not simulated",
     "top_logprobs": "log probabilities are not simulated",
@@ -79,10 +86,41 @@ class ParsedRequest:
     tools_text: str = ""
     prompts: list[str | list[int]] = field(default_factory=list)
     echo: bool = False
+    max_tokens_param: str = "max_tokens"  # the field the client set its limit with
+    prompt_defaulted: bool = False  # a null prompt: the document separator token
 
     @property
     def prompt_param(self) -> str:
         return "messages" if self.kind == "chat" else "prompt"
+
+
+def json_depth_exceeds(data: bytes, value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``value`` (parsed from ``data``) nests objects and arrays deeper than ``limit``.
+
+    Walks iteratively, and only when the raw body has that many brackets at all.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values() if isinstance(child, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
+    return False
+
+
+def describe(value: Any) -> str:
+    """A short, safe description of a JSON value for an error message (never recursive)."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --- field checks ---
@@ -105,7 +143,7 @@ def _expect_object(body: Any) -> dict[str, Any]:
 def _optional(body: dict[str, Any], key: str, check: Any, expected: str) -> Any:
     value = body.get(key)
     if value is not None and not check(value):
-        raise invalid(f"Invalid type for '{key}': expected {expected}, but got {json.dumps(value)[:80]}.",
+        raise invalid(f"Invalid type for '{key}': expected {expected}, but got {describe(value)}.",
                       key, "invalid_type")
     return value
 
@@ -121,8 +159,9 @@ def _common(body: dict[str, Any], kind: str) -> dict[str, Any]:
     model = body.get("model")
     if model is None:
         raise invalid("You must provide a model parameter.", "model", "missing_required_parameter")
-    if not isinstance(model, str) or not model:
-        raise invalid("Invalid type for 'model': expected a non-empty string.", "model", "invalid_type")
+    if not isinstance(model, str):  # the spec allows any string, the empty one included
+        raise invalid(f"Invalid type for 'model': expected a string, but got {describe(model)}.",
+                      "model", "invalid_type")
     for key, reason in UNSUPPORTED_FIELDS.items():
         if body.get(key) not in (None, False, 0):
             raise invalid(f"'{key}' is not supported by pytest-llmsim: {reason}.", key, "unsupported_parameter")
@@ -135,13 +174,16 @@ def _common(body: dict[str, Any], kind: str) -> dict[str, Any]:
     if options:
         include_usage = bool(_optional(options, "include_usage", lambda v: isinstance(v, bool), "a boolean"))
     max_tokens = None
+    max_tokens_param = "max_tokens"
+    # The completions spec allows max_tokens 0 (score a prompt with echo); chat needs 1.
+    minimum = 1 if kind == "chat" else 0
     for key in (("max_completion_tokens", "max_tokens") if kind == "chat" else ("max_tokens",)):
         value = _optional(body, key, _is_int, "an integer")
-        if value is not None and value < 1:
-            raise invalid(f"Invalid '{key}': integer below minimum value. Expected a value >= 1, "
+        if value is not None and value < minimum:
+            raise invalid(f"Invalid '{key}': integer below minimum value. Expected a value >= {minimum}, "
                           f"but got {value} instead.", key, "integer_below_min_value")
         if value is not None and max_tokens is None:
-            max_tokens = value
+            max_tokens, max_tokens_param = value, key
     n = _optional(body, "n", _is_int, "an integer")
     if n is not None and not 1 <= n <= MAX_N:
         raise invalid(f"Invalid 'n': {n} is not between 1 and {MAX_N}.", "n", "integer_out_of_range")
@@ -163,7 +205,8 @@ def _common(body: dict[str, Any], kind: str) -> dict[str, Any]:
         raise invalid(f"Invalid 'stop': expected a string or an array of at most "
                       f"{MAX_STOP_SEQUENCES} strings.", "stop", "invalid_type")
     return {"model": model, "stream": stream, "include_usage": include_usage,
-            "max_tokens": max_tokens, "n": n or 1, "stops": stops, "seed": seed}
+            "max_tokens": max_tokens, "max_tokens_param": max_tokens_param, "n": n or 1, "stops": stops,
+            "seed": seed}
 
 
 # --- chat ---
@@ -250,7 +293,9 @@ def parse_completion(body: Any) -> ParsedRequest:
         raise invalid("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter")
     prompt = body["prompt"]
     prompts: list[str | list[int]]
-    if isinstance(prompt, str):
+    if prompt is None:  # nullable in the spec, defaulting to the document separator
+        prompts = [DEFAULT_PROMPT]
+    elif isinstance(prompt, str):
         prompts = [prompt]
     elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
         prompts = [list(prompt)]
@@ -261,9 +306,13 @@ def parse_completion(body: Any) -> ParsedRequest:
     else:
         raise invalid("Invalid 'prompt': expected a string, an array of strings, an array of token "
                       "ids, or an array of token-id arrays (none empty).", "prompt", "invalid_type")
+    if len(prompts) > MAX_PROMPTS:
+        raise invalid(f"Invalid 'prompt': {len(prompts)} prompts in one request; the limit is {MAX_PROMPTS}.",
+                      "prompt", "array_above_max_length")
     echo = bool(_optional(body, "echo", lambda v: isinstance(v, bool), "a boolean"))
     common = _common(body, "completion")
-    return ParsedRequest(kind="completion", prompts=prompts, echo=echo, **common)
+    return ParsedRequest(kind="completion", prompts=prompts, echo=echo, prompt_defaulted=prompt is None,
+                         **common)
 
 
 # --- responses ---

@@ -1,7 +1,11 @@
 """The request log: what arrived at a backend and what became of it.
 
-The log is bounded (``max_log_entries``, oldest dropped) so a long soak keeps
-flat memory; the counters in :mod:`pytest_llmsim.metrics` keep counting.
+The log is bounded twice, oldest dropped first: by entries
+(``max_log_entries``) and by bytes (``max_log_bytes``: each record's body and
+header bytes as received). A body over ``max_log_body_bytes`` is kept as the
+start of its text plus a marker (:data:`TRUNCATED_MARKER`), so a long soak or
+a stream of huge bodies keeps flat memory; the counters in
+:mod:`pytest_llmsim.metrics` keep counting everything.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RequestLog", "RequestRecord"]
+__all__ = ["TRUNCATED_MARKER", "RequestLog", "RequestRecord"]
+
+TRUNCATED_MARKER = "...[truncated by pytest-llmsim: {size} bytes in all]"
 
 
 @dataclass(slots=True)
@@ -21,7 +27,15 @@ class RequestRecord:
 
     Timings are simulated seconds (``None`` where the request never got
     that far, e.g. a 400). ``status`` is 0 when the connection was dropped
-    before any response; ``fault`` names the fault the request was given.
+    before any response, and 499 when the client hung up before its answer
+    was complete (then ``cancelled`` is True); ``fault`` names the fault the
+    request was given. ``completion_tokens`` counts the tokens the client was
+    sent, ``generated_tokens`` those the engine produced (more, when the
+    client left early). ``route`` is the route template that served the
+    request (``/v1/models/{id}``; ``unknown`` when none matched).
+    ``body`` is the parsed JSON body, or, when it was larger than
+    ``max_log_body_bytes`` (``body_truncated``), the start of its text
+    followed by a marker; ``body_bytes`` is its size as received.
     """
 
     method: str
@@ -33,6 +47,7 @@ class RequestRecord:
     stream: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    generated_tokens: int = 0
     cached_tokens: int = 0
     finish_reasons: list[str | None] = field(default_factory=list)
     ttft: float | None = None
@@ -42,6 +57,24 @@ class RequestRecord:
     cancelled: bool = False
     error: dict[str, Any] | None = None
     fault: str | None = None
+    route: str = "unknown"
+    body_bytes: int = 0
+    body_truncated: bool = False
+
+    def keep_body(self, body: Any, data: bytes, limit: int) -> None:
+        """Store the request body: parsed, or truncated to ``limit`` bytes of text with a marker."""
+        self.body_bytes = len(data)
+        if len(data) <= limit:
+            self.body = body
+            return
+        self.body_truncated = True
+        self.body = data[:limit].decode("utf-8", "replace") + TRUNCATED_MARKER.format(size=len(data))
+
+    @property
+    def size_bytes(self) -> int:
+        """What this record counts against ``max_log_bytes``: its body and headers as received."""
+        kept = len(self.body) if self.body_truncated else self.body_bytes
+        return kept + sum(len(key) + len(value) for key, value in self.headers.items())
 
     @property
     def ok(self) -> bool:
@@ -64,19 +97,33 @@ class RequestRecord:
 
 
 class RequestLog:
-    """Thread-safe, bounded list of :class:`RequestRecord`, oldest dropped first."""
+    """Thread-safe list of :class:`RequestRecord`, bounded by entries and by bytes, oldest dropped first.
 
-    def __init__(self, max_entries: int) -> None:
-        self._records: deque[RequestRecord] = deque(maxlen=max_entries)
+    The newest record is always kept, whatever its size.
+    """
+
+    def __init__(self, max_entries: int, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._records: deque[tuple[RequestRecord, int]] = deque()
         self._lock = threading.Lock()
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.total_bytes = 0
+        self.dropped = 0  # records let go to stay within the bounds
 
     def append(self, record: RequestRecord) -> None:
+        size = record.size_bytes
         with self._lock:
-            self._records.append(record)
+            records = self._records
+            records.append((record, size))
+            self.total_bytes += size
+            while len(records) > 1 and (len(records) > self.max_entries or self.total_bytes > self.max_bytes):
+                _, old_size = records.popleft()
+                self.total_bytes -= old_size
+                self.dropped += 1
 
     def snapshot(self) -> list[RequestRecord]:
         with self._lock:
-            return list(self._records)
+            return [record for record, _ in self._records]
 
     def __iter__(self) -> Iterator[RequestRecord]:
         return iter(self.snapshot())

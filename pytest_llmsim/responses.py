@@ -8,11 +8,12 @@ connection, an empty or malformed body).
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -23,7 +24,7 @@ from .faults import Fault
 from .protocol import chat_chunk, chat_response, completion_chunk, completion_response
 from .records import RequestRecord
 from .runtime import FINISH, ClientGone
-from .simulator import Generation, Simulator
+from .simulator import Generation, Outcome, Simulator
 
 __all__ = ["GenerationResponder", "drop_connection", "json_response"]
 
@@ -32,6 +33,10 @@ SSE_TYPE = "text/event-stream; charset=utf-8"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 CUT_KINDS = ("drop", "error_event", "malformed", "stall")
+# Most token events rendered into one write: a backlog (a client that reads
+# slowly, or thousands of tokens due at once) is written in pieces of this
+# size, each waiting for the socket, never rendered whole in memory.
+CHUNK_EVENTS = 256
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -140,7 +145,7 @@ class _DirectWriter:
 
     __slots__ = ("_events", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
 
-    def __init__(self, sock: socket.socket, events: _StreamEvents, pieces: list[str]) -> None:
+    def __init__(self, sock: socket.socket, events: _StreamEvents, pieces: Sequence[str]) -> None:
         self._sock = sock
         self._events = events
         self._pieces = pieces
@@ -151,17 +156,21 @@ class _DirectWriter:
         self.pending = b""
 
     def render(self, upto: int) -> bytes:
-        """The events not yet written, through token ``upto`` (call holding ``lock``)."""
+        """The events not yet written, through token ``upto`` but at most ``CHUNK_EVENTS`` of them
+        (call holding ``lock``)."""
         parts = [] if self.opened else [self._events.opening(0)]
         self.opened = True
+        upto = min(upto, self.written + CHUNK_EVENTS)
         parts.extend(self._events.token(0, piece) for piece in self._pieces[self.written:upto])
         self.written = max(self.written, upto)
         return b"".join(parts)
 
     def __call__(self, seq: SimSequence, emitted: int) -> bool:
-        if not self.enabled or not self.lock.acquire(blocking=False):
+        if (not self.enabled or emitted - self.written > CHUNK_EVENTS  # a backlog: the handler writes it
+                or not self.lock.acquire(blocking=False)):
             return False
         try:
+            before = self.written
             data = self.render(emitted)
             if not data:
                 return True
@@ -170,8 +179,9 @@ class _DirectWriter:
                 sent = self._sock.send(framed, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 sent = 0
-            except OSError:  # the client is gone; the handler's idle check notices and cancels
+            except OSError:  # the client is gone; the handler's hang-up check notices and cancels
                 self.enabled = False
+                self.written = before  # these never reached it
                 return True
             if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
@@ -193,7 +203,7 @@ class GenerationResponder:
         headers = {**SSE_HEADERS, **generation.headers}
         if generation.request.stream:
             if fault is not None and fault.kind == "empty":
-                self._abandon(record, generation, cut_by_fault=True)
+                self._abandon(record, generation, Outcome.CUT_BY_FAULT, 0)
                 return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
             body = self._stream(request, record, generation, response_id, fault)
             return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
@@ -204,25 +214,29 @@ class GenerationResponder:
     def _complete(self, request: Request, record: RequestRecord, generation: Generation,
                   response_id: str, fault: Fault | None) -> Response:
         kind = fault.kind if fault is not None else None
-        if fault is not None and kind == "stall":
-            self.simulator.stall(fault.seconds)
+        gone = functools.partial(client_gone, request)
         try:
-            generation.ticket.wait(lambda: client_gone(request))
+            if fault is not None and kind == "stall" and self.simulator.stall(fault.seconds, gone):
+                raise ClientGone
+            generation.ticket.wait(gone)
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
-            self._abandon(record, generation)
+            self._abandon(record, generation, Outcome.CLIENT_GONE, 0)
             return Response(b"", status=499)  # never reaches the client
         parsed = generation.request
         if fault is not None and kind == "drop":
             record.status = 0  # no response at all
-            self.simulator.finish(record, generation)
+            self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
             drop_connection(request)
             return Response(b"", status=500)  # never reaches the client
         if fault is not None and kind == "error_event":  # not streamed: the error is the answer
             body = fault.stream_error_body()
             record.status, record.error = 500, body["error"]
-            self.simulator.finish(record, generation)
+            self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
             return json_response(body, 500)
-        self.simulator.finish(record, generation)
+        if kind in ("empty", "malformed"):  # the client gets no usable answer
+            self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
+        else:
+            self.simulator.finish(record, generation)
         if kind == "empty":
             return Response(b"", status=200, content_type=JSON)
         texts = [prefix + output.text for prefix, output in zip(generation.echo_prefixes, generation.outputs)]
@@ -234,11 +248,11 @@ class GenerationResponder:
             return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=generation.headers)
         return json_response(body, headers=generation.headers)
 
-    def _abandon(self, record: RequestRecord, generation: Generation, cut_by_fault: bool = False) -> None:
+    def _abandon(self, record: RequestRecord, generation: Generation, outcome: Outcome, delivered: int) -> None:
         """End a generation early (client gone, or a fault cut it): free its slots, then account it."""
         self.simulator.cancel(generation)
         generation.ticket.wait()
-        self.simulator.finish(record, generation, cut_by_fault=cut_by_fault)
+        self.simulator.finish(record, generation, outcome, delivered)
 
     # --- streamed ---
 
@@ -252,10 +266,12 @@ class GenerationResponder:
         cut_at = fault.after_tokens if fault is not None and fault.kind in CUT_KINDS else None
         written = 0
         complete = reset = cut = False
+        gone = functools.partial(client_gone, request)
         direct = self._direct_writer(request, generation, events, fault)
         try:
             if cut_at == 0 and fault is not None and fault.kind == "stall":
-                self.simulator.stall(fault.seconds)  # before the headers: no bytes at all
+                if self.simulator.stall(fault.seconds, gone):  # before the headers: no bytes at all
+                    return
                 cut_at = None
             yield b""  # send the headers now, as a real server does on admission
             out: list[bytes] = []  # what goes out with [DONE]
@@ -263,22 +279,27 @@ class GenerationResponder:
                 last, reset = yield from self._stream_direct(request, generation, events, direct)
                 out.append(last)
             else:
-                for batch in generation.ticket.batches(lambda: client_gone(request)):
+                for batch in generation.ticket.batches(gone):
                     due: list[bytes] = []
                     for kind, seq, emitted in batch:
                         index = seq.index
                         if not started[index]:
                             started[index] = True
                             due.append(events.opening(index))
-                        for piece in outputs[index].pieces[sent[index]:emitted]:  # one event per token
-                            if written == cut_at and fault is not None:
-                                cut_at = None
-                                if (yield from self._apply_cut(request, fault, events, due)):
-                                    cut = True
-                                    return
-                            due.append(events.token(index, piece))
-                            written += 1
-                        sent[index] = max(sent[index], emitted)
+                        while sent[index] < emitted:  # a chunk at a time: a backlog is never rendered whole
+                            upto = min(emitted, sent[index] + CHUNK_EVENTS)
+                            for piece in outputs[index].pieces[sent[index]:upto]:  # one event per token
+                                if written == cut_at and fault is not None:
+                                    cut_at = None
+                                    cut = yield from self._apply_cut(request, fault, events, due, gone)
+                                    if cut:
+                                        return
+                                due.append(events.token(index, piece))
+                                written += 1
+                            sent[index] = upto
+                            if len(due) >= CHUNK_EVENTS:
+                                yield b"".join(due)
+                                due.clear()
                         if kind == FINISH:
                             if seq.state is SeqState.FINISHED:
                                 due.append(events.finish(index))
@@ -288,9 +309,11 @@ class GenerationResponder:
             if reset:
                 return  # the backend was reset under this stream: end it without [DONE]
             if cut_at is not None and fault is not None:  # fewer tokens than after_tokens: cut at the end
-                if (yield from self._apply_cut(request, fault, events, out)):
-                    cut = True
+                cut = yield from self._apply_cut(request, fault, events, out, gone)
+                if cut:
                     return
+            if gone():  # it left while its last tokens were being written: it will not see [DONE]
+                return
             tail = b"".join(out) + (events.usage() if generation.request.include_usage else b"")
             # Account before the client can see [DONE], so a test that reads
             # the metrics right after its stream ends finds this request.
@@ -300,8 +323,10 @@ class GenerationResponder:
         except ClientGone:
             return  # the finally below cancels and accounts it
         finally:
-            if not complete:
-                self._abandon(record, generation, cut_by_fault=cut)
+            if not complete:  # a hang-up (or a failed write), a fault's cut, or a reset
+                delivered = direct.written if direct is not None else written
+                self._abandon(record, generation, Outcome.CUT_BY_FAULT if cut else Outcome.CLIENT_GONE,
+                              delivered)
 
     @staticmethod
     def _direct_writer(request: Request, generation: Generation, events: _StreamEvents,
@@ -330,6 +355,10 @@ class GenerationResponder:
                 out = [direct.pending]
                 direct.pending = b""
                 for kind, seq, emitted in batch:
+                    while emitted - direct.written > CHUNK_EVENTS:  # a backlog: write it chunk by chunk
+                        out.append(direct.render(emitted))
+                        yield b"".join(out)
+                        out.clear()
                     out.append(direct.render(emitted))
                     if kind == FINISH:
                         direct.enabled = False
@@ -342,9 +371,12 @@ class GenerationResponder:
                     yield data  # werkzeug writes it before resuming us, still under the lock
         return b"", False
 
-    def _apply_cut(self, request: Request, fault: Fault, events: _StreamEvents,
-                   out: list[bytes]) -> Generator[bytes, None, bool]:
-        """Apply a mid-stream fault here (``out`` holds what is due); True when the stream ends."""
+    def _apply_cut(self, request: Request, fault: Fault, events: _StreamEvents, out: list[bytes],
+                   gone: Callable[[], bool]) -> Generator[bytes, None, bool]:
+        """Apply a mid-stream fault here (``out`` holds what is due); True when the stream ends.
+
+        A client that hangs up during a stall raises :class:`ClientGone`.
+        """
         if fault.kind == "malformed":
             out.append(events.malformed())
             return False
@@ -353,7 +385,8 @@ class GenerationResponder:
         yield b"".join(out)
         out.clear()
         if fault.kind == "stall":
-            self.simulator.stall(fault.seconds)
+            if self.simulator.stall(fault.seconds, gone):
+                raise ClientGone
             return False
         if fault.kind == "drop":
             drop_connection(request)

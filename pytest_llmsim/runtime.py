@@ -35,6 +35,11 @@ WAKE_SLACK = 0.0005
 # How often a handler waiting for tokens checks whether its client hung up.
 CLIENT_CHECK_INTERVAL = 0.05
 
+# Most engine events run under the lock in one go; a larger backlog (thousands
+# of sequences due at one instant) is worked off in slices with the lock let go
+# between them, so other requests are never stalled behind it.
+SLICE_EVENTS = 2048
+
 TOKEN = "token"
 FINISH = "finish"
 # Sequences still inside the engine (arrival scheduled, queued or in the batch).
@@ -42,47 +47,70 @@ IN_ENGINE = (SeqState.PENDING, SeqState.WAITING, SeqState.RUNNING)
 
 
 class Ticket:
-    """A handler's view of its sequences (one per choice) while they run."""
+    """A handler's view of its sequences (one per choice) while they run.
 
-    __slots__ = ("accepted", "direct", "events", "open_count", "sequences")
+    The engine posts to it; the handler reads. Posts are coalesced: the
+    ticket keeps only each sequence's latest state, so a handler that falls
+    behind (a client that does not read) finds one entry per choice waiting,
+    never a backlog that grows with every token.
+    """
 
-    def __init__(self, sequences: Sequence[SimSequence]) -> None:
+    __slots__ = ("_lock", "_pending", "_wake", "accepted", "direct", "open_count", "sequences", "wants_tokens")
+
+    def __init__(self, sequences: Sequence[SimSequence], wants_tokens: bool = True) -> None:
         self.sequences = list(sequences)
         # Optional fast path: called with (sequence, tokens emitted) by whichever
-        # thread runs the engine; True means the tokens went out, no event needed.
+        # thread runs the engine; True means the tokens went out, no post needed.
         self.direct: Callable[[SimSequence, int], bool] | None = None
-        # (kind, sequence, tokens emitted so far): the count travels with the
-        # event because the engine may have moved on by the time it is read.
-        self.events: queue.SimpleQueue[tuple[str, SimSequence, int]] = queue.SimpleQueue()
+        # False for answers sent whole: only the finish wakes the handler.
+        self.wants_tokens = wants_tokens
+        self._lock = threading.Lock()
+        self._pending: dict[SimSequence, tuple[str, int]] = {}
+        # One item per time _pending turns non-empty, so the reader sleeps in C.
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self.accepted = True
         self.open_count = len(self.sequences)
 
+    def post(self, kind: str, seq: SimSequence, emitted: int) -> None:
+        """Record that ``seq`` has emitted ``emitted`` tokens (and finished, for ``FINISH``)."""
+        with self._lock:
+            was_empty = not self._pending
+            self._pending[seq] = (kind, emitted)
+        if was_empty:
+            self._wake.put(None)
+
     def batches(self, client_gone: Callable[[], bool] | None = None
                 ) -> Iterator[list[tuple[str, SimSequence, int]]]:
-        """Block for the next events, yielding everything already due at once.
+        """Block for news, yielding ``(kind, sequence, tokens emitted)`` for each sequence that moved.
 
-        While nothing is due, ``client_gone`` is asked every
-        ``CLIENT_CHECK_INTERVAL`` wall seconds; when it says so,
+        ``client_gone`` is asked at least every ``CLIENT_CHECK_INTERVAL`` wall
+        seconds, whether or not tokens are arriving; when it says so,
         :class:`ClientGone` is raised (the caller cancels the request).
         """
-        events = self.events
+        wake = self._wake
+        next_check = time.monotonic() + CLIENT_CHECK_INTERVAL
         while self.open_count:
             if client_gone is None:
-                first = events.get()
+                wake.get()
             else:
                 while True:
                     try:
-                        first = events.get(timeout=CLIENT_CHECK_INTERVAL)
+                        wake.get(timeout=CLIENT_CHECK_INTERVAL)
                         break
                     except queue.Empty:
+                        next_check = time.monotonic() + CLIENT_CHECK_INTERVAL
                         if client_gone():
                             raise ClientGone from None
-            batch = [first]
-            while True:
-                try:
-                    batch.append(events.get_nowait())
-                except queue.Empty:
-                    break
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + CLIENT_CHECK_INTERVAL
+                    if client_gone():
+                        raise ClientGone
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            if not pending:
+                continue
+            batch = [(kind, seq, emitted) for seq, (kind, emitted) in pending.items()]
             self.open_count -= sum(1 for event in batch if event[0] == FINISH)
             yield batch
 
@@ -97,17 +125,19 @@ class ClientGone(Exception):
 
 
 class _TicketListener:
-    """Engine listener that forwards events to the owning ticket's queue."""
+    """Engine listener that forwards events to the owning ticket."""
 
     def on_token(self, seq: SimSequence, now: float) -> None:
         ticket = seq.owner
+        if not ticket.wants_tokens:
+            return
         direct = ticket.direct
         if direct is not None and direct(seq, seq.emitted):
             return
-        ticket.events.put((TOKEN, seq, seq.emitted))
+        ticket.post(TOKEN, seq, seq.emitted)
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
-        seq.owner.events.put((FINISH, seq, seq.emitted))
+        seq.owner.post(FINISH, seq, seq.emitted)
 
 
 class Runtime:
@@ -158,15 +188,28 @@ class Runtime:
 
     # --- work ---
 
-    def submit(self, sequences: Sequence[SimSequence], arrived_at: float | None = None) -> Ticket:
+    def can_admit(self, count: int) -> bool:
+        """Whether ``count`` more sequences would find a batch slot or a queue place now.
+
+        Checked before a request's outputs are planned, so an oversized
+        request costs nothing before its 503; :meth:`submit` checks again.
+        """
+        with self._cond:
+            engine, config = self.engine, self.config
+            free = max(0, config.max_batch_size - engine.running_count)
+            return count <= free + max(0, config.max_waiting - engine.waiting_count)
+
+    def submit(self, sequences: Sequence[SimSequence], arrived_at: float | None = None,
+               wants_tokens: bool = True) -> Ticket:
         """Start the sequences of one request; ``ticket.accepted`` is False if the queue was full.
 
         ``arrived_at`` is the ``time.monotonic()`` at which the request reached
         the server (the kernel's receive time of its first bytes, or when its
         connection was accepted); the engine back-dates the arrival to then,
-        so handler-thread scheduling delay is not latency.
+        so handler-thread scheduling delay is not latency. ``wants_tokens``
+        False means the handler only needs to hear when the request is over.
         """
-        ticket = Ticket(sequences)
+        ticket = Ticket(sequences, wants_tokens)
         with self._cond:
             if self._stopping:  # a request racing the shutdown: answer busy, never hang
                 ticket.accepted = False
@@ -174,7 +217,8 @@ class Runtime:
                 return ticket
             engine = self.engine
             now = self.virtual_now()
-            engine.advance(now)
+            # A backlog left over (a slice budget) makes the arrival a scheduled event instead.
+            engine.advance(now, SLICE_EVENTS)
             at = self._virtual_at(arrived_at, now)
             for seq in sequences:
                 seq.owner = ticket
@@ -189,7 +233,7 @@ class Runtime:
         return ticket
 
     def cancel(self, ticket: Ticket) -> None:
-        """The client went away: free the ticket's slots (at each sequence's next step)."""
+        """The client went away: its sequences leave the engine now and free their slots."""
         with self._cond:
             for seq in ticket.sequences:
                 if seq.state in IN_ENGINE:
@@ -208,12 +252,16 @@ class Runtime:
         if due is not None and due < self._wake_at:
             self._cond.notify()
 
-    def _run_due(self, slack: float = 0.0) -> None:
-        """Run the events due now, or within ``slack`` wall seconds from now."""
+    def _run_due(self, slack: float = 0.0) -> bool:
+        """Run the events due now, or within ``slack`` wall seconds from now, one slice at most.
+
+        Returns False when due events are left for the engine thread: no
+        caller holds the lock for more than ``SLICE_EVENTS`` events, however
+        many sequences fall due at one instant.
+        """
         if math.isinf(self.config.speed):
-            self.engine.advance(math.inf)
-        else:
-            self.engine.advance(self.virtual_now() + slack * self.config.speed)
+            return self.engine.advance(math.inf, SLICE_EVENTS)
+        return self.engine.advance(self.virtual_now() + slack * self.config.speed, SLICE_EVENTS)
 
     def update(self, config: SimConfig) -> None:
         """Apply new settings from now on, keeping the cache, the batch and the clock."""
@@ -236,8 +284,7 @@ class Runtime:
                 for seq in ticket.sequences:
                     if seq.state in IN_ENGINE:
                         seq.state = SeqState.CANCELLED
-                        seq.cancel_requested = True
-                        ticket.events.put((FINISH, seq, seq.emitted))
+                        ticket.post(FINISH, seq, seq.emitted)
             self._live.clear()
             self.config = config
             self.engine = self._new_engine(config)
@@ -267,6 +314,21 @@ class Runtime:
             self._cond.notify()
         self._thread.join()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopping
+
+    def restart(self) -> None:
+        """Run again after :meth:`stop`, with a fresh engine and clock."""
+        if not self._stopping:
+            return
+        self._thread.join()
+        self.reset(self.config)
+        self._stopping = False
+        self._wake_at = math.inf
+        self._thread = threading.Thread(target=self._loop, name="llmsim-engine", daemon=True)
+        self._thread.start()
+
     def _loop(self) -> None:
         with self._cond:
             while not self._stopping:
@@ -282,4 +344,8 @@ class Runtime:
                         self._cond.wait(delay)
                         continue
                 self._wake_at = -math.inf  # busy: running events now
-                self._run_due(WAKE_SLACK)
+                if not self._run_due(WAKE_SLACK):
+                    # More is due: let handlers and submitters in between slices.
+                    self._cond.release()
+                    time.sleep(0)
+                    self._cond.acquire()

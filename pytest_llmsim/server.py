@@ -15,22 +15,55 @@ import itertools
 import json
 import os
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from pytest_httpserver import HTTPServer
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
 from .faults import HTTP_FAULTS
 from .metrics import PROMETHEUS_CONTENT_TYPE
-from .protocol import APIError, ParsedRequest, parse_chat, parse_completion
+from .protocol import APIError, ParsedRequest, json_depth_exceeds, parse_chat, parse_completion
 from .records import RequestRecord
 from .responses import GenerationResponder, drop_connection, json_response
 from .simulator import Simulator
 from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
 
-__all__ = ["SimulatorServer"]
+__all__ = ["SimulatorServer", "validate_address"]
+
+# Internal errors kept for check(): the first few, with tracebacks but without
+# their frames' locals (request bodies), so a server that keeps failing keeps
+# flat memory; the rest are only counted.
+MAX_KEPT_ERRORS = 8
+# How often the serving thread looks for a stop request (socketserver polls).
+SHUTDOWN_POLL_SECONDS = 0.05
+UNKNOWN_ROUTE = "unknown"
+WORKER_IDLE_SECONDS = 10.0  # a handler thread idle this long retires (a few stay)
+ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
+
+
+def validate_address(host: str, port: int) -> None:
+    """Refuse an empty host (every interface) and a port outside 0-65535, with ValueError."""
+    if not isinstance(host, str) or not host.strip():
+        raise ValueError("host must be a non-empty address such as 127.0.0.1 "
+                         "(an empty host would listen on every interface)")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an integer from 0 to 65535 (0 picks a free port), not {port!r}")
+
+
+def openai_error_body(status: int, message: str, path: str | None) -> bytes:
+    """The body of a protocol-level error (see ``PooledWSGIServer.error_body``), in OpenAI's shape."""
+    code = HTTP_ERROR_CODES.get(status, "bad_request")
+    error_type = "server_error" if status >= 500 else "invalid_request_error"
+    return json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}}).encode()
+
+
+HTTP_ERROR_CODES = {
+    400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "request_header_fields_too_large",
+    501: "not_implemented", 503: "service_unavailable", 505: "http_version_not_supported",
+}
 
 
 
@@ -44,11 +77,25 @@ def _headers_of(environ: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
+def _body_read(request: Request) -> None:
+    """The request is in: wait without a timeout from now on (a stream may idle for long),
+    and in blocking mode, which the hang-up check and the direct writer need."""
+    sock = request.environ.get("werkzeug.socket")
+    if sock is not None:
+        try:
+            sock.settimeout(None)
+        except OSError:
+            pass
+
+
 class SimulatorServer(HTTPServer):
     """A threaded werkzeug server on loopback answering as an OpenAI-compatible backend."""
 
     def __init__(self, simulator: Simulator, host: str = "127.0.0.1", port: int = 0) -> None:
+        validate_address(host, port)
         super().__init__(host, port, threaded=True)
+        self.internal_error_count = 0
+        self._worker_idle_seconds = WORKER_IDLE_SECONDS
         self.simulator = simulator
         self.no_handler_status_code = 404
         self._responder = GenerationResponder(simulator)
@@ -72,22 +119,43 @@ class SimulatorServer(HTTPServer):
         """Listen (port 0 picks a free port) and serve from a daemon thread."""
         if self.is_running():
             raise RuntimeError("the simulator server is already running")
-        try:
-            self.server = PooledWSGIServer(self.host, self.port,
-                                           Request.application(self.application))
-        except SystemExit:  # werkzeug exits the process when the port is taken
-            raise OSError(f"cannot listen on {self.host}:{self.port}: address already in use") from None
-        self.port = self.server.port
+        simulator = self.simulator
+        self.server = PooledWSGIServer(self.host, self.port, Request.application(self.application),
+                                       request_timeout=lambda: simulator.config.keepalive_timeout,
+                                       error_body=openai_error_body)
+        self.server.worker_idle_seconds = self._worker_idle_seconds
+        self.port = self.server.port  # a restart after stop() listens on the same port again
         self.server_thread = threading.Thread(target=self.thread_target, name="llmsim-http",
                                               daemon=True)
         self.server_thread.start()
 
+    def thread_target(self) -> None:
+        assert self.server is not None
+        self.server.serve_forever(poll_interval=SHUTDOWN_POLL_SECONDS)
+
     def stop(self) -> None:
-        """Stop serving and close the listening socket."""
+        """Stop serving: close the listening socket and every open connection (within about 1 s)."""
         server = self.server
         super().stop()
         if server is not None:
-            server.server_close()
+            server.server_close()  # idempotent: serve_forever already closed it
+
+    @property
+    def worker_count(self) -> int:
+        """Handler threads alive now (0 when stopped)."""
+        server = self.server
+        return server.worker_count if isinstance(server, PooledWSGIServer) else 0
+
+    @property
+    def worker_idle_seconds(self) -> float:
+        """How long a handler thread waits for a new connection before it retires."""
+        return self._worker_idle_seconds
+
+    @worker_idle_seconds.setter
+    def worker_idle_seconds(self, seconds: float) -> None:
+        self._worker_idle_seconds = seconds
+        if isinstance(self.server, PooledWSGIServer):
+            self.server.worker_idle_seconds = seconds
 
     # --- dispatch ---
 
@@ -95,19 +163,32 @@ class SimulatorServer(HTTPServer):
         try:
             return self._route(request)
         except Exception as error:
-            self.handler_errors.append(error)
+            self._keep_error(error)
             failure = APIError(500, f"pytest-llmsim internal error: {type(error).__name__}: {error}",
                                type="server_error", code="internal_error")
             return self._api_error(request, failure)
 
+    def _keep_error(self, error: Exception) -> None:
+        """Keep an internal error for :meth:`check_handler_errors`, bounded in count and size."""
+        self.internal_error_count += 1
+        if len(self.handler_errors) < MAX_KEPT_ERRORS:
+            traceback.clear_frames(error.__traceback__)  # drop locals: the request and its body
+            self.handler_errors.append(error)
+
+    def clear(self) -> None:
+        super().clear()
+        self.internal_error_count = 0
+
     def _route(self, request: Request) -> Response:
         path = request.path
         if path.startswith("/v1/models/"):
+            template = "/v1/models/{id}"
             route: tuple[str, Callable[[Request], Response]] | None = ("GET", self._model)
         else:
-            route = self._routes.get(path)
+            template, route = path, self._routes.get(path)
         if route is None:
             return self._fallback(request)
+        request.environ[ROUTE_KEY] = template
         method, handler = route
         if request.method != method and not (method == "GET" and request.method == "HEAD"):
             error = APIError(405, f"Method {request.method} is not allowed on {path}; use {method}.",
@@ -137,10 +218,13 @@ class SimulatorServer(HTTPServer):
 
     @staticmethod
     def _new_record(request: Request, body: Any) -> RequestRecord:
-        return RequestRecord(method=request.method, path=request.path,
-                             headers=_headers_of(request.environ), body=body)
+        # The route template, never the path itself: a client must not be able to
+        # create a metrics series per URL it makes up.
+        return RequestRecord(method=request.method, path=request.path, headers=_headers_of(request.environ),
+                             body=body, route=request.environ.get(ROUTE_KEY, UNKNOWN_ROUTE))
 
-    def _read_json(self, request: Request) -> Any:
+    def _read_json(self, request: Request) -> tuple[Any, bytes]:
+        """The parsed body and its bytes; the connection is blocking again afterwards."""
         request.max_content_length = self.simulator.config.max_body_bytes
         try:
             data = request.get_data(cache=True)
@@ -148,12 +232,20 @@ class SimulatorServer(HTTPServer):
             raise APIError(413, f"Request body too large: the limit is "
                                 f"{self.simulator.config.max_body_bytes} bytes (max_body_bytes).",
                            code="request_too_large") from None
+        except (BadRequest, OSError, ValueError) as error:  # short body, bad chunking, timeout
+            raise APIError(400, f"The request body could not be read: {error}", code="invalid_body") from None
+        finally:
+            _body_read(request)
         try:
-            return json.loads(data)
-        except ValueError:
+            body = json.loads(data)
+        except (ValueError, RecursionError):
             raise APIError(400, "We could not parse the JSON body of your request. The OpenAI API "
                                 "expects a JSON payload, but what was sent was not valid JSON.",
                            code="invalid_json") from None
+        if json_depth_exceeds(data, body):
+            raise APIError(400, "The JSON body of your request is nested too deeply "
+                                "(more than 128 levels of objects and arrays).", code="invalid_json")
+        return body, data
 
     # --- generation routes ---
 
@@ -168,8 +260,8 @@ class SimulatorServer(HTTPServer):
         number = self.simulator.count_request()
         fault = None
         try:
-            body = self._read_json(request)
-            record.body = body
+            body, data = self._read_json(request)
+            record.keep_body(body, data, self.simulator.config.max_log_body_bytes)
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
             parsed = parse(body)

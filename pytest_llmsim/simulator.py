@@ -8,22 +8,36 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from .config import SimConfig
 from .engine import SeqState, SimSequence
 from .faults import Fault, FaultInjector
 from .metrics import Metrics, MetricsSnapshot
-from .protocol import APIError, ParsedRequest, invalid, usage_body
+from .protocol import DEFAULT_PROMPT, APIError, ParsedRequest, invalid, usage_body
 from .ratelimit import RateLimiter
 from .records import RequestLog, RequestRecord
-from .runtime import Runtime, Ticket
+from .runtime import CLIENT_CHECK_INTERVAL, Runtime, Ticket
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 
-__all__ = ["Generation", "Simulator"]
+__all__ = ["Generation", "Outcome", "Simulator"]
+
+# A client that hangs up before its answer is complete is logged with this
+# status, as nginx logs it: the client closed the request, no response was seen.
+CLIENT_CLOSED_REQUEST = 499
+
+
+class Outcome(Enum):
+    """How a request that reached the engine ended, from the client's side."""
+
+    COMPLETE = "complete"  # the client was sent the whole answer
+    CLIENT_GONE = "client_gone"  # the client hung up first: status 499, cancelled
+    CUT_BY_FAULT = "cut_by_fault"  # the server ended it on purpose (a fault)
 
 
 @dataclass
@@ -58,10 +72,6 @@ class Generation:
     def queried_tokens(self) -> int:
         return sum(len(seq.prompt_tokens) for seq in self._first_choices())
 
-    @property
-    def cancelled(self) -> bool:
-        return any(seq.state is SeqState.CANCELLED for seq in self.sequences)
-
     def finish_reason(self, index: int) -> str | None:
         seq = self.sequences[index]
         return self.outputs[index].finish_reason if seq.state is SeqState.FINISHED else None
@@ -69,25 +79,42 @@ class Generation:
     def _first_choices(self) -> list[SimSequence]:
         return self.sequences[::self.request.n]
 
-    def fill(self, record: RequestRecord) -> None:
-        """Copy token counts and simulated timings into the log record."""
+    def fill(self, record: RequestRecord, outcome: Outcome, delivered: int | None) -> None:
+        """Copy token counts, the outcome and simulated timings into the log record.
+
+        ``delivered``: tokens the client was sent, when the answer was not
+        complete (all of them otherwise).
+        """
         seqs = self.sequences
         record.prompt_tokens = sum(self.prompt_lengths)
-        record.completion_tokens = sum(seq.emitted for seq in seqs)
+        record.generated_tokens = self.completion_tokens
+        record.completion_tokens = record.generated_tokens if delivered is None else delivered
         record.cached_tokens = self.cached_tokens
-        record.cancelled = any(seq.state is SeqState.CANCELLED for seq in seqs)
-        record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
+        record.cancelled = outcome is Outcome.CLIENT_GONE
+        if record.cancelled:
+            record.status = CLIENT_CLOSED_REQUEST
+        if outcome is Outcome.COMPLETE:
+            record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
+        else:  # the client saw no ending, whatever the engine got to
+            record.finish_reasons = [None] * len(seqs)
         ttfts = [t for t in (s.ttft for s in seqs) if t is not None]
         record.ttft = min(ttfts) if ttfts else None
         ends = [t for t in (s.e2e for s in seqs) if t is not None]
         record.e2e = max(ends) if ends else None
         queued = [t for t in (s.queue_time for s in seqs) if t is not None]
         record.queue_time = max(queued) if queued else None
-        gap_count = sum(len(seq.gaps) for seq in seqs)
-        record.itl = sum(sum(seq.gaps) for seq in seqs) / gap_count if gap_count else None
+        gap_count = sum(seq.gaps.count for seq in seqs)
+        record.itl = sum(seq.gaps.total() for seq in seqs) / gap_count if gap_count else None
 
-    def gaps(self) -> list[float]:
-        return [gap for seq in self.sequences for gap in seq.gaps]
+    def gap_runs(self) -> list[tuple[float, int]]:
+        """Every inter-token gap of every choice, as ``(gap, repeat count)`` runs."""
+        return [run for seq in self.sequences for run in seq.gaps.runs()]
+
+
+def _queue_full(config: SimConfig) -> APIError:
+    return APIError(503, f"The server is overloaded: the waiting queue is full "
+                         f"(max_waiting={config.max_waiting}). Please retry later.",
+                    type="server_error", code="queue_full")
 
 
 class Simulator:
@@ -99,7 +126,7 @@ class Simulator:
         self.config = self._base
         self.runtime = Runtime(self.config)
         self.metrics = Metrics(self.config.model)
-        self.log = RequestLog(self.config.max_log_entries)
+        self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self._replies: deque[str] = deque()
@@ -128,7 +155,7 @@ class Simulator:
             self._apply(config)
             self.runtime.reset(config)
             self.metrics = Metrics(config.model)
-            self.log = RequestLog(config.max_log_entries)
+            self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
             self._replies.clear()
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
@@ -146,8 +173,9 @@ class Simulator:
         if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
             self._limiter = RateLimiter(config.rpm, config.tpm)
         self.faults.seed = config.seed
-        if config.max_log_entries != self.config.max_log_entries:
-            self.log = RequestLog(config.max_log_entries)
+        if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
+                                                              self.config.max_log_bytes):
+            self.log.max_entries, self.log.max_bytes = config.max_log_entries, config.max_log_bytes
         self.config = config
 
     def reply_with(self, replies: Iterable[str]) -> None:
@@ -160,8 +188,15 @@ class Simulator:
             return self._replies.popleft() if self._replies else None
 
     def stop(self) -> None:
+        """Stop the engine thread; stalled handlers and in-flight requests end now."""
         self._wake_stalls.set()
         self.runtime.stop()
+
+    def resume(self) -> None:
+        """Serve again after :meth:`stop` (a restarted backend), with an empty engine."""
+        if self.runtime.stopped:
+            self._wake_stalls = threading.Event()
+            self.runtime.restart()
 
     # --- faults ---
 
@@ -183,18 +218,36 @@ class Simulator:
 
         return self.faults.select(number, headers, request.model, prompt_text)
 
-    def stall(self, seconds: float) -> None:
-        """Hold the calling handler for ``seconds`` of wall time (ends early on reset or stop)."""
-        self._wake_stalls.wait(seconds)
+    def stall(self, seconds: float, client_gone: Callable[[], bool] | None = None) -> bool:
+        """Hold the calling handler for ``seconds`` of wall time.
+
+        Ends early on reset or stop; returns True, early, when ``client_gone``
+        (asked every ``CLIENT_CHECK_INTERVAL``) says the client hung up.
+        """
+        wake = self._wake_stalls
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if wake.wait(left if client_gone is None else min(left, CLIENT_CHECK_INTERVAL)):
+                return False
+            if client_gone is not None and client_gone():
+                return True
 
     # --- serving ---
 
     def start(self, request: ParsedRequest, arrived_at: float | None = None,
               latency_scale: float = 1.0) -> Generation:
-        """Validate against the model's limits, plan the outputs and enter the engine."""
+        """Check the request against the model's limits and the backend's capacity, then enter the engine.
+
+        Every check that can refuse a request runs before its outputs are
+        planned, so a refused request costs no more than its prompt's tokens.
+        """
         config, tokenizer = self.config, self.tokenizer
         prompts, echo_sources = self._prompts(request, tokenizer)
         limit = config.max_model_len
+        budgets: list[int] = []  # max_tokens of each prompt's choices
         for ids in prompts:
             wanted = request.max_tokens or 0
             if len(ids) + wanted > limit or len(ids) >= limit:
@@ -203,34 +256,53 @@ class Simulator:
                     f"{len(ids) + wanted} tokens ({len(ids)} in the {request.prompt_param}, {wanted} in "
                     f"the completion). Please reduce the length of the {request.prompt_param} or completion.",
                     request.prompt_param, "context_length_exceeded")
+            budgets.append(request.max_tokens if request.max_tokens is not None
+                           else min(config.default_max_tokens, limit - len(ids)))
+        self._check_work(request, prompts, budgets)
+        sequence_count = len(prompts) * request.n
+        if not self.runtime.can_admit(sequence_count):
+            raise _queue_full(config)
         headers: dict[str, str] = {}
         if self._limiter.active:  # charged as OpenAI estimates: prompt plus max_tokens
             charged = sum(len(ids) for ids in prompts) + request.n * len(prompts) * (
                 request.max_tokens or config.default_max_tokens)
             headers = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
         reply = self._next_reply()
+        reply_tokens = None if reply is None else tokenizer.encode(reply)
         outputs: list[PlannedOutput] = []
         sequences: list[SimSequence] = []
         echo_prefixes: list[str] = []
-        for prompt_index, (ids, source) in enumerate(zip(prompts, echo_sources)):
-            max_tokens = request.max_tokens or min(config.default_max_tokens, limit - len(ids))
+        for prompt_index, (ids, source, max_tokens) in enumerate(zip(prompts, echo_sources, budgets)):
             prompt_key = hash(tuple(ids))  # ints hash the same in every process
+            echo_tokens = tokenizer.encode(source) if reply is None and config.output == "echo" else None
             for choice in range(request.n):
                 key = hash((request.seed or 0, prompt_key, choice)) & 0xFFFFFFFFFFFF
-                output = self._plan(request, tokenizer, key, reply, source, max_tokens)
+                output = self._plan(request, tokenizer, key,
+                                    reply_tokens if reply_tokens is not None else echo_tokens, max_tokens)
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
-                sequences.append(SimSequence(ids, len(output.tokens), latency_scale=latency_scale,
+                sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
                                              index=prompt_index * request.n + choice))
-        ticket = self.runtime.submit(sequences, arrived_at)
+        ticket = self.runtime.submit(sequences, arrived_at, wants_tokens=request.stream)
         if not ticket.accepted:
             ticket.wait()
             self.runtime.release(ticket)
-            raise APIError(503, f"The server is overloaded: the waiting queue is full "
-                                f"(max_waiting={config.max_waiting}). Please retry later.",
-                           type="server_error", code="queue_full")
+            raise _queue_full(config)
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
                           echo_prefixes, self._epoch, headers)
+
+    def _check_work(self, request: ParsedRequest, prompts: list[list[int]], budgets: list[int]) -> None:
+        """Refuse a request whose total work (prompt tokens plus every choice's max_tokens) is over the cap."""
+        cap = self.config.max_request_tokens
+        prompt_tokens = sum(len(ids) for ids in prompts)
+        output_tokens = request.n * sum(budgets)
+        if prompt_tokens + output_tokens > cap:
+            param = request.prompt_param if prompt_tokens > cap else request.max_tokens_param
+            raise invalid(
+                f"This request asks for {prompt_tokens + output_tokens:,} tokens of work ({prompt_tokens:,} "
+                f"prompt tokens in {len(prompts)} prompt(s), plus n={request.n} x max_tokens for each prompt: "
+                f"{output_tokens:,}); this backend accepts at most {cap:,} per request (max_request_tokens). "
+                f"Lower max_tokens or n, or send fewer prompts.", param, "request_too_large")
 
     def _prompts(self, request: ParsedRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
         if request.kind == "chat":
@@ -239,6 +311,8 @@ class Simulator:
             return [ids], [users[-1] if users else request.messages[-1].content]
         prompts: list[list[int]] = []
         sources: list[str] = []
+        if request.prompt_defaulted:
+            return [[tokenizer.encoding.eot_token]], [DEFAULT_PROMPT]
         for i, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
                 prompts.append(tokenizer.encode(prompt))
@@ -246,19 +320,17 @@ class Simulator:
             else:
                 bad = next((t for t in prompt if not tokenizer.valid_token_id(t)), None)
                 if bad is not None:
-                    raise invalid(f"Invalid 'prompt[{i}]': token id {bad} is outside the vocabulary "
-                                  f"(0 to {tokenizer.encoding.n_vocab - 1}).", "prompt", "invalid_value")
+                    raise invalid(f"Invalid 'prompt[{i}]': token id {bad} is not a token of this model's "
+                                  f"vocabulary ({tokenizer.name}).", "prompt", "invalid_value")
                 prompts.append(list(prompt))
                 sources.append(tokenizer.encoding.decode(prompt))
         return prompts, sources
 
     def _plan(self, request: ParsedRequest, tokenizer: Tokenizer, key: int,
-              reply: str | None, echo_source: str, max_tokens: int) -> PlannedOutput:
-        """What one choice says: a scripted reply, an echo, or seeded filler."""
-        if reply is not None:
-            return tokenizer.plan(tokenizer.encode(reply), max_tokens, request.stops)
-        if self.config.output == "echo":
-            return tokenizer.plan(tokenizer.encode(echo_source), max_tokens, request.stops)
+              fixed: list[int] | None, max_tokens: int) -> PlannedOutput:
+        """What one choice says: ``fixed`` tokens (a scripted reply or an echo), or seeded filler."""
+        if fixed is not None:
+            return tokenizer.plan(fixed, max_tokens, request.stops)
         wanted = self.config.answer_length
         if wanted is None:
             length = max_tokens
@@ -267,7 +339,7 @@ class Simulator:
         else:
             low, high = wanted
             length = low + (key >> 8) % (high - low + 1)
-        tokens, pieces = self._filler.take(key, min(length, max_tokens))
+        tokens, pieces = self._filler.output(key, min(length, max_tokens))
         return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=length < max_tokens,
                               pieces=pieces)
 
@@ -275,23 +347,21 @@ class Simulator:
         self.runtime.cancel(generation.ticket)
 
     def finish(self, record: RequestRecord, generation: Generation | None = None,
-               cut_by_fault: bool = False) -> None:
-        """Account for a request that is over (success, error or cancelled).
+               outcome: Outcome = Outcome.COMPLETE, delivered: int | None = None) -> None:
+        """Account for a request that is over (success, error, hang-up or cut by a fault).
 
-        ``cut_by_fault``: the server ended it on purpose (a fault), so it is
-        not counted as a client cancellation.
+        ``delivered`` is how many tokens the client was sent when the answer
+        was not complete; a hang-up (``Outcome.CLIENT_GONE``) is logged with
+        status 499 and ``cancelled=True``.
         """
-        gaps: list[float] = []
+        gaps: list[tuple[float, int]] = []
         queried = 0
         if generation is not None:
             self.runtime.release(generation.ticket)
             if generation.epoch != self._epoch:
                 return  # started before a reset: belongs to an earlier test
-            generation.fill(record)
-            if cut_by_fault:  # the client saw no ending, whatever the engine got to
-                record.cancelled = False
-                record.finish_reasons = [None] * len(record.finish_reasons)
-            gaps = generation.gaps()
+            generation.fill(record, outcome, delivered)
+            gaps = generation.gap_runs()
             queried = generation.queried_tokens
         self.metrics.observe(record, gaps, queried)
         self.log.append(record)

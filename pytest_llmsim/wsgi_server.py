@@ -8,8 +8,11 @@ only when none is idle, so concurrency stays unbounded like werkzeug's.
 
 from __future__ import annotations
 
+import errno
 import http.client
 import io
+import itertools
+import json
 import queue
 import socket
 import struct
@@ -37,12 +40,18 @@ _TIMEVAL = struct.Struct("@ll")
 
 
 class _PrefixedSocketReader(io.RawIOBase):
-    """A socket's byte stream, with bytes already received put back in front."""
+    """A socket's byte stream, with bytes already received put back in front.
+
+    While ``deadline`` is set (the request head is being read), each receive
+    waits only for what is left of it, so a client that trickles its header
+    bytes cannot hold a connection open past the deadline.
+    """
 
     def __init__(self, sock: socket.socket, prefix: bytes) -> None:
         super().__init__()
         self._sock = sock
         self._prefix = memoryview(prefix)
+        self.deadline: float | None = None
 
     def readable(self) -> bool:
         return True
@@ -53,6 +62,11 @@ class _PrefixedSocketReader(io.RawIOBase):
             buffer[:count] = self._prefix[:count]
             self._prefix = self._prefix[count:]
             return count
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request head took too long")
+            self._sock.settimeout(left)
         return self._sock.recv_into(buffer)
 
 
@@ -124,24 +138,48 @@ class _CoalescingWriter:
 class QuietRequestHandler(WSGIRequestHandler):
     """No access log; one packet per flushed write, sent at once (Nagle off)."""
 
+    server: PooledWSGIServer
+
     def setup(self) -> None:
-        # StreamRequestHandler.setup, with our writer in place of its unbuffered one
+        # StreamRequestHandler.setup, with our writer in place of its unbuffered one,
+        # and a deadline for the request head (see PooledWSGIServer.request_timeout).
         self.connection = self.request
-        if self.timeout is not None:
-            self.connection.settimeout(self.timeout)
+        timeout = self.server.request_timeout()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
+        self.connection.settimeout(timeout)
         if _SO_TIMESTAMP is None:
+            self._reader = None
             self.rfile = self.connection.makefile("rb", self.rbufsize)
             return
         try:
             first, stamp = _first_bytes(self.connection)
-        except OSError:
+        except OSError:  # idle past the timeout, or gone: the head reads as empty, the connection ends
             first, stamp = b"", None
         if stamp is not None:
             self.arrived_at = stamp
-        self.rfile = io.BufferedReader(_PrefixedSocketReader(self.connection, first))
+        self._reader = _PrefixedSocketReader(self.connection, first)
+        self._reader.deadline = time.monotonic() + timeout
+        self.rfile = io.BufferedReader(self._reader)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """A protocol-level error (bad request line, URL or headers too long): JSON, never HTML.
+
+        Always with a status line, whatever the request line said, and
+        ``Connection: close``; the body is the server's ``error_body`` shape.
+        """
+        status = HTTPStatus(code)
+        path = self.path if isinstance(getattr(self, "path", None), str) else None
+        body = self.server.error_body(code, message or status.phrase, path)
+        head = (f"HTTP/1.1 {code} {status.phrase}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
+        self.close_connection = True
+        try:
+            self.wfile.write(head + (b"" if getattr(self, "command", None) == "HEAD" else body))
+            self.wfile.flush()
+        except OSError:
+            pass  # the client is gone
 
     def parse_request(self) -> bool:
         """``http.server``'s ``parse_request`` with a lean header parser.
@@ -157,6 +195,7 @@ class QuietRequestHandler(WSGIRequestHandler):
         self.requestline = requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
         words = requestline.split()
         if not words:
+            self.send_error(HTTPStatus.BAD_REQUEST, "Bad request line (empty)")
             return False
         if len(words) >= 3:
             version = words[-1]
@@ -186,6 +225,10 @@ class QuietRequestHandler(WSGIRequestHandler):
         return True
 
     def make_environ(self) -> Any:
+        # The head is in: the body's reads wait at most the timeout each (idle, not total).
+        if self._reader is not None:
+            self._reader.deadline = None
+        self.connection.settimeout(self.server.request_timeout())
         environ = super().make_environ()
         environ[ACCEPTED_AT] = self.arrived_at
         return environ
@@ -198,52 +241,109 @@ class QuietRequestHandler(WSGIRequestHandler):
 
 
 class _WorkerPool:
-    """Daemon threads that run jobs; grows when no worker is idle, never shrinks until closed."""
+    """Daemon threads that run jobs.
 
-    def __init__(self, name: str) -> None:
+    Grows when no worker is idle; a worker idle for ``idle_seconds`` retires
+    unless only ``min_idle`` are idle, so a burst of a thousand streams does
+    not leave a thousand threads behind.
+    """
+
+    def __init__(self, name: str, idle_seconds: float = 10.0, min_idle: int = 4) -> None:
         self._name = name
         self._jobs: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0
-        self._threads: list[threading.Thread] = []
+        self._idle = 0  # idle workers not yet claimed by a submitted job
+        self._threads: set[threading.Thread] = set()
+        self._serial = itertools.count()
         self._closed = False
+        self.idle_seconds = idle_seconds
+        self.min_idle = min_idle
 
-    def submit(self, job: Callable[..., None], *args: Any) -> None:
+    @property
+    def size(self) -> int:
+        with self._lock:
+            return len(self._threads)
+
+    def submit(self, job: Callable[..., None], *args: Any) -> bool:
+        """Run ``job(*args)`` on a worker; False when none is idle and no thread can start."""
         with self._lock:
             if self._closed:
-                raise RuntimeError("worker pool is closed")
+                return False
             if self._idle:
                 self._idle -= 1
             else:
-                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}",
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{next(self._serial)}",
                                           daemon=True)
-                self._threads.append(thread)
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread": out of memory or a thread limit
+                    return False
+                self._threads.add(thread)
         self._jobs.put((job, args))
+        return True
 
     def _work(self) -> None:
         while True:
-            item = self._jobs.get()
+            try:
+                item = self._jobs.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    # _idle counts unclaimed idle workers; if a job claimed us since the
+                    # timeout, it is in the queue and we must stay to take it.
+                    if self._idle > self.min_idle:
+                        self._idle -= 1
+                        self._threads.discard(threading.current_thread())
+                        return
+                continue
             if item is None:
                 return
             job, args = item
-            job(*args)
+            try:
+                job(*args)
+            except BaseException:
+                pass  # a job reports its own errors; a worker must survive them
             with self._lock:
                 self._idle += 1
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker once its current job ends; wait up to ``timeout`` for each."""
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop every worker once its current job ends; wait ``timeout`` seconds in all, not per worker."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             threads = list(self._threads)
         for _ in threads:
             self._jobs.put(None)
+        deadline = time.monotonic() + timeout
         for thread in threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+# accept() errors that mean "out of resources", not "this client": back off instead
+# of spinning, as nginx does, and let finishing connections free descriptors.
+_ACCEPT_BACKOFF_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_BACKOFF = 0.05
+
+
+class _BindFailed(Exception):
+    """Carries an OSError from bind/listen past werkzeug, which would print it and ``sys.exit(1)``."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _default_error_body(status: int, message: str, path: str | None) -> bytes:
+    return json.dumps({"error": {"message": message, "code": status}}).encode()
 
 
 class PooledWSGIServer(ThreadedWSGIServer):
-    """``ThreadedWSGIServer`` whose connections are handled by a worker pool."""
+    """``ThreadedWSGIServer`` whose connections are handled by a worker pool.
+
+    Also: a deadline for each request head (``request_timeout``, wall
+    seconds), JSON for protocol-level errors (``error_body``), a backoff
+    when out of descriptors, and a prompt close that ends every connection.
+    """
 
     block_on_close = False  # the pool joins its workers in server_close
     # socketserver's default backlog of 5 drops SYNs from a burst of clients,
@@ -251,19 +351,101 @@ class PooledWSGIServer(ThreadedWSGIServer):
     request_queue_size = 1024
 
     def __init__(self, host: str, port: int, app: Any, handler: type[WSGIRequestHandler] | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
+                 request_timeout: Callable[[], float] | None = None,
+                 error_body: Callable[[int, str, str | None], bytes] | None = None, **kwargs: Any) -> None:
+        # Set before werkzeug's __init__, which calls server_close() if binding fails.
         self._pool = _WorkerPool("llmsim-http-worker")
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
+        self.error_body = error_body or _default_error_body
+        try:
+            super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
+        except _BindFailed as failure:
+            error = failure.error
+            raise OSError(error.errno, f"cannot listen on {host}:{port}: {error.strerror or error}") from None
         if _SO_TIMESTAMP is not None:  # inherited by accepted sockets; stamps from the first packet on
             self.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMP, 1)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self._pool.submit(self._handle, request, client_address, time.monotonic())
+    def server_bind(self) -> None:
+        try:
+            super().server_bind()
+        except OSError as error:
+            raise _BindFailed(error) from None
 
-    def _handle(self, request: Any, client_address: Any, accepted_at: float) -> None:
+    def server_activate(self) -> None:
+        try:
+            super().server_activate()
+        except OSError as error:
+            raise _BindFailed(error) from None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as error:
+            if error.errno in _ACCEPT_BACKOFF_ERRORS:
+                time.sleep(ACCEPT_BACKOFF)  # the listening socket stays readable: do not spin
+            raise
+
+    @property
+    def worker_count(self) -> int:
+        """Handler threads alive now (busy or idle)."""
+        return self._pool.size
+
+    @property
+    def worker_idle_seconds(self) -> float:
+        """How long an idle handler thread waits before it retires."""
+        return self._pool.idle_seconds
+
+    @worker_idle_seconds.setter
+    def worker_idle_seconds(self, seconds: float) -> None:
+        self._pool.idle_seconds = seconds
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._pool.submit(self._handle, request, client_address, time.monotonic()):
+            self._refuse(request)
+
+    def _refuse(self, request: socket.socket) -> None:
+        """No thread to serve this connection: answer 503 from the accept thread and close it."""
+        body = self.error_body(503, "The server cannot start a thread for this connection; retry later.", None)
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+        try:
+            request.settimeout(0.5)
+            request.sendall(head.encode("latin-1") + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def _handle(self, request: socket.socket, client_address: Any, accepted_at: float) -> None:
         _accepted.at = accepted_at
-        self.process_request_thread(request, client_address)
+        with self._connections_lock:
+            if self._closed:
+                self.shutdown_request(request)
+                return
+            self._connections.add(request)
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections.discard(request)
 
     def server_close(self) -> None:
+        """Close the listening socket, cut every open connection, and end the workers (at most 1 s).
+
+        Safe to call more than once (werkzeug's ``serve_forever`` calls it, then the owner does).
+        """
+        with self._connections_lock:
+            first = not self._closed
+            self._closed = True
+            connections = list(self._connections)
+        if not first:
+            return
         super().server_close()
-        self._pool.close()
+        for connection in connections:  # blocked reads and writes fail at once
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._pool.close(timeout=1.0)

@@ -113,7 +113,7 @@ def test_forced_cache_hit_rate() -> None:
     assert (engine.cache.queried_tokens, engine.cache.hit_tokens) == (50, 25)
 
 
-def test_cancelling_a_running_sequence_frees_its_slot_at_the_next_step() -> None:
+def test_cancelling_a_running_sequence_frees_its_slot_at_once() -> None:
     engine, rec = make_engine(ttft=0.1, itl=0.01, max_batch_size=1)
     a = SimSequence(prompt(8), 100, index=0)
     b = SimSequence(prompt(8, start=5000), 5, index=1)
@@ -122,12 +122,50 @@ def test_cancelling_a_running_sequence_frees_its_slot_at_the_next_step() -> None
     engine.advance(0.125)  # a has emitted tokens at 0.10, 0.11, 0.12
     assert a.emitted == 3 and b.state is SeqState.WAITING
     engine.cancel(a)
+    assert a.state is SeqState.CANCELLED and a.finished_at == 0.125  # not at its next step
+    assert b.state is SeqState.RUNNING and b.admitted_at == 0.125
     engine.run_until_idle()
-    assert a.state is SeqState.CANCELLED and a.emitted == 3
-    assert a.finished_at == pytest.approx(0.13)  # removed at its next step
-    assert b.admitted_at == pytest.approx(0.13)
-    assert b.ttft == pytest.approx(0.23)
+    assert a.emitted == 3  # its step still in the heap was skipped
+    assert b.ttft == pytest.approx(0.225)
     assert b.state is SeqState.FINISHED
+
+
+@pytest.mark.parametrize("phase_time", [0.0, 5.0])  # during a long prefill; while pending arrival
+def test_cancelling_in_prefill_frees_the_slot_at_once(phase_time: float) -> None:
+    engine, rec = make_engine(ttft=10.0, itl=0.01, max_batch_size=1)
+    a = SimSequence(prompt(8), 10)
+    engine.submit(a, at=phase_time)
+    engine.advance(2.0)
+    engine.cancel(a)
+    assert a.state is SeqState.CANCELLED and a.emitted == 0 and engine.running_count == 0
+    engine.run_until_idle()
+    assert a.state is SeqState.CANCELLED and rec.tokens == {}
+    assert [state for _, state, _ in rec.finished] == [SeqState.CANCELLED]
+
+
+def test_many_sequences_due_at_one_instant_cost_one_event_each() -> None:
+    """Zero-length decode steps: 800 sequences of 32,000 tokens finish in 800 events,
+    not 25.6 million, and keep O(1) gap memory each."""
+    engine, rec = make_engine(max_batch_size=1000)
+    seqs = [SimSequence(prompt(2, start=i * 3), 32_000, index=i) for i in range(800)]
+    for seq in seqs:
+        engine.submit(seq)
+    engine.run_until_idle()
+    assert all(seq.emitted == 32_000 and seq.state is SeqState.FINISHED for seq in seqs)
+    assert all(len(rec.tokens[i]) == 1 for i in range(800))  # one announcement per sequence
+    assert all(seq.gaps.runs() == [(0.0, 31_999)] for seq in seqs)
+
+
+def test_advance_in_slices_gives_the_same_outcome() -> None:
+    def run(max_events: int | None) -> list[tuple[int, SeqState, float]]:
+        engine, rec = make_engine(ttft=0.05, itl=0.01, max_batch_size=4)
+        for i in range(10):
+            engine.submit(SimSequence(prompt(4, start=i * 10), 20, index=i))
+        while not engine.advance(10.0, max_events):
+            pass
+        return rec.finished
+
+    assert run(3) == run(None)
 
 
 def test_cancelling_a_waiting_sequence_removes_it_now() -> None:
@@ -202,7 +240,7 @@ def test_jitter_is_seeded_and_clamped() -> None:
         seq = SimSequence(prompt(4), 50)
         engine.submit(seq)
         engine.run_until_idle()
-        return seq.gaps
+        return list(seq.gaps)
 
     first, again, other = run(1), run(1), run(2)
     assert first == again
@@ -218,7 +256,7 @@ def test_durations_read_back_exactly_at_any_clock_value() -> None:
     engine.submit(seq)
     engine.run_until_idle()
     assert seq.ttft == 0.1
-    assert seq.gaps == [0.02] * 4
+    assert list(seq.gaps) == [0.02] * 4
 
 
 def test_backdated_arrival_counts_from_when_the_request_arrived() -> None:

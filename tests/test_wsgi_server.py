@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import httpx
@@ -27,12 +28,19 @@ def raw(backend: LLMBackend, data: bytes) -> bytes:
     (b"POST /health\r\n\r\n", b"400"),
     (b"GET /health HTTP/1.1\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(101)) + b"\r\n", b"431"),
     (b"GET /health HTTP/1.1\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", b"431"),
+    (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", b"414"),
+    (b"\r\n", b"400"),
 ])
 def test_malformed_requests_get_an_error_status(llm_backend: LLMBackend, request_bytes: bytes,
                                                 status: bytes) -> None:
+    """Always a status line (http.server would answer HTTP/0.9-style, with none) and a JSON
+    body in OpenAI's error shape, never an HTML page."""
     response = raw(llm_backend, request_bytes)
-    # http.server answers an unreadable request line HTTP/0.9-style: the page, no status line
-    assert b"Error code: " + status in response
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 " + status + b" ")
+    assert b"Content-Type: application/json" in head and b"Connection: close" in head
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
     assert httpx.get(llm_backend.url_for("/health")).status_code == 200
 
 
