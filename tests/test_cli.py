@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
+import time
+from typing import Any
 
 import httpx
 import pytest
@@ -52,3 +57,112 @@ def test_bad_flag_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
         build_parser().parse_args(["serve", "--speed", "fast"])
     assert caught.value.code == 2
     assert "expected a positive number or 'inf'" in capsys.readouterr().err
+
+
+def _serve(*flags: str, preexec: Any = None) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", *flags],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = re.search(r"(http://127\.0\.0\.1:(\d+))/v1", line)
+    if not match:
+        process.kill()
+        raise AssertionError(f"no URL: {line!r} {process.communicate()[1]}")
+    return process, match.group(1)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.communicate()
+
+
+def test_sigint_exits_promptly_whatever_the_clients_do() -> None:
+    process, root = _serve("--itl", "0.01", "--speed", "1")
+    port = int(root.rsplit(":", 1)[1])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        clients[1].sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Le")  # a half-sent head
+        body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 20000, "stream": true}'
+        clients[2].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a stream nobody reads
+        clients[2].sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(0.3)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+        assert time.monotonic() - started < 3  # 10 s per stuck connection before; the target is 1 s
+        assert process.returncode == 0
+    finally:
+        for client in clients:
+            client.close()
+        _stop(process)
+
+
+def test_a_second_sigint_exits_at_once() -> None:
+    process, _ = _serve()
+    try:
+        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+        assert process.returncode in (0, 128 + signal.SIGINT)
+    finally:
+        _stop(process)
+
+
+def test_a_port_in_use_is_a_one_line_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", str(port)],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"llmsim: cannot listen on 127.0.0.1:{port}: Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--port", "70000", "expected an integer from 0 to 65535"),
+    ("--port", "-1", "expected an integer from 0 to 65535"),
+    ("--host", "", "the host must not be empty"),
+])
+def test_bad_listen_flags_are_usage_errors(capsys: pytest.CaptureFixture[str], flag: str, value: str,
+                                           message: str) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["serve", flag, value])
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_out_of_descriptors_the_server_backs_off_and_recovers() -> None:
+    """EMFILE on accept: the listening socket stays readable, so the accept loop spun a
+    core at 100 %. It must back off, keep serving, and recover when descriptors free up."""
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    process, root = _serve(preexec=few_descriptors)
+    port = int(root.rsplit(":", 1)[1])
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(80):  # more connections than the server has descriptors for
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.3)
+        before = _cpu_seconds(process.pid)
+        time.sleep(1.0)
+        assert _cpu_seconds(process.pid) - before < 0.5  # spinning, it was the whole second
+        for client in clients:
+            client.close()
+        clients.clear()
+        assert httpx.get(f"{root}/health", timeout=10).status_code == 200
+    finally:
+        for client in clients:
+            client.close()
+        _stop(process)
