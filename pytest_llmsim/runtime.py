@@ -129,7 +129,7 @@ class _TicketListener:
 
     def on_token(self, seq: SimSequence, now: float) -> None:
         ticket = seq.owner
-        if not ticket.wants_tokens:
+        if ticket is None or not ticket.wants_tokens:  # released, or only the finish matters
             return
         direct = ticket.direct
         if direct is not None and direct(seq, seq.emitted):
@@ -137,7 +137,8 @@ class _TicketListener:
         ticket.post(TOKEN, seq, seq.emitted)
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
-        seq.owner.post(FINISH, seq, seq.emitted)
+        if seq.owner is not None:
+            seq.owner.post(FINISH, seq, seq.emitted)
 
 
 class Runtime:
@@ -245,6 +246,8 @@ class Runtime:
         """Forget a ticket whose handler is done with it."""
         with self._cond:
             self._live.discard(ticket)
+            for seq in ticket.sequences:  # unlink, so both go at once, not at the next GC
+                seq.owner = None
 
     def _wake_if_needed(self) -> None:
         """Wake the engine thread only if work is now due before it would wake anyway."""

@@ -160,6 +160,9 @@ class SimulatorServer(HTTPServer):
     # --- dispatch ---
 
     def application(self, request: Request) -> Response:
+        # werkzeug links the request and its environ both ways; unlinked, both go
+        # with their last reference instead of waiting (with the body) for the GC.
+        request.environ.pop("werkzeug.request", None)
         try:
             return self._route(request)
         except Exception as error:
@@ -227,7 +230,7 @@ class SimulatorServer(HTTPServer):
         """The parsed body and its bytes; the connection is blocking again afterwards."""
         request.max_content_length = self.simulator.config.max_body_bytes
         try:
-            data = request.get_data(cache=True)
+            data = request.get_data(cache=False)
         except RequestEntityTooLarge:
             raise APIError(413, f"Request body too large: the limit is "
                                 f"{self.simulator.config.max_body_bytes} bytes (max_body_bytes).",
@@ -242,7 +245,7 @@ class SimulatorServer(HTTPServer):
             raise APIError(400, "We could not parse the JSON body of your request. The OpenAI API "
                                 "expects a JSON payload, but what was sent was not valid JSON.",
                            code="invalid_json") from None
-        if json_depth_exceeds(data, body):
+        if json_depth_exceeds(data):
             raise APIError(400, "The JSON body of your request is nested too deeply "
                                 "(more than 128 levels of objects and arrays).", code="invalid_json")
         return body, data

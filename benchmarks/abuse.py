@@ -1,0 +1,191 @@
+"""Hostile-client cases against `llmsim serve`: amplification, leaks, label cardinality,
+hang-ups and shutdown. Each case prints its wall time and the server's peak and
+retained memory (VmHWM / VmRSS from /proc), so a regression shows as a number.
+
+    python benchmarks/abuse.py            # every case, about a minute
+    python benchmarks/abuse.py --only amplification,shutdown
+
+Bounded: every case caps its request count and its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+from common import llmsim_argv, rss_kib, server_process, wait_ready
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+SMALL_CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+def peak_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM")
+
+
+def memory(pid: int) -> str:
+    return f"RSS {rss_kib(pid) / 1024:.0f} MiB, peak {peak_kib(pid) / 1024:.0f} MiB"
+
+
+def raw_post(port: int, path: str, body: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                 % (path.encode(), len(body)) + body)
+    return sock
+
+
+def small_request_latencies(url: str, seconds: float) -> list[float]:
+    """Closed loop: one small chat after another for ``seconds``; each one's wall time."""
+    latencies = []
+    deadline = time.monotonic() + seconds
+    with httpx.Client(timeout=60) as client:
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            client.post(url + CHAT, json=SMALL_CHAT).raise_for_status()
+            latencies.append(time.monotonic() - started)
+    return latencies
+
+
+def case_amplification(url: str, pid: int) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    body = {"model": "m", "prompt": ["a"] * 50, "n": 16, "max_tokens": 32000}
+    started = time.monotonic()
+    response = httpx.post(url + COMPLETIONS, json=body, timeout=120)
+    print(f"  50 prompts x n=16 x 32,000 tokens: {response.status_code} "
+          f"{response.json()['error']['code']} in {(time.monotonic() - started) * 1000:.1f} ms; {memory(pid)}")
+    started = time.monotonic()
+    response = httpx.post(url + COMPLETIONS, json={"model": "m", "prompt": [[1]] * 1_000_000}, timeout=120)
+    print(f"  1,000,000 one-token prompts: {response.status_code} {response.json()['error']['code']} "
+          f"in {(time.monotonic() - started) * 1000:.0f} ms; {memory(pid)}")
+    # the largest request the cap allows (n=16 x 32,000), streamed to clients that never read
+    hogs = []
+    for _ in range(4):
+        sock = raw_post(port, CHAT, json.dumps({**SMALL_CHAT, "max_tokens": 32000, "n": 16,
+                                                "stream": True}).encode())
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hogs.append(sock)
+    time.sleep(0.5)
+    latencies = small_request_latencies(url, 3.0)
+    print(f"  4 unread n=16 x 32,000 streams: other clients' small requests p50 "
+          f"{statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms "
+          f"({len(latencies)} in 3 s); {memory(pid)}")
+    for sock in hogs:
+        sock.close()
+    started = time.monotonic()
+    while running(url) and time.monotonic() - started < 30:
+        time.sleep(0.005)
+    print(f"  their hang-ups freed the batch in {(time.monotonic() - started) * 1000:.0f} ms; {memory(pid)}")
+
+
+def running(url: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    match = re.search(r"^vllm:num_requests_running\{[^}]*\} ([\d.e+]+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def case_leaks(url: str, pid: int) -> None:
+    before = rss_kib(pid)
+    big = json.dumps({"model": "m", "messages": "x" * (6 * 1024 * 1024)}).encode()  # 6 MB, rejected (400)
+    with httpx.Client(timeout=60) as client:
+        for _ in range(100):
+            assert client.post(url + CHAT, content=big, headers={"Content-Type": "application/json"}
+                               ).status_code == 400
+    print(f"  100 rejected 6 MB requests: RSS +{(rss_kib(pid) - before) / 1024:.0f} MiB; {memory(pid)}")
+
+
+def case_cardinality(url: str, pid: int) -> None:
+    with httpx.Client(timeout=10) as client:
+        for i in range(10_000):
+            client.get(f"{url}/v1/made-up-{i}")
+            client.get(f"{url}/v1/models/other-{i}")
+    text = httpx.get(url + "/metrics").text
+    series = len([line for line in text.splitlines() if line.startswith("llmsim:requests_total")])
+    print(f"  20,000 made-up paths: {series} llmsim:requests_total series, /metrics {len(text) / 1024:.1f} KiB; "
+          f"{memory(pid)}")
+
+
+def case_hangups(url: str, pid: int) -> None:
+    """Time from a client's timeout to its slot being free (the running gauge back at 0)."""
+    freed = []
+    for _ in range(5):
+        try:
+            httpx.post(url + CHAT, json={**SMALL_CHAT, "max_tokens": 5000}, timeout=0.2)
+        except httpx.ReadTimeout:
+            pass
+        gone_at = time.monotonic()
+        while running(url):
+            time.sleep(0.002)
+        freed.append(time.monotonic() - gone_at)
+    print(f"  slot freed after a client timeout (itl 10 ms, tokens still flowing): p50 "
+          f"{statistics.median(freed) * 1000:.0f} ms, max {max(freed) * 1000:.0f} ms")
+
+
+def case_shutdown(url: str, pid: int) -> float:
+    """SIGINT with an idle socket, a half-sent head and an unread stream open: seconds to exit."""
+    port = int(url.rsplit(":", 1)[1])
+    idle = socket.create_connection(("127.0.0.1", port))
+    partial = socket.create_connection(("127.0.0.1", port))
+    partial.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Le")
+    reader = raw_post(port, CHAT, json.dumps({**SMALL_CHAT, "max_tokens": 30000, "stream": True}).encode())
+    time.sleep(0.3)
+    stuck = [idle, partial, reader]
+    started = time.monotonic()
+    os.kill(pid, signal.SIGINT)
+    while os.path.exists(f"/proc/{pid}") and _alive(pid):
+        if time.monotonic() - started > 30:
+            break
+        time.sleep(0.005)
+    elapsed = time.monotonic() - started
+    for sock in stuck:
+        sock.close()
+    print(f"  exit after SIGINT with 3 stuck connections: {elapsed * 1000:.0f} ms")
+    return elapsed
+
+
+def _alive(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as status:
+        return "State:\tZ" not in status.read()
+
+
+CASES: dict[str, tuple[list[str], Callable[[str, int], object]]] = {
+    "amplification": (["--speed", "inf"], case_amplification),
+    "leaks": (["--speed", "inf"], case_leaks),
+    "cardinality": (["--speed", "inf"], case_cardinality),
+    "hangups": (["--itl", "0.01", "--speed", "1"], case_hangups),
+    "shutdown": (["--itl", "0.01", "--speed", "1"], case_shutdown),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(CASES), help="Comma-separated cases to run")
+    args = parser.parse_args()
+    for name in args.only.split(","):
+        flags, case = CASES[name]
+        print(f"{name}:", flush=True)
+        with server_process(llmsim_argv(*flags)) as (process, url):
+            wait_ready()
+            print(f"  start: {memory(process.pid)}")
+            worker = threading.Thread(target=case, args=(url, process.pid))
+            worker.start()
+            worker.join(timeout=300)
+            if worker.is_alive():
+                print("  did not finish in 300 s")
+
+
+if __name__ == "__main__":
+    main()
