@@ -1,23 +1,38 @@
-"""RSS of `llmsim serve` while it serves 100,000 requests: it should stay flat.
+"""RSS of `llmsim serve` under a long mixed load: it should reach a plateau.
 
-wrk drives the server in rounds; after each round the script reads the
-server's request count from /metrics and its RSS from /proc. The request log
-keeps the last `max_log_entries` (default 10,000) and each latency
-distribution the last 50,000 samples, so memory stops growing once those
-fill; counters and histograms are fixed-size.
+Closed-loop clients in other processes (4 x 8 by default) (a new request as soon as one ends) send
+a seeded mix: plain and streamed chats, streams the client abandons midway,
+requests that get a fault by header (429, 500, drop, error event, stall),
+bad input (400), unknown paths (404) and /metrics scrapes. After each round
+the script prints requests served, RSS, handler threads and open descriptors
+of the server. The request log keeps the last `max_log_entries` (default
+10,000) within `max_log_bytes`, each latency distribution the last 50,000
+samples, and idle handler threads retire, so every figure should stop growing.
 
-    python benchmarks/memory.py [--requests 100000]
+    python benchmarks/memory.py                       # 6 rounds of 30 s, 4 client processes
+    python benchmarks/memory.py --rounds 20 --round-seconds 30
+    python benchmarks/memory.py --plain               # wrk, non-streamed only (the old benchmark)
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import random
 import re
+import socket
 import subprocess
+import threading
+import time
 import urllib.request
 
+import httpx
 from common import HERE, llmsim_argv, rss_kib, server_process, wait_ready
+
+CHAT = "/v1/chat/completions"
+MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Say something short."}]
 
 
 def served(url: str) -> int:
@@ -25,24 +40,107 @@ def served(url: str) -> int:
     return int(sum(float(v) for v in re.findall(r'^llmsim:requests_total\{.*\} ([\d.e+]+)$', text, re.M)))
 
 
+def server_threads_and_fds(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    return threads, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def abandon_stream(url: str, rng: random.Random) -> None:
+    """Read a few events of a stream, then hang up without reading the rest."""
+    host, port = url.split("//")[1].split(":")
+    body = (b'{"model": "m", "messages": [{"role": "user", "content": "go"}], "max_tokens": 400, '
+            b'"stream": true}')
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        for _ in range(rng.randint(1, 4)):
+            if not sock.recv(4096):
+                break
+
+
+def one_request(client: httpx.Client, url: str, rng: random.Random) -> None:
+    kind = rng.choices(["chat", "stream", "abandon", "fault", "bad", "unknown", "metrics"],
+                       weights=[30, 30, 10, 15, 5, 5, 5])[0]
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": rng.randint(8, 64)}
+    try:
+        if kind == "chat":
+            client.post(url + CHAT, json=body)
+        elif kind == "stream":
+            with client.stream("POST", url + CHAT, json={**body, "stream": True}) as response:
+                for _ in response.iter_bytes():
+                    pass
+        elif kind == "abandon":
+            abandon_stream(url, rng)
+        elif kind == "fault":
+            fault = rng.choice(["rate_limit", "server_error", "drop", "error_event", "stall", "malformed"])
+            client.post(url + CHAT, json={**body, "stream": rng.random() < 0.5},
+                        headers={"x-llmsim-fault": fault}, timeout=10)
+        elif kind == "bad":
+            client.post(url + CHAT, json={"model": "m", "messages": "not a list"})
+        elif kind == "unknown":
+            client.get(f"{url}/v1/made-up-{rng.randint(0, 10**6)}")
+        else:
+            client.get(url + "/metrics")
+    except httpx.HTTPError:
+        pass  # drops and cuts are the point
+
+
+def client_loop(url: str, seconds: float, seed: int) -> None:
+    rng = random.Random(seed)
+    deadline = time.monotonic() + seconds
+    with httpx.Client(timeout=30) as client:
+        while time.monotonic() < deadline:
+            one_request(client, url, rng)
+
+
+def client_process(url: str, seconds: float, seed: int, threads: int = 8) -> None:
+    """``threads`` closed-loop clients in this process."""
+    loops = [threading.Thread(target=client_loop, args=(url, seconds, seed * 100 + i)) for i in range(threads)]
+    for loop in loops:
+        loop.start()
+    for loop in loops:
+        loop.join()
+
+
+def mixed_round(url: str, clients: int, seconds: float, round_number: int) -> None:
+    workers = [multiprocessing.Process(target=client_process, args=(url, seconds, round_number * 1000 + i))
+               for i in range(clients)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def plain_round(url: str, seconds: float) -> None:
+    subprocess.run(["wrk", "-t2", "-c16", f"-d{seconds:.0f}s", "-s", os.path.join(HERE, "post_chat.lua"),
+                    url + CHAT], capture_output=True, check=True)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=100_000)
-    parser.add_argument("--round-seconds", type=int, default=5)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--round-seconds", type=float, default=30)
+    parser.add_argument("--clients", type=int, default=4, help="Client processes, 8 closed-loop clients each")
+    parser.add_argument("--plain", action="store_true", help="wrk with non-streamed chats only")
     args = parser.parse_args()
-    with server_process(llmsim_argv("--speed", "inf")) as (process, url):
+    flags = ["--speed", "inf"] if args.plain else ["--ttft", "0.002", "--itl", "0.0005", "--speed", "1"]
+    with server_process(llmsim_argv(*flags)) as (process, url):
         wait_ready()
         start = rss_kib(process.pid)
-        print(f"{0:>8} requests  RSS {start / 1024:7.1f} MiB", flush=True)
+        print(f"round {0:>3}  {0:>9} requests  RSS {start / 1024:7.1f} MiB", flush=True)
         samples = []
-        while served(url) < args.requests:
-            subprocess.run(["wrk", "-t2", "-c16", f"-d{args.round_seconds}s", "-s",
-                            os.path.join(HERE, "post_chat.lua"), url + "/v1/chat/completions"],
-                           capture_output=True, check=True)
+        for round_number in range(1, args.rounds + 1):
+            if args.plain:
+                plain_round(url, args.round_seconds)
+            else:
+                mixed_round(url, args.clients, args.round_seconds, round_number)
             rss = rss_kib(process.pid)
+            threads, fds = server_threads_and_fds(process.pid)
             samples.append((served(url), rss))
-            print(f"{samples[-1][0]:>8} requests  RSS {rss / 1024:7.1f} MiB", flush=True)
-    half = [rss for n, rss in samples if n >= args.requests // 2]
+            print(f"round {round_number:>3}  {samples[-1][0]:>9} requests  RSS {rss / 1024:7.1f} MiB  "
+                  f"threads {threads:>4}  fds {fds:>4}", flush=True)
+    half = [rss for _, rss in samples[len(samples) // 2:]]
     print(f"start {start / 1024:.1f} MiB; after {samples[-1][0]} requests {samples[-1][1] / 1024:.1f} MiB; "
           f"growth over the second half {(max(half) - min(half)) / 1024:.1f} MiB")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .protocol import APIError
+from .sim import SimError
 
 __all__ = ["FAULT_HEADER", "FAULT_KINDS", "HTTP_FAULTS", "Fault", "FaultError", "FaultInjector"]
 
@@ -134,20 +134,20 @@ class Fault:
             except re.error as error:
                 raise bad("prompt", f"not a regular expression: {error}") from None
 
-    def api_error(self) -> APIError:
+    def error(self) -> SimError:
         """The error response of an HTTP-error fault."""
         status, type_, code, param, message = HTTP_FAULTS[self.kind]
         headers: dict[str, str] = {}
         if self.retry_after is not None:
             headers["Retry-After"] = f"{max(0, round(self.retry_after)):d}"
             headers["retry-after-ms"] = f"{round(self.retry_after * 1000):d}"
-        return APIError(self.status or status, self.message or message, type=type_, param=param,
+        return SimError(self.status or status, self.message or message, type=type_, param=param,
                         code=code, headers=headers)
 
-    def stream_error_body(self) -> dict[str, Any]:
-        """The ``error`` event of an ``error_event`` fault, as OpenAI sends one mid-stream."""
-        return {"error": {"message": self.message or "The server had an error while streaming (simulated).",
-                          "type": "server_error", "param": None, "code": None}}
+    def stream_error(self) -> SimError:
+        """The error of an ``error_event`` fault (each API renders it as its mid-stream error event)."""
+        return SimError(500, self.message or "The server had an error while streaming (simulated).",
+                        type="server_error")
 
 
 @dataclass
@@ -196,7 +196,7 @@ class FaultInjector:
         if aimed:
             kind = aimed.strip()
             if kind not in FAULT_KINDS:
-                raise APIError(400, f"Unknown fault kind in {FAULT_HEADER}: {kind!r}; accepted: "
+                raise SimError(400, f"Unknown fault kind in {FAULT_HEADER}: {kind!r}; accepted: "
                                     f"{', '.join(FAULT_KINDS)}.", param=None, code="unknown_fault")
             template = next((a.fault for a in self._armed if a.fault.kind == kind), None)
             return replace(template, times=None, nth=None, rate=None) if template else Fault(kind)

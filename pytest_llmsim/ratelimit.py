@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .protocol import APIError
+from .sim import SimError
 
 __all__ = ["RateLimiter", "format_duration"]
 
@@ -51,7 +51,7 @@ class RateLimiter:
         return self.limits.rpm is not None or self.limits.tpm is not None
 
     def admit(self, now: float, tokens: int, to_wall: Callable[[float], float]) -> dict[str, str]:
-        """Charge a request at simulated time ``now``; its headers, or a 429 ``APIError``."""
+        """Charge a request at simulated time ``now``; its headers, or a 429 ``SimError``."""
         rpm, tpm = self.limits.rpm, self.limits.tpm
         with self._lock:
             window = self._admitted
@@ -66,7 +66,7 @@ class RateLimiter:
             if wait > 0 or (tpm is not None and tokens > tpm):
                 which = "requests" if rpm is not None and len(window) + 1 > rpm else "tokens"
                 wall = to_wall(wait)
-                raise APIError(429, f"Rate limit reached for {which} per minute (simulated: "
+                raise SimError(429, f"Rate limit reached for {which} per minute (simulated: "
                                     f"rpm={rpm}, tpm={tpm}). Please try again in {format_duration(wall)}.",
                                type=which, code="rate_limit_exceeded",
                                headers={"Retry-After": str(max(1, math.ceil(wall))),

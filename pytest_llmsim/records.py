@@ -32,7 +32,8 @@ class RequestRecord:
     request was given. ``completion_tokens`` counts the tokens the client was
     sent, ``generated_tokens`` those the engine produced (more, when the
     client left early). ``route`` is the route template that served the
-    request (``/v1/models/{id}``; ``unknown`` when none matched).
+    request (``/v1/models/{id}``; ``unknown`` when none matched); ``api``
+    the wire API of a generation route (``openai.chat``, ``openai.completions``).
     ``body`` is the parsed JSON body, or, when it was larger than
     ``max_log_body_bytes`` (``body_truncated``), the start of its text
     followed by a marker; ``body_bytes`` is its size as received.
@@ -58,6 +59,7 @@ class RequestRecord:
     error: dict[str, Any] | None = None
     fault: str | None = None
     route: str = "unknown"
+    api: str | None = None
     body_bytes: int = 0
     body_truncated: bool = False
 

@@ -12,16 +12,14 @@ import functools
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
+from .api.base import StreamRenderer, WireAPI
 from .engine import SeqState, SimSequence
 from .faults import Fault
-from .protocol import chat_chunk, chat_response, completion_chunk, completion_response
 from .records import RequestRecord
 from .runtime import FINISH, ClientGone
 from .simulator import Generation, Outcome, Simulator
@@ -31,7 +29,6 @@ __all__ = ["GenerationResponder", "drop_connection", "json_response"]
 JSON = "application/json"
 SSE_TYPE = "text/event-stream; charset=utf-8"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-DONE = b"data: [DONE]\n\n"
 CUT_KINDS = ("drop", "error_event", "malformed", "stall")
 # Most token events rendered into one write: a backlog (a client that reads
 # slowly, or thousands of tokens due at once) is written in pieces of this
@@ -41,10 +38,6 @@ CHUNK_EVENTS = 256
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(json.dumps(body), status=status, headers=headers, content_type=JSON)
-
-
-def _sse(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
 def client_gone(request: Request) -> bool:
@@ -74,62 +67,6 @@ def drop_connection(request: Request) -> None:
             pass  # already gone
 
 
-class _StreamEvents:
-    """The SSE events of one streamed response, as bytes.
-
-    Token events are the hot path: each choice's event is a template cut
-    around its text, so a token costs one string escape, not a JSON dump.
-    """
-
-    _MARK = "\x00llmsim-piece\x00"
-
-    def __init__(self, generation: Generation, response_id: str) -> None:
-        request = generation.request
-        self._generation = generation
-        self._chat = request.kind == "chat"
-        self._make = chat_chunk if self._chat else completion_chunk
-        self._id, self._model, self._created = response_id, request.model, int(time.time())
-        self._usage = request.include_usage
-        self._templates: dict[int, tuple[bytes, bytes]] = {}
-
-    def _event(self, choice: dict[str, Any]) -> bytes:
-        return _sse(self._make(self._id, self._model, self._created, [choice], self._usage))
-
-    def _choice(self, index: int, text: str, finish: str | None = None) -> dict[str, Any]:
-        if self._chat:
-            return {"index": index, "delta": {"content": text} if finish is None else {},
-                    "finish_reason": finish}
-        return {"index": index, "text": text, "finish_reason": finish}
-
-    def opening(self, index: int) -> bytes:
-        """The role event (chat) or the echoed prompt (completions with ``echo``)."""
-        if self._chat:
-            return self._event({"index": index, "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None})
-        prefix = self._generation.echo_prefixes[index]
-        return self._event(self._choice(index, prefix)) if prefix else b""
-
-    def token(self, index: int, piece: str) -> bytes:
-        template = self._templates.get(index)
-        if template is None:
-            head, tail = self._event(self._choice(index, self._MARK)).split(
-                encode_basestring_ascii(self._MARK).encode())
-            template = self._templates[index] = (head, tail)
-        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
-
-    def finish(self, index: int) -> bytes:
-        reason = self._generation.outputs[index].finish_reason
-        return self._event(self._choice(index, "", reason))
-
-    def usage(self) -> bytes:
-        """The usage-only event (empty ``choices``) sent before ``[DONE]``."""
-        return _sse(self._make(self._id, self._model, self._created, [], True, self._generation.usage()))
-
-    def malformed(self) -> bytes:
-        """An event whose JSON breaks off, as a truncating proxy would leave it."""
-        return self.token(0, "")[:-12] + b"\n\n"
-
-
 class _DirectWriter:
     """Writes a single-choice stream's token events from the engine's thread.
 
@@ -145,7 +82,7 @@ class _DirectWriter:
 
     __slots__ = ("_events", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
 
-    def __init__(self, sock: socket.socket, events: _StreamEvents, pieces: Sequence[str]) -> None:
+    def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str]) -> None:
         self._sock = sock
         self._events = events
         self._pieces = pieces
@@ -198,21 +135,23 @@ class GenerationResponder:
         self.simulator = simulator
 
     def respond(self, request: Request, record: RequestRecord, generation: Generation,
-                response_id: str, fault: Fault | None) -> Response:
+                response_id: str, fault: Fault | None, api: WireAPI) -> Response:
+        """The answer to a started generation, in ``api``'s wire format."""
         record.status = 200
         headers = {**SSE_HEADERS, **generation.headers}
         if generation.request.stream:
             if fault is not None and fault.kind == "empty":
                 self._abandon(record, generation, Outcome.CUT_BY_FAULT, 0)
                 return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
-            body = self._stream(request, record, generation, response_id, fault)
+            events = api.stream(generation, response_id)
+            body = self._stream(request, record, generation, events, fault)
             return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
-        return self._complete(request, record, generation, response_id, fault)
+        return self._complete(request, record, generation, response_id, fault, api)
 
     # --- non-streamed ---
 
     def _complete(self, request: Request, record: RequestRecord, generation: Generation,
-                  response_id: str, fault: Fault | None) -> Response:
+                  response_id: str, fault: Fault | None, api: WireAPI) -> Response:
         kind = fault.kind if fault is not None else None
         gone = functools.partial(client_gone, request)
         try:
@@ -222,27 +161,23 @@ class GenerationResponder:
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
             self._abandon(record, generation, Outcome.CLIENT_GONE, 0)
             return Response(b"", status=499)  # never reaches the client
-        parsed = generation.request
         if fault is not None and kind == "drop":
             record.status = 0  # no response at all
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
             drop_connection(request)
             return Response(b"", status=500)  # never reaches the client
         if fault is not None and kind == "error_event":  # not streamed: the error is the answer
-            body = fault.stream_error_body()
-            record.status, record.error = 500, body["error"]
+            error = fault.stream_error()
+            record.status, record.error = error.status, error.fields()
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
-            return json_response(body, 500)
+            return json_response(api.error_body(error), error.status, error.headers)
         if kind in ("empty", "malformed"):  # the client gets no usable answer
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
         else:
             self.simulator.finish(record, generation)
         if kind == "empty":
             return Response(b"", status=200, content_type=JSON)
-        texts = [prefix + output.text for prefix, output in zip(generation.echo_prefixes, generation.outputs)]
-        reasons = [output.finish_reason for output in generation.outputs]
-        build = chat_response if parsed.kind == "chat" else completion_response
-        body = build(response_id, parsed.model, texts, reasons, generation.usage())
+        body = api.response_body(generation, response_id)
         if kind == "malformed":
             text = json.dumps(body)
             return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=generation.headers)
@@ -257,9 +192,8 @@ class GenerationResponder:
     # --- streamed ---
 
     def _stream(self, request: Request, record: RequestRecord, generation: Generation,
-                response_id: str, fault: Fault | None) -> Iterator[bytes]:
+                events: StreamRenderer, fault: Fault | None) -> Iterator[bytes]:
         """SSE events as the engine releases tokens; every batch already due goes in one write."""
-        events = _StreamEvents(generation, response_id)
         outputs = generation.outputs
         started = [False] * len(outputs)
         sent = [0] * len(outputs)  # tokens written, per choice
@@ -274,7 +208,7 @@ class GenerationResponder:
                     return
                 cut_at = None
             yield b""  # send the headers now, as a real server does on admission
-            out: list[bytes] = []  # what goes out with [DONE]
+            out: list[bytes] = []  # what goes out with the closing events
             if direct is not None:
                 last, reset = yield from self._stream_direct(request, generation, events, direct)
                 out.append(last)
@@ -314,12 +248,12 @@ class GenerationResponder:
                     return
             if gone():  # it left while its last tokens were being written: it will not see [DONE]
                 return
-            tail = b"".join(out) + (events.usage() if generation.request.include_usage else b"")
-            # Account before the client can see [DONE], so a test that reads
-            # the metrics right after its stream ends finds this request.
+            tail = b"".join(out) + events.closing()
+            # Account before the client can see the stream's end, so a test that
+            # reads the metrics right after its stream ends finds this request.
             complete = True
             self.simulator.finish(record, generation)
-            yield tail + DONE
+            yield tail
         except ClientGone:
             return  # the finally below cancels and accounts it
         finally:
@@ -329,7 +263,7 @@ class GenerationResponder:
                               delivered)
 
     @staticmethod
-    def _direct_writer(request: Request, generation: Generation, events: _StreamEvents,
+    def _direct_writer(request: Request, generation: Generation, events: StreamRenderer,
                        fault: Fault | None) -> _DirectWriter | None:
         """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1."""
         sock = request.environ.get("werkzeug.socket")
@@ -338,7 +272,7 @@ class GenerationResponder:
             return None
         return _DirectWriter(sock, events, generation.outputs[0].pieces)
 
-    def _stream_direct(self, request: Request, generation: Generation, events: _StreamEvents,
+    def _stream_direct(self, request: Request, generation: Generation, events: StreamRenderer,
                        direct: _DirectWriter) -> Generator[bytes, None, tuple[bytes, bool]]:
         """The token events of a stream whose engine writes tokens itself (see :class:`_DirectWriter`).
 
@@ -371,7 +305,7 @@ class GenerationResponder:
                     yield data  # werkzeug writes it before resuming us, still under the lock
         return b"", False
 
-    def _apply_cut(self, request: Request, fault: Fault, events: _StreamEvents, out: list[bytes],
+    def _apply_cut(self, request: Request, fault: Fault, events: StreamRenderer, out: list[bytes],
                    gone: Callable[[], bool]) -> Generator[bytes, None, bool]:
         """Apply a mid-stream fault here (``out`` holds what is due); True when the stream ends.
 
@@ -381,7 +315,7 @@ class GenerationResponder:
             out.append(events.malformed())
             return False
         if fault.kind == "error_event":
-            out.append(_sse(fault.stream_error_body()))
+            out.append(events.error(fault.stream_error()))
         yield b"".join(out)
         out.clear()
         if fault.kind == "stall":

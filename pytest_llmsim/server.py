@@ -11,6 +11,7 @@ Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -23,11 +24,13 @@ from pytest_httpserver import HTTPServer
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
+from .api import OPENAI_CHAT, OPENAI_COMPLETIONS, WireAPI
+from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
 from .faults import HTTP_FAULTS
 from .metrics import PROMETHEUS_CONTENT_TYPE
-from .protocol import APIError, ParsedRequest, json_depth_exceeds, parse_chat, parse_completion
 from .records import RequestRecord
 from .responses import GenerationResponder, drop_connection, json_response
+from .sim import SimError
 from .simulator import Simulator
 from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
 
@@ -53,11 +56,24 @@ def validate_address(host: str, port: int) -> None:
         raise ValueError(f"port must be an integer from 0 to 65535 (0 picks a free port), not {port!r}")
 
 
-def openai_error_body(status: int, message: str, path: str | None) -> bytes:
-    """The body of a protocol-level error (see ``PooledWSGIServer.error_body``), in OpenAI's shape."""
-    code = HTTP_ERROR_CODES.get(status, "bad_request")
-    error_type = "server_error" if status >= 500 else "invalid_request_error"
-    return json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}}).encode()
+# Generation routes: path -> the wire API that parses and renders them. Adding an
+# API is adding its module to pytest_llmsim.api and a line here.
+GENERATION_ROUTES: dict[str, WireAPI] = {
+    "/v1/chat/completions": OPENAI_CHAT,
+    "/v1/completions": OPENAI_COMPLETIONS,
+}
+DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape paths outside any API get
+
+
+def _api_of_path(path: str | None) -> WireAPI:
+    return GENERATION_ROUTES.get(path or "", DEFAULT_API)
+
+
+def protocol_error_body(status: int, message: str, path: str | None) -> bytes:
+    """The body of an HTTP-level error (see ``PooledWSGIServer.error_body``), in the path's API's shape."""
+    error = SimError(status, message, type="server_error" if status >= 500 else "invalid_request_error",
+                     code=HTTP_ERROR_CODES.get(status, "bad_request"))
+    return json.dumps(_api_of_path(path).error_body(error)).encode()
 
 
 HTTP_ERROR_CODES = {
@@ -102,8 +118,7 @@ class SimulatorServer(HTTPServer):
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
         self._routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
-            "/v1/chat/completions": ("POST", self._chat),
-            "/v1/completions": ("POST", self._completions),
+            **{path: ("POST", functools.partial(self._generate, api=api)) for path, api in GENERATION_ROUTES.items()},
             "/v1/models": ("GET", self._models),
             "/health": ("GET", self._health),
             "/metrics": ("GET", self._metrics),
@@ -122,7 +137,7 @@ class SimulatorServer(HTTPServer):
         simulator = self.simulator
         self.server = PooledWSGIServer(self.host, self.port, Request.application(self.application),
                                        request_timeout=lambda: simulator.config.keepalive_timeout,
-                                       error_body=openai_error_body)
+                                       error_body=protocol_error_body)
         self.server.worker_idle_seconds = self._worker_idle_seconds
         self.port = self.server.port  # a restart after stop() listens on the same port again
         self.server_thread = threading.Thread(target=self.thread_target, name="llmsim-http",
@@ -167,7 +182,7 @@ class SimulatorServer(HTTPServer):
             return self._route(request)
         except Exception as error:
             self._keep_error(error)
-            failure = APIError(500, f"pytest-llmsim internal error: {type(error).__name__}: {error}",
+            failure = SimError(500, f"pytest-llmsim internal error: {type(error).__name__}: {error}",
                                type="server_error", code="internal_error")
             return self._api_error(request, failure)
 
@@ -194,7 +209,7 @@ class SimulatorServer(HTTPServer):
         request.environ[ROUTE_KEY] = template
         method, handler = route
         if request.method != method and not (method == "GET" and request.method == "HEAD"):
-            error = APIError(405, f"Method {request.method} is not allowed on {path}; use {method}.",
+            error = SimError(405, f"Method {request.method} is not allowed on {path}; use {method}.",
                              code="method_not_allowed", headers={"Allow": method})
             return self._api_error(request, error)
         return handler(request)
@@ -206,18 +221,19 @@ class SimulatorServer(HTTPServer):
             response = self.dispatch(request)
             if response.status_code != self.no_handler_status_code or self.handlers.match(request):
                 return response
-        error = APIError(404, f"Unknown request URL: {request.method} {request.path}.",
+        error = SimError(404, f"Unknown request URL: {request.method} {request.path}.",
                          code="unknown_url")
         return self._api_error(request, error)
 
-    def _api_error(self, request: Request, error: APIError,
+    def _api_error(self, request: Request, error: SimError,
                    record: RequestRecord | None = None) -> Response:
+        """Answer ``error`` in the shape of the path's API (and log it, for API paths)."""
         if request.path.startswith("/v1/"):
             record = record or self._new_record(request, None)
             record.status = error.status
-            record.error = error.body()["error"]
+            record.error = error.fields()
             self.simulator.finish(record)
-        return json_response(error.body(), error.status, error.headers)
+        return json_response(_api_of_path(request.path).error_body(error), error.status, error.headers)
 
     @staticmethod
     def _new_record(request: Request, body: Any) -> RequestRecord:
@@ -232,34 +248,30 @@ class SimulatorServer(HTTPServer):
         try:
             data = request.get_data(cache=False)
         except RequestEntityTooLarge:
-            raise APIError(413, f"Request body too large: the limit is "
+            raise SimError(413, f"Request body too large: the limit is "
                                 f"{self.simulator.config.max_body_bytes} bytes (max_body_bytes).",
                            code="request_too_large") from None
         except (BadRequest, OSError, ValueError) as error:  # short body, bad chunking, timeout
-            raise APIError(400, f"The request body could not be read: {error}", code="invalid_body") from None
+            raise SimError(400, f"The request body could not be read: {error}", code="invalid_body") from None
         finally:
             _body_read(request)
         try:
             body = json.loads(data)
         except (ValueError, RecursionError):
-            raise APIError(400, "We could not parse the JSON body of your request. The OpenAI API "
-                                "expects a JSON payload, but what was sent was not valid JSON.",
+            raise SimError(400, "We could not parse the JSON body of your request. The API expects "
+                                "a JSON payload, but what was sent was not valid JSON.",
                            code="invalid_json") from None
         if json_depth_exceeds(data):
-            raise APIError(400, "The JSON body of your request is nested too deeply "
-                                "(more than 128 levels of objects and arrays).", code="invalid_json")
+            raise SimError(400, f"The JSON body of your request is nested too deeply "
+                                f"(more than {MAX_JSON_DEPTH} levels of objects and arrays).", code="invalid_json")
         return body, data
 
     # --- generation routes ---
 
-    def _chat(self, request: Request) -> Response:
-        return self._generate(request, parse_chat)
-
-    def _completions(self, request: Request) -> Response:
-        return self._generate(request, parse_completion)
-
-    def _generate(self, request: Request, parse: Callable[[Any], ParsedRequest]) -> Response:
+    def _generate(self, request: Request, api: WireAPI) -> Response:
+        """Any generation route: parse with ``api``, run faults and the simulator, answer in ``api``'s shape."""
         record = self._new_record(request, None)
+        record.api = api.name
         number = self.simulator.count_request()
         fault = None
         try:
@@ -267,23 +279,22 @@ class SimulatorServer(HTTPServer):
             record.keep_body(body, data, self.simulator.config.max_log_body_bytes)
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
-            parsed = parse(body)
+            parsed = api.parse(body)
             record.stream = parsed.stream
             fault = self.simulator.pick_fault(number, record.headers, parsed)
             if fault is not None:
                 record.fault = fault.kind
                 if fault.kind in HTTP_FAULTS:
-                    raise fault.api_error()
+                    raise fault.error()
                 if fault.kind == "drop_before_headers":
                     self.simulator.finish(record)  # status 0: no response at all
                     drop_connection(request)
                     return Response(b"", status=500)  # never reaches the client
             scale = fault.factor if fault is not None and fault.kind == "slow" else 1.0
             generation = self.simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale)
-        except APIError as error:
+        except SimError as error:
             return self._api_error(request, error, record)
-        response_id = ("chatcmpl-" if parsed.kind == "chat" else "cmpl-") + self._next_id()
-        return self._responder.respond(request, record, generation, response_id, fault)
+        return self._responder.respond(request, record, generation, api.id_prefix + self._next_id(), fault, api)
 
     # --- information routes ---
 
@@ -293,7 +304,7 @@ class SimulatorServer(HTTPServer):
     def _model(self, request: Request) -> Response:
         model_id = request.path[len("/v1/models/"):]
         if model_id != self.simulator.config.model:
-            error = APIError(404, f"The model `{model_id}` does not exist.", code="model_not_found",
+            error = SimError(404, f"The model `{model_id}` does not exist.", code="model_not_found",
                              param="model")
             return self._api_error(request, error)
         return json_response(self._model_card())

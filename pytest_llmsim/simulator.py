@@ -19,10 +19,10 @@ from .config import SimConfig
 from .engine import SeqState, SimSequence
 from .faults import Fault, FaultInjector
 from .metrics import Metrics, MetricsSnapshot
-from .protocol import DEFAULT_PROMPT, APIError, ParsedRequest, invalid, usage_body
 from .ratelimit import RateLimiter
 from .records import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime, Ticket
+from .sim import GenerationRequest, SimError, invalid
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 
 __all__ = ["Generation", "Outcome", "Simulator"]
@@ -44,7 +44,7 @@ class Outcome(Enum):
 class Generation:
     """A request inside the engine: its outputs, sequences and ticket."""
 
-    request: ParsedRequest
+    request: GenerationRequest
     prompt_lengths: list[int]
     outputs: list[PlannedOutput]
     sequences: list[SimSequence]
@@ -53,8 +53,9 @@ class Generation:
     epoch: int
     headers: dict[str, str]
 
-    def usage(self) -> dict[str, Any]:
-        return usage_body(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
+    def texts(self) -> list[str]:
+        """Each choice's whole answer (with the echoed prompt in front, when asked)."""
+        return [prefix + output.text for prefix, output in zip(self.echo_prefixes, self.outputs)]
 
     @property
     def prompt_tokens(self) -> int:
@@ -111,8 +112,8 @@ class Generation:
         return [run for seq in self.sequences for run in seq.gaps.runs()]
 
 
-def _queue_full(config: SimConfig) -> APIError:
-    return APIError(503, f"The server is overloaded: the waiting queue is full "
+def _queue_full(config: SimConfig) -> SimError:
+    return SimError(503, f"The server is overloaded: the waiting queue is full "
                          f"(max_waiting={config.max_waiting}). Please retry later.",
                     type="server_error", code="queue_full")
 
@@ -208,7 +209,7 @@ class Simulator:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
         return next(self._request_numbers)
 
-    def pick_fault(self, number: int, headers: dict[str, str], request: ParsedRequest) -> Fault | None:
+    def pick_fault(self, number: int, headers: dict[str, str], request: GenerationRequest) -> Fault | None:
         def prompt_text() -> str:  # only built when a fault matches on the prompt
             if request.kind == "chat":
                 return "\n".join(message.content for message in request.messages)
@@ -237,7 +238,7 @@ class Simulator:
 
     # --- serving ---
 
-    def start(self, request: ParsedRequest, arrived_at: float | None = None,
+    def start(self, request: GenerationRequest, arrived_at: float | None = None,
               latency_scale: float = 1.0) -> Generation:
         """Check the request against the model's limits and the backend's capacity, then enter the engine.
 
@@ -291,7 +292,7 @@ class Simulator:
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
                           echo_prefixes, self._epoch, headers)
 
-    def _check_work(self, request: ParsedRequest, prompts: list[list[int]], budgets: list[int]) -> None:
+    def _check_work(self, request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> None:
         """Refuse a request whose total work (prompt tokens plus every choice's max_tokens) is over the cap."""
         cap = self.config.max_request_tokens
         prompt_tokens = sum(len(ids) for ids in prompts)
@@ -304,15 +305,16 @@ class Simulator:
                 f"{output_tokens:,}); this backend accepts at most {cap:,} per request (max_request_tokens). "
                 f"Lower max_tokens or n, or send fewer prompts.", param, "request_too_large")
 
-    def _prompts(self, request: ParsedRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
+    def _prompts(self, request: GenerationRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
         if request.kind == "chat":
             ids = tokenizer.chat_prompt(request.messages, request.tools_text)
             users = [m.content for m in request.messages if m.role == "user"]
             return [ids], [users[-1] if users else request.messages[-1].content]
         prompts: list[list[int]] = []
         sources: list[str] = []
-        if request.prompt_defaulted:
-            return [[tokenizer.encoding.eot_token]], [DEFAULT_PROMPT]
+        if request.prompt_defaulted:  # the document separator, one special token
+            eot = tokenizer.encoding.eot_token
+            return [[eot]], [tokenizer.encoding.decode([eot])]
         for i, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
                 prompts.append(tokenizer.encode(prompt))
@@ -326,7 +328,7 @@ class Simulator:
                 sources.append(tokenizer.encoding.decode(prompt))
         return prompts, sources
 
-    def _plan(self, request: ParsedRequest, tokenizer: Tokenizer, key: int,
+    def _plan(self, request: GenerationRequest, tokenizer: Tokenizer, key: int,
               fixed: list[int] | None, max_tokens: int) -> PlannedOutput:
         """What one choice says: ``fixed`` tokens (a scripted reply or an echo), or seeded filler."""
         if fixed is not None:

@@ -265,7 +265,7 @@ def test_sdk_retries_past_a_simulated_rpm_limit(llm_backend: LLMBackend) -> None
 
 def test_fault_object_builds_errors() -> None:
     fault = Fault.build("rate_limit", retry_after=0.5)
-    error = fault.api_error()
+    error = fault.error()
     assert (error.status, error.headers["retry-after-ms"]) == (429, "500")
 
 

@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from pytest_llmsim import LLMBackend, SimConfig
-from pytest_llmsim.protocol import APIError, parse_completion
+from pytest_llmsim.api.openai_completions import parse_completion
 from pytest_llmsim.records import RequestLog, RequestRecord
+from pytest_llmsim.sim import SimError
 from pytest_llmsim.simulator import Simulator
 
 CHAT = "/v1/chat/completions"
@@ -119,7 +120,7 @@ def test_queue_is_checked_before_outputs_are_planned(monkeypatch: pytest.MonkeyP
             raise AssertionError("outputs were planned for a request the queue cannot take")
 
         monkeypatch.setattr(simulator, "_plan", no_planning)
-        with pytest.raises(APIError) as caught:
+        with pytest.raises(SimError) as caught:
             simulator.start(parse_completion({"model": "m", "prompt": "hi", "n": 2}))
         assert (caught.value.status, caught.value.code) == (503, "queue_full")
         simulator.cancel(first)

@@ -223,3 +223,14 @@ def test_request_log_records_what_arrived(client: openai.OpenAI, llm_backend: LL
 def test_own_routes_next_to_the_simulator(llm_backend: LLMBackend) -> None:
     llm_backend.httpserver.expect_request("/v1/embeddings", method="POST").respond_with_json({"data": []})
     assert httpx.post(llm_backend.url_for("/v1/embeddings"), json={}).json() == {"data": []}
+
+
+def test_the_log_names_the_wire_api_of_each_request(llm_backend: LLMBackend) -> None:
+    httpx.post(llm_backend.url_for("/v1/chat/completions"),
+               json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m", "prompt": "hi", "max_tokens": 2})
+    httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m"})
+    httpx.get(llm_backend.url_for("/v1/nowhere"))
+    assert [(r.api, r.route, r.status) for r in llm_backend.requests] == [
+        ("openai.chat", "/v1/chat/completions", 200), ("openai.completions", "/v1/completions", 200),
+        ("openai.completions", "/v1/completions", 400), (None, "unknown", 404)]

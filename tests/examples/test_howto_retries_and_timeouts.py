@@ -34,6 +34,7 @@ def test_timeout_set_from_simulated_time(llm_backend: LLMBackend) -> None:
         client.chat.completions.create(model="llmsim", messages=MESSAGES)
     assert llm_backend.wait_idle(timeout=5)
     assert llm_backend.metrics.cancelled == 1  # the backend saw the client give up and freed the slot
+    assert llm_backend.metrics.requests_by_status == {499: 1}  # logged as nginx logs a hang-up
 
 
 def test_stall_mid_stream_trips_the_read_timeout(llm_backend: LLMBackend) -> None:

@@ -1,0 +1,63 @@
+"""What a wire API adapter is: parse, render, error. Nothing else varies per API.
+
+The server's route table maps a path to an adapter; the responder drives any
+adapter the same way (faults, hang-ups, the direct stream writer, accounting
+are written once). Adding an API is one module here and one line in the
+route table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..sim import GenerationRequest, SimError
+
+if TYPE_CHECKING:
+    from ..simulator import Generation
+
+__all__ = ["StreamRenderer", "WireAPI"]
+
+
+class StreamRenderer(Protocol):
+    """The bytes of one streamed answer, event by event.
+
+    ``token`` is the hot path: implementations cache a per-choice template so
+    a token costs one string escape, not a JSON dump.
+    """
+
+    def opening(self, index: int) -> bytes:
+        """What a choice's stream starts with (a role event, an echoed prompt), or ``b""``."""
+
+    def token(self, index: int, piece: str) -> bytes:
+        """One generated token's event for choice ``index``."""
+
+    def finish(self, index: int) -> bytes:
+        """The event that ends choice ``index`` (its finish reason)."""
+
+    def closing(self) -> bytes:
+        """What ends the whole stream after every choice finished (usage, ``[DONE]``)."""
+
+    def error(self, error: SimError) -> bytes:
+        """A mid-stream error event, in this API's shape."""
+
+    def malformed(self) -> bytes:
+        """An event whose JSON breaks off, as a truncating proxy would leave it."""
+
+
+class WireAPI(Protocol):
+    """One wire protocol: how its requests read and its answers and errors look."""
+
+    name: str  # as the request log names it, e.g. "openai.chat"
+    id_prefix: str  # response ids start with it, e.g. "chatcmpl-"
+
+    def parse(self, body: Any) -> GenerationRequest:
+        """Validate a JSON body into the shared request model (raises :class:`SimError`)."""
+
+    def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
+        """The JSON body of a complete, non-streamed answer."""
+
+    def stream(self, generation: Generation, response_id: str) -> StreamRenderer:
+        """The renderer of a streamed answer."""
+
+    def error_body(self, error: SimError) -> dict[str, Any]:
+        """``error`` as this API's JSON error body."""

@@ -1,0 +1,172 @@
+"""What OpenAI's chat and completions APIs share: common fields, usage, errors, SSE.
+
+Validation follows OpenAI's published OpenAPI spec field by field (``model``
+any string, nullable fields accept ``null``); unknown fields are ignored, as
+vLLM ignores them. Errors are ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
+from typing import TYPE_CHECKING, Any
+
+from ..sim import SimError, invalid
+from .validation import describe, is_int, optional, ranged
+
+if TYPE_CHECKING:
+    from ..simulator import Generation
+
+__all__ = [
+    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIStream", "common_fields", "envelope",
+    "openai_error_body", "sse", "usage_body",
+]
+
+SYSTEM_FINGERPRINT = "fp_llmsim"
+MAX_N = 16
+MAX_STOP_SEQUENCES = 4
+UNSUPPORTED_FIELDS = {
+    "logprobs": "log probabilities are not simulated",
+    "top_logprobs": "log probabilities are not simulated",
+    "audio": "audio output is not simulated",
+    "prediction": "predicted outputs are not simulated",
+}
+DONE = b"data: [DONE]\n\n"
+
+
+def openai_error_body(error: SimError) -> dict[str, Any]:
+    return {"error": error.fields()}
+
+
+def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The fields chat and completions share, checked, as :class:`GenerationRequest` arguments."""
+    model = body.get("model")
+    if model is None:
+        raise invalid("You must provide a model parameter.", "model", "missing_required_parameter")
+    if not isinstance(model, str):  # the spec allows any string, the empty one included
+        raise invalid(f"Invalid type for 'model': expected a string, but got {describe(model)}.",
+                      "model", "invalid_type")
+    for key, reason in UNSUPPORTED_FIELDS.items():
+        if body.get(key) not in (None, False, 0):
+            raise invalid(f"'{key}' is not supported by pytest-llmsim: {reason}.", key, "unsupported_parameter")
+    stream = bool(optional(body, "stream", lambda v: isinstance(v, bool), "a boolean"))
+    options = optional(body, "stream_options", lambda v: isinstance(v, dict), "an object")
+    if options is not None and not stream:
+        raise invalid("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                      "stream_options", "invalid_value")
+    include_usage = False
+    if options:
+        include_usage = bool(optional(options, "include_usage", lambda v: isinstance(v, bool), "a boolean"))
+    max_tokens = None
+    max_tokens_param = "max_tokens"
+    # The completions spec allows max_tokens 0 (score a prompt with echo); chat needs 1.
+    minimum = 1 if kind == "chat" else 0
+    for key in (("max_completion_tokens", "max_tokens") if kind == "chat" else ("max_tokens",)):
+        value = optional(body, key, is_int, "an integer")
+        if value is not None and value < minimum:
+            raise invalid(f"Invalid '{key}': integer below minimum value. Expected a value >= {minimum}, "
+                          f"but got {value} instead.", key, "integer_below_min_value")
+        if value is not None and max_tokens is None:
+            max_tokens, max_tokens_param = value, key
+    n = optional(body, "n", is_int, "an integer")
+    if n is not None and not 1 <= n <= MAX_N:
+        raise invalid(f"Invalid 'n': {n} is not between 1 and {MAX_N}.", "n", "integer_out_of_range")
+    ranged(body, "temperature", 0.0, 2.0)
+    ranged(body, "top_p", 0.0, 1.0)
+    ranged(body, "presence_penalty", -2.0, 2.0)
+    ranged(body, "frequency_penalty", -2.0, 2.0)
+    seed = optional(body, "seed", is_int, "an integer")
+    optional(body, "user", lambda v: isinstance(v, str), "a string")
+    stop = body.get("stop")
+    if stop is None:
+        stops: list[str] = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif (isinstance(stop, list) and len(stop) <= MAX_STOP_SEQUENCES
+          and all(isinstance(s, str) for s in stop)):
+        stops = list(stop)
+    else:
+        raise invalid(f"Invalid 'stop': expected a string or an array of at most "
+                      f"{MAX_STOP_SEQUENCES} strings.", "stop", "invalid_type")
+    return {"model": model, "stream": stream, "include_usage": include_usage,
+            "max_tokens": max_tokens, "max_tokens_param": max_tokens_param, "n": n or 1, "stops": stops,
+            "seed": seed}
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0,
+                                      "rejected_prediction_tokens": 0},
+    }
+
+
+def generation_usage(generation: Generation) -> dict[str, Any]:
+    return usage_body(generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens)
+
+
+def envelope(response_id: str, obj: str, model: str, created: int | None) -> dict[str, Any]:
+    return {"id": response_id, "object": obj, "created": created or int(time.time()),
+            "model": model, "system_fingerprint": SYSTEM_FINGERPRINT}
+
+
+def sse(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+class OpenAIStream:
+    """The SSE events of one streamed chat or completions answer.
+
+    ``chunk(choices, with_usage, usage)`` builds one chunk object; ``choice``
+    builds a choice carrying text (or a finish). Token events are cut from a
+    per-choice template around a marker, so a token costs one string escape.
+    """
+
+    _MARK = "\x00llmsim-piece\x00"
+
+    def __init__(self, generation: Generation, response_id: str, obj: str,
+                 choice: Callable[[int, str, str | None], dict[str, Any]]) -> None:
+        request = generation.request
+        self._generation = generation
+        self._id, self._obj, self._model, self._created = response_id, obj, request.model, int(time.time())
+        self._usage = request.include_usage
+        self._choice = choice
+        self._templates: dict[int, tuple[bytes, bytes]] = {}
+
+    def event(self, choice: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> bytes:
+        body = envelope(self._id, self._obj, self._model, self._created)
+        body["choices"] = [] if choice is None else [{"logprobs": None, **choice}]
+        if self._usage:
+            body["usage"] = usage
+        return sse(body)
+
+    def opening(self, index: int) -> bytes:
+        return b""
+
+    def token(self, index: int, piece: str) -> bytes:
+        template = self._templates.get(index)
+        if template is None:
+            head, tail = self.event(self._choice(index, self._MARK, None)).split(
+                encode_basestring_ascii(self._MARK).encode())
+            template = self._templates[index] = (head, tail)
+        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+
+    def finish(self, index: int) -> bytes:
+        return self.event(self._choice(index, "", self._generation.outputs[index].finish_reason))
+
+    def closing(self) -> bytes:
+        """The usage-only event (empty ``choices``), when asked for, then ``[DONE]``."""
+        usage = self.event(None, generation_usage(self._generation)) if self._usage else b""
+        return usage + DONE
+
+    def error(self, error: SimError) -> bytes:
+        return sse(openai_error_body(error))
+
+    def malformed(self) -> bytes:
+        return self.token(0, "")[:-12] + b"\n\n"

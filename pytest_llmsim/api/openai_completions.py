@@ -1,0 +1,95 @@
+"""OpenAI (legacy) completions, ``POST /v1/completions``: parse a body, render answers.
+
+A prompt is a string, a list of strings, a list of token ids or a list of
+token-id lists (at most ``MAX_PROMPTS``); each prompt and choice is one
+sequence. ``prompt: null`` is the document separator, as the spec says;
+``echo`` puts the prompt in front of the answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..sim import GenerationRequest, SimError, invalid
+from .openai_common import OpenAIStream, common_fields, envelope, generation_usage, openai_error_body
+from .validation import expect_object, is_int, optional
+
+if TYPE_CHECKING:
+    from ..simulator import Generation
+
+__all__ = ["MAX_PROMPTS", "OPENAI_COMPLETIONS", "OpenAICompletions", "parse_completion"]
+
+# Prompts in one request (OpenAI caps embeddings inputs at 2048 too); each
+# costs n sequences, so this bounds a request before its work is counted.
+MAX_PROMPTS = 2048
+# An omitted or null prompt: the document separator, as the API documents.
+DEFAULT_PROMPT = "<|endoftext|>"
+
+
+def parse_completion(body: Any) -> GenerationRequest:
+    """Validate a ``POST /v1/completions`` body."""
+    body = expect_object(body)
+    if "prompt" not in body:
+        raise invalid("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter")
+    prompt = body["prompt"]
+    prompts: list[str | list[int]]
+    if prompt is None:  # nullable in the spec, defaulting to the document separator
+        prompts = [DEFAULT_PROMPT]
+    elif isinstance(prompt, str):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt and all(is_int(t) for t in prompt):
+        prompts = [list(prompt)]
+    elif (isinstance(prompt, list) and prompt
+          and all(isinstance(p, str) or (isinstance(p, list) and p and all(is_int(t) for t in p))
+                  for p in prompt)):
+        prompts = list(prompt)
+    else:
+        raise invalid("Invalid 'prompt': expected a string, an array of strings, an array of token "
+                      "ids, or an array of token-id arrays (none empty).", "prompt", "invalid_type")
+    if len(prompts) > MAX_PROMPTS:
+        raise invalid(f"Invalid 'prompt': {len(prompts)} prompts in one request; the limit is {MAX_PROMPTS}.",
+                      "prompt", "array_above_max_length")
+    echo = bool(optional(body, "echo", lambda v: isinstance(v, bool), "a boolean"))
+    common = common_fields(body, "completion")
+    return GenerationRequest(kind="completion", prompts=prompts, echo=echo, prompt_defaulted=prompt is None,
+                         **common)
+
+
+
+def _choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
+    return {"index": index, "text": text, "finish_reason": finish}
+
+
+class _CompletionStream(OpenAIStream):
+    def opening(self, index: int) -> bytes:
+        """The echoed prompt, when ``echo`` asks for it."""
+        prefix = self._generation.echo_prefixes[index]
+        return self.event(_choice(index, prefix, None)) if prefix else b""
+
+
+class OpenAICompletions:
+    """The (legacy) completions API."""
+
+    name = "openai.completions"
+    id_prefix = "cmpl-"
+
+    def parse(self, body: Any) -> GenerationRequest:
+        return parse_completion(body)
+
+    def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
+        body = envelope(response_id, "text_completion", generation.request.model, None)
+        body["choices"] = [
+            {"text": text, "index": i, "logprobs": None, "finish_reason": output.finish_reason}
+            for i, (text, output) in enumerate(zip(generation.texts(), generation.outputs))
+        ]
+        body["usage"] = generation_usage(generation)
+        return body
+
+    def stream(self, generation: Generation, response_id: str) -> _CompletionStream:
+        return _CompletionStream(generation, response_id, "text_completion", _choice)
+
+    def error_body(self, error: SimError) -> dict[str, Any]:
+        return openai_error_body(error)
+
+
+OPENAI_COMPLETIONS = OpenAICompletions()

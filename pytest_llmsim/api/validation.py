@@ -1,0 +1,84 @@
+"""Checks every wire API's parser shares: JSON body limits and typed fields.
+
+Error messages describe a bad value without re-encoding it (a deeply nested
+value must not make the message itself fail).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..sim import invalid
+
+__all__ = ["MAX_JSON_DEPTH", "describe", "expect_object", "is_int", "is_number", "json_depth_exceeds",
+           "optional", "ranged"]
+
+# JSON nested deeper than this is refused before anything walks it recursively.
+MAX_JSON_DEPTH = 128
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def json_depth_exceeds(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the JSON text ``data`` (already known to parse) nests deeper than ``limit``.
+
+    No recursion and no walk over the parsed objects: strings are cut out and
+    everything but brackets dropped (C speed), then innermost pairs are
+    removed one level per pass; brackets left after ``limit`` passes mean a
+    deeper nest. A body with few brackets is not looked at.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        brackets = _INNERMOST_PAIR.sub(b"", brackets)
+        if not brackets:
+            return False
+    return True
+
+
+def describe(value: Any) -> str:
+    """A short, safe description of a JSON value for an error message (never recursive)."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def expect_object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.", None, "invalid_type")
+    return body
+
+
+def optional(body: dict[str, Any], key: str, check: Callable[[Any], bool], expected: str) -> Any:
+    """``body[key]`` if present and not null, after checking its type."""
+    value = body.get(key)
+    if value is not None and not check(value):
+        raise invalid(f"Invalid type for '{key}': expected {expected}, but got {describe(value)}.",
+                      key, "invalid_type")
+    return value
+
+
+def ranged(body: dict[str, Any], key: str, low: float, high: float) -> Any:
+    """``body[key]``, a number within ``[low, high]`` if present."""
+    value = optional(body, key, is_number, "a number")
+    if value is not None and not low <= value <= high:
+        raise invalid(f"Invalid '{key}': {value} is not between {low:g} and {high:g}.",
+                      key, "decimal_out_of_range" if isinstance(value, float) else "integer_out_of_range")
+    return value

@@ -1,0 +1,82 @@
+"""The shared request model and the protocol-blind error.
+
+Every wire API parses its body into a :class:`GenerationRequest`; the
+simulator plans, schedules and accounts it without asking which API it came
+from. Anything the simulator refuses is a :class:`SimError`, which each API
+renders in its own error shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..tokens import ChatMessage
+
+__all__ = ["ChatMessage", "GenerationRequest", "SimError", "invalid"]
+
+
+class SimError(Exception):
+    """A refusal, protocol-blind: an HTTP status and what went wrong.
+
+    ``type`` is the error's category in OpenAI's vocabulary
+    (``invalid_request_error``, ``server_error``, ``requests``, ``tokens``);
+    adapters of other APIs map the status (and this category) onto their own.
+    ``param`` names the offending field, ``code`` is a stable machine-readable
+    reason, and ``headers`` go out with the answer (``Retry-After``, rate-limit
+    headers).
+    """
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def fields(self) -> dict[str, Any]:
+        """``message``, ``type``, ``param`` and ``code``, as the request log keeps them."""
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+
+def invalid(message: str, param: str | None, code: str | None = None) -> SimError:
+    """A 400 for bad input, naming the field."""
+    return SimError(400, message, param=param, code=code)
+
+
+@dataclass
+class GenerationRequest:
+    """A validated generation request, reduced to what the simulation uses.
+
+    ``kind`` says how the prompt is given: ``"chat"`` (``messages``, counted
+    with chat framing) or ``"completion"`` (``prompts``: text or token ids,
+    one sequence per prompt and choice). ``max_tokens`` is None when the
+    request set no limit; ``max_tokens_param`` names the field that set it,
+    for error messages. ``prompt_defaulted`` means the prompt is the
+    document separator token (a completions ``prompt: null``).
+    """
+
+    kind: str
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    n: int
+    stops: list[str]
+    seed: int | None
+    messages: list[ChatMessage] = field(default_factory=list)
+    tools_text: str = ""
+    prompts: list[str | list[int]] = field(default_factory=list)
+    echo: bool = False
+    max_tokens_param: str = "max_tokens"
+    prompt_defaulted: bool = False
+    prompt_param: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.prompt_param:
+            self.prompt_param = "messages" if self.kind == "chat" else "prompt"
