@@ -74,6 +74,15 @@ class LLMBackend(BackendAssertions):
         """``http://127.0.0.1:PORT/v1``, ready for ``openai.OpenAI(base_url=...)``."""
         return self.url_for("/v1")
 
+    @property
+    def root_url(self) -> str:
+        """``http://127.0.0.1:PORT``, for SDKs that add ``/v1/...`` themselves.
+
+        ``anthropic.Anthropic(base_url=llm_backend.root_url)`` posts to
+        ``/v1/messages``; ``base_url`` (ending in ``/v1``) would give ``/v1/v1/messages``.
+        """
+        return self.url_for("").rstrip("/")
+
     def url_for(self, path: str) -> str:
         """Absolute URL of ``path`` on this backend."""
         return self._server.url_for(path)

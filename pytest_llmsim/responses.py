@@ -40,13 +40,29 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(json.dumps(body), status=status, headers=headers, content_type=JSON)
 
 
+def blocking_socket(request: Request) -> socket.socket | None:
+    """The client's socket, in blocking mode (no timeout), or None.
+
+    The connection reads its request with a timeout (``keepalive_timeout``);
+    once an answer is being waited for or streamed it must not have one: a
+    timed socket makes the non-blocking peek and sends below wait first.
+    """
+    sock: socket.socket | None = request.environ.get("werkzeug.socket")
+    if sock is not None and sock.gettimeout() is not None:
+        try:
+            sock.settimeout(None)
+        except OSError:
+            pass  # already closed
+    return sock
+
+
 def client_gone(request: Request) -> bool:
     """True when the client has closed its connection (EOF or reset pending on the socket).
 
     A non-blocking peek, not ``select()``, which cannot watch descriptors past
     1024 and would report a busy server's live clients as gone.
     """
-    sock = request.environ.get("werkzeug.socket")
+    sock = blocking_socket(request)
     if sock is None:
         return False
     try:
@@ -170,7 +186,8 @@ class GenerationResponder:
             error = fault.stream_error()
             record.status, record.error = error.status, error.fields()
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
-            return json_response(api.error_body(error), error.status, error.headers)
+            status, body, headers = api.render_error(error)
+            return json_response(body, status, headers)
         if kind in ("empty", "malformed"):  # the client gets no usable answer
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
         else:
@@ -201,6 +218,7 @@ class GenerationResponder:
         written = 0
         complete = reset = cut = False
         gone = functools.partial(client_gone, request)
+        blocking_socket(request)  # a stream may idle for long: no read/write timeout from here on
         direct = self._direct_writer(request, generation, events, fault)
         try:
             if cut_at == 0 and fault is not None and fault.kind == "stall":
@@ -266,7 +284,7 @@ class GenerationResponder:
     def _direct_writer(request: Request, generation: Generation, events: StreamRenderer,
                        fault: Fault | None) -> _DirectWriter | None:
         """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1."""
-        sock = request.environ.get("werkzeug.socket")
+        sock = blocking_socket(request)
         if (fault is not None or len(generation.outputs) != 1 or sock is None
                 or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"):
             return None

@@ -195,10 +195,9 @@ class Runtime:
         Checked before a request's outputs are planned, so an oversized
         request costs nothing before its 503; :meth:`submit` checks again.
         """
-        with self._cond:
-            engine, config = self.engine, self.config
-            free = max(0, config.max_batch_size - engine.running_count)
-            return count <= free + max(0, config.max_waiting - engine.waiting_count)
+        engine, config = self.engine, self.config  # no lock: a hint, submit() decides
+        free = max(0, config.max_batch_size - engine.running_count)
+        return count <= free + max(0, config.max_waiting - engine.waiting_count)
 
     def submit(self, sequences: Sequence[SimSequence], arrived_at: float | None = None,
                wants_tokens: bool = True) -> Ticket:

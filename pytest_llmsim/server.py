@@ -24,7 +24,8 @@ from pytest_httpserver import HTTPServer
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .api import OPENAI_CHAT, OPENAI_COMPLETIONS, WireAPI
+from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, WireAPI
+from .api.anthropic_messages import parse_messages
 from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
 from .faults import HTTP_FAULTS
 from .metrics import PROMETHEUS_CONTENT_TYPE
@@ -61,19 +62,23 @@ def validate_address(host: str, port: int) -> None:
 GENERATION_ROUTES: dict[str, WireAPI] = {
     "/v1/chat/completions": OPENAI_CHAT,
     "/v1/completions": OPENAI_COMPLETIONS,
+    "/v1/messages": ANTHROPIC_MESSAGES,
 }
-DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape paths outside any API get
+# Whose error shape each path answers in; paths outside any API get OpenAI's.
+API_OF_PATH: dict[str, WireAPI] = {**GENERATION_ROUTES, "/v1/messages/count_tokens": ANTHROPIC_MESSAGES}
+DEFAULT_API: WireAPI = OPENAI_CHAT
 
 
 def _api_of_path(path: str | None) -> WireAPI:
-    return GENERATION_ROUTES.get(path or "", DEFAULT_API)
+    return API_OF_PATH.get(path or "", DEFAULT_API)
 
 
 def protocol_error_body(status: int, message: str, path: str | None) -> bytes:
     """The body of an HTTP-level error (see ``PooledWSGIServer.error_body``), in the path's API's shape."""
     error = SimError(status, message, type="server_error" if status >= 500 else "invalid_request_error",
                      code=HTTP_ERROR_CODES.get(status, "bad_request"))
-    return json.dumps(_api_of_path(path).error_body(error)).encode()
+    _, body, _ = _api_of_path(path).render_error(error)  # the status stays what HTTP says
+    return json.dumps(body).encode()
 
 
 HTTP_ERROR_CODES = {
@@ -93,17 +98,6 @@ def _headers_of(environ: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-def _body_read(request: Request) -> None:
-    """The request is in: wait without a timeout from now on (a stream may idle for long),
-    and in blocking mode, which the hang-up check and the direct writer need."""
-    sock = request.environ.get("werkzeug.socket")
-    if sock is not None:
-        try:
-            sock.settimeout(None)
-        except OSError:
-            pass
-
-
 class SimulatorServer(HTTPServer):
     """A threaded werkzeug server on loopback answering as an OpenAI-compatible backend."""
 
@@ -119,6 +113,7 @@ class SimulatorServer(HTTPServer):
         self._id_counter = itertools.count(1)
         self._routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
             **{path: ("POST", functools.partial(self._generate, api=api)) for path, api in GENERATION_ROUTES.items()},
+            "/v1/messages/count_tokens": ("POST", self._count_tokens),
             "/v1/models": ("GET", self._models),
             "/health": ("GET", self._health),
             "/metrics": ("GET", self._metrics),
@@ -228,12 +223,13 @@ class SimulatorServer(HTTPServer):
     def _api_error(self, request: Request, error: SimError,
                    record: RequestRecord | None = None) -> Response:
         """Answer ``error`` in the shape of the path's API (and log it, for API paths)."""
+        status, body, headers = _api_of_path(request.path).render_error(error)
         if request.path.startswith("/v1/"):
             record = record or self._new_record(request, None)
-            record.status = error.status
+            record.status = status
             record.error = error.fields()
             self.simulator.finish(record)
-        return json_response(_api_of_path(request.path).error_body(error), error.status, error.headers)
+        return json_response(body, status, headers)
 
     @staticmethod
     def _new_record(request: Request, body: Any) -> RequestRecord:
@@ -243,7 +239,7 @@ class SimulatorServer(HTTPServer):
                              body=body, route=request.environ.get(ROUTE_KEY, UNKNOWN_ROUTE))
 
     def _read_json(self, request: Request) -> tuple[Any, bytes]:
-        """The parsed body and its bytes; the connection is blocking again afterwards."""
+        """The parsed body and its bytes (reads wait at most ``keepalive_timeout`` each)."""
         request.max_content_length = self.simulator.config.max_body_bytes
         try:
             data = request.get_data(cache=False)
@@ -253,8 +249,6 @@ class SimulatorServer(HTTPServer):
                            code="request_too_large") from None
         except (BadRequest, OSError, ValueError) as error:  # short body, bad chunking, timeout
             raise SimError(400, f"The request body could not be read: {error}", code="invalid_body") from None
-        finally:
-            _body_read(request)
         try:
             body = json.loads(data)
         except (ValueError, RecursionError):
@@ -297,6 +291,22 @@ class SimulatorServer(HTTPServer):
         return self._responder.respond(request, record, generation, api.id_prefix + self._next_id(), fault, api)
 
     # --- information routes ---
+
+    def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's token counter: the prompt tokens a Messages request would be charged."""
+        record = self._new_record(request, None)
+        record.api = "anthropic.count_tokens"
+        try:
+            body, data = self._read_json(request)
+            record.keep_body(body, data, self.simulator.config.max_log_body_bytes)
+            parsed = parse_messages(body, require_max_tokens=False)
+            record.model = parsed.model
+            count = self.simulator.count_prompt(parsed)
+        except SimError as error:
+            return self._api_error(request, error, record)
+        record.status, record.prompt_tokens = 200, count
+        self.simulator.finish(record)
+        return json_response({"input_tokens": count})
 
     def _models(self, request: Request) -> Response:
         return json_response({"object": "list", "data": [self._model_card()]})

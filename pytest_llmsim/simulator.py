@@ -52,6 +52,7 @@ class Generation:
     echo_prefixes: list[str]
     epoch: int
     headers: dict[str, str]
+    marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
 
     def texts(self) -> list[str]:
         """Each choice's whole answer (with the echoed prompt in front, when asked)."""
@@ -289,8 +290,17 @@ class Simulator:
             ticket.wait()
             self.runtime.release(ticket)
             raise _queue_full(config)
+        marked = None
+        if request.cache_breakpoint is not None:
+            marked_messages = request.messages[:request.cache_breakpoint]
+            marked = min(len(prompts[0]), self.tokenizer.chat_prefix_length(marked_messages))
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
-                          echo_prefixes, self._epoch, headers)
+                          echo_prefixes, self._epoch, headers, marked)
+
+    def count_prompt(self, request: GenerationRequest) -> int:
+        """Prompt tokens of ``request`` as the engine would count them (nothing is run)."""
+        prompts, _ = self._prompts(request, self.tokenizer)
+        return sum(len(ids) for ids in prompts)
 
     def _check_work(self, request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> None:
         """Refuse a request whose total work (prompt tokens plus every choice's max_tokens) is over the cap."""

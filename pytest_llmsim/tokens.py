@@ -172,12 +172,14 @@ class PlannedOutput:
     never materialised whole: slicing builds only the part being sent.
     """
 
-    __slots__ = ("finish_reason", "pieces", "tokens")
+    __slots__ = ("finish_reason", "pieces", "stop_sequence", "tokens")
 
-    def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str) -> None:
+    def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str,
+                 stop_sequence: str | None = None) -> None:
         self.tokens = tokens
         self.pieces = pieces
         self.finish_reason = finish_reason
+        self.stop_sequence = stop_sequence  # the stop string that ended it, if one did
 
     @property
     def length(self) -> int:
@@ -246,6 +248,10 @@ class Tokenizer:
         ids.append(IM_SEP)
         return ids
 
+    def chat_prefix_length(self, messages: Sequence[ChatMessage]) -> int:
+        """Tokens the framed ``messages`` take at the start of a chat prompt (no reply priming)."""
+        return len(self.chat_prompt(messages)) - 3 if messages else 0
+
     def valid_token_id(self, token: int) -> bool:
         """True for an id the encoding can decode (in range and assigned)."""
         return 0 <= token < self.encoding.n_vocab and token not in _unassigned_ids(self.encoding)
@@ -268,12 +274,14 @@ class Tokenizer:
         if len(tokens) > max_tokens:
             tokens, finish = tokens[:max_tokens], "length"
             pieces = None if pieces is None else pieces[:max_tokens]
+        matched = None
         if stops:
             text = self._searchable_text(tokens, pieces, max(len(s) for s in stops))
-            cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
-            if cut >= 0:
+            found = [(i, s) for i, s in ((text.find(s), s) for s in stops if s) if i >= 0]
+            if found:
+                cut, matched = min(found)
                 tokens, finish, pieces = self.encode(text[:cut]), "stop", None
-        return PlannedOutput(tokens, pieces if pieces is not None else self.pieces(tokens), finish)
+        return PlannedOutput(tokens, pieces if pieces is not None else self.pieces(tokens), finish, matched)
 
     def _searchable_text(self, tokens: Sequence[int], pieces: Sequence[str] | None, longest_stop: int) -> str:
         """Text in which the first match of any stop string (if there is one) lies.

@@ -52,6 +52,7 @@ class _PrefixedSocketReader(io.RawIOBase):
         self._sock = sock
         self._prefix = memoryview(prefix)
         self.deadline: float | None = None
+        self.shortened = False  # the socket's timeout was cut to the deadline
 
     def readable(self) -> bool:
         return True
@@ -67,6 +68,7 @@ class _PrefixedSocketReader(io.RawIOBase):
             if left <= 0:
                 raise TimeoutError("the request head took too long")
             self._sock.settimeout(left)
+            self.shortened = True
         return self._sock.recv_into(buffer)
 
 
@@ -226,9 +228,11 @@ class QuietRequestHandler(WSGIRequestHandler):
 
     def make_environ(self) -> Any:
         # The head is in: the body's reads wait at most the timeout each (idle, not total).
-        if self._reader is not None:
-            self._reader.deadline = None
-        self.connection.settimeout(self.server.request_timeout())
+        reader = self._reader
+        if reader is not None:
+            reader.deadline = None
+            if reader.shortened:  # usually the head came in the first packet: no syscall needed
+                self.connection.settimeout(self.server.request_timeout())
         environ = super().make_environ()
         environ[ACCEPTED_AT] = self.arrived_at
         return environ

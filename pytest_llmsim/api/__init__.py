@@ -1,13 +1,14 @@
 """Wire protocols: one module per API, each a :class:`~pytest_llmsim.api.base.WireAPI`.
 
 ``openai_chat`` (``POST /v1/chat/completions``) and ``openai_completions``
-(``POST /v1/completions``) share ``openai_common``; ``validation`` holds the
-checks every parser uses.
+(``POST /v1/completions``) share ``openai_common``; ``anthropic_messages``
+serves ``POST /v1/messages``; ``validation`` holds the checks every parser uses.
 """
 
+from .anthropic_messages import ANTHROPIC_MESSAGES
 from .base import StreamRenderer, WireAPI
 from .openai_chat import OPENAI_CHAT
 from .openai_common import openai_error_body
 from .openai_completions import OPENAI_COMPLETIONS
 
-__all__ = ["OPENAI_CHAT", "OPENAI_COMPLETIONS", "StreamRenderer", "WireAPI", "openai_error_body"]
+__all__ = ["ANTHROPIC_MESSAGES", "OPENAI_CHAT", "OPENAI_COMPLETIONS", "StreamRenderer", "WireAPI", "openai_error_body"]

@@ -59,5 +59,6 @@ class WireAPI(Protocol):
     def stream(self, generation: Generation, response_id: str) -> StreamRenderer:
         """The renderer of a streamed answer."""
 
-    def error_body(self, error: SimError) -> dict[str, Any]:
-        """``error`` as this API's JSON error body."""
+    def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """``error`` as this API answers it: status (an API may use its own, e.g. 529), JSON body,
+        headers (``error.headers`` plus any of its own)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..sim import ChatMessage, GenerationRequest, SimError, invalid
-from .openai_common import OpenAIStream, common_fields, envelope, generation_usage, openai_error_body
+from ..sim import ChatMessage, GenerationRequest, invalid
+from .openai_common import OpenAIErrors, OpenAIStream, common_fields, envelope, generation_usage
 from .validation import expect_object, optional
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class _ChatStream(OpenAIStream):
         return self.event({"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
 
 
-class OpenAIChat:
+class OpenAIChat(OpenAIErrors):
     """The chat completions API."""
 
     name = "openai.chat"
@@ -127,9 +127,6 @@ class OpenAIChat:
 
     def stream(self, generation: Generation, response_id: str) -> _ChatStream:
         return _ChatStream(generation, response_id, "chat.completion.chunk", _choice)
-
-    def error_body(self, error: SimError) -> dict[str, Any]:
-        return openai_error_body(error)
 
 
 OPENAI_CHAT = OpenAIChat()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..simulator import Generation
 
 __all__ = [
-    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIStream", "common_fields", "envelope",
+    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIErrors", "OpenAIStream", "common_fields", "envelope",
     "openai_error_body", "sse", "usage_body",
 ]
 
@@ -38,6 +38,13 @@ DONE = b"data: [DONE]\n\n"
 
 def openai_error_body(error: SimError) -> dict[str, Any]:
     return {"error": error.fields()}
+
+
+class OpenAIErrors:
+    """OpenAI's error answer: the error's own status, ``{"error": {...}}``."""
+
+    def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return error.status, openai_error_body(error), error.headers
 
 
 def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..sim import GenerationRequest, SimError, invalid
-from .openai_common import OpenAIStream, common_fields, envelope, generation_usage, openai_error_body
+from ..sim import GenerationRequest, invalid
+from .openai_common import OpenAIErrors, OpenAIStream, common_fields, envelope, generation_usage
 from .validation import expect_object, is_int, optional
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class _CompletionStream(OpenAIStream):
         return self.event(_choice(index, prefix, None)) if prefix else b""
 
 
-class OpenAICompletions:
+class OpenAICompletions(OpenAIErrors):
     """The (legacy) completions API."""
 
     name = "openai.completions"
@@ -87,9 +87,6 @@ class OpenAICompletions:
 
     def stream(self, generation: Generation, response_id: str) -> _CompletionStream:
         return _CompletionStream(generation, response_id, "text_completion", _choice)
-
-    def error_body(self, error: SimError) -> dict[str, Any]:
-        return openai_error_body(error)
 
 
 OPENAI_COMPLETIONS = OpenAICompletions()

@@ -59,6 +59,9 @@ class GenerationRequest:
     request set no limit; ``max_tokens_param`` names the field that set it,
     for error messages. ``prompt_defaulted`` means the prompt is the
     document separator token (a completions ``prompt: null``).
+    ``cache_breakpoint``: the request marks its first that many messages as
+    a cacheable prefix (Anthropic's ``cache_control``); APIs that report
+    cache use only for a marked prefix read it.
     """
 
     kind: str
@@ -76,6 +79,7 @@ class GenerationRequest:
     max_tokens_param: str = "max_tokens"
     prompt_defaulted: bool = False
     prompt_param: str = ""
+    cache_breakpoint: int | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_param:

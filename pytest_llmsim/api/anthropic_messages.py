@@ -1,0 +1,234 @@
+"""Anthropic Messages, ``POST /v1/messages`` (and ``/v1/messages/count_tokens``).
+
+Parse: ``model`` and ``max_tokens`` are required, as Anthropic requires them;
+``system`` is a string or text blocks; ``messages`` alternate ``user`` and
+``assistant`` with string or block content (``text``; ``tool_use`` and
+``tool_result`` are counted as their text); ``stop_sequences``, ``stream``,
+sampling fields are checked when present; ``tools`` are counted as their
+JSON text; ``tool_choice`` ``auto``/``none`` only (the simulated model
+answers with text). Any credentials and any ``anthropic-version`` are
+accepted.
+
+Usage follows Anthropic's arithmetic: ``input_tokens`` excludes cache reads
+and writes, and cache accounting covers only the prefix up to the request's
+last ``cache_control`` breakpoint (an unmarked request reports 0 for both;
+the engine's prefix cache still shapes its timing). Token counts use the
+backend's tiktoken encoding: Anthropic publishes no tokenizer, so they are an
+approximation, consistent between ``count_tokens``, ``usage`` and the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from json.encoder import encode_basestring_ascii
+from typing import TYPE_CHECKING, Any
+
+from ..sim import ChatMessage, GenerationRequest, SimError, invalid
+from .validation import describe, expect_object, is_int, optional, ranged
+
+if TYPE_CHECKING:
+    from ..simulator import Generation
+
+__all__ = ["ANTHROPIC_MESSAGES", "AnthropicMessages", "parse_messages"]
+
+# Anthropic's error types by status; 503 (overloaded, a full queue) is answered 529 as Anthropic does.
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+               504: "timeout_error", 529: "overloaded_error"}
+OVERLOADED = 529
+MAX_STOP_SEQUENCES = 8191 // 8  # Anthropic documents no small cap; bound the list anyway
+_REQUEST_ID_PREFIX = os.urandom(4).hex()
+
+
+def _block_text(block: Any, param: str) -> tuple[str, bool]:
+    """A content block's text as the prompt counts it, and whether it carries ``cache_control``."""
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise invalid(f"{param}: expected an object with a 'type'.", param, "invalid_type")
+    kind = block["type"]
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            raise invalid(f"{param}.text: Field required (a string).", f"{param}.text", "invalid_type")
+        text = block["text"]
+    elif kind == "tool_use":
+        text = json.dumps({"name": block.get("name"), "input": block.get("input")})
+    elif kind == "tool_result":
+        content = block.get("content", "")
+        text = content if isinstance(content, str) else _content_text(content, f"{param}.content")[0]
+    else:
+        raise invalid(f"{param}.type: content blocks of type '{kind}' are not supported by pytest-llmsim; "
+                      "text, tool_use and tool_result are simulated.", f"{param}.type", "unsupported_value")
+    return text, block.get("cache_control") is not None
+
+
+def _content_text(content: Any, param: str) -> tuple[str, bool]:
+    if isinstance(content, str):
+        return content, False
+    if isinstance(content, list):
+        parts = [_block_text(block, f"{param}.{i}") for i, block in enumerate(content)]
+        return "".join(text for text, _ in parts), any(marked for _, marked in parts)
+    raise invalid(f"{param}: Input should be a valid string or a list of content blocks, not "
+                  f"{describe(content)}.", param, "invalid_type")
+
+
+def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationRequest:
+    """Validate a ``POST /v1/messages`` body (``count_tokens`` bodies need no ``max_tokens``)."""
+    body = expect_object(body)
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise invalid("model: Field required (a string)." if model is None else
+                      f"model: Input should be a valid string, not {describe(model)}.", "model",
+                      "missing_required_parameter" if model is None else "invalid_type")
+    max_tokens = optional(body, "max_tokens", is_int, "an integer")
+    if max_tokens is None and require_max_tokens:
+        raise invalid("max_tokens: Field required.", "max_tokens", "missing_required_parameter")
+    if max_tokens is not None and max_tokens < 1:
+        raise invalid(f"max_tokens: Input should be greater than or equal to 1, not {max_tokens}.",
+                      "max_tokens", "integer_below_min_value")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages: Field required (a non-empty list of messages).", "messages",
+                      "missing_required_parameter" if messages is None else "invalid_value")
+    parsed: list[ChatMessage] = []
+    breakpoint_at: int | None = None
+    system = body.get("system")
+    if system is not None:
+        text, marked = _content_text(system, "system")
+        parsed.append(ChatMessage("system", text))
+        breakpoint_at = 1 if marked else None
+    for i, message in enumerate(messages):
+        param = f"messages.{i}"
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise invalid(f"{param}.role: Input should be 'user' or 'assistant'.", f"{param}.role", "invalid_value")
+        if "content" not in message:
+            raise invalid(f"{param}.content: Field required.", f"{param}.content", "missing_required_parameter")
+        text, marked = _content_text(message["content"], f"{param}.content")
+        parsed.append(ChatMessage(message["role"], text))
+        if marked:
+            breakpoint_at = len(parsed)
+    stops = optional(body, "stop_sequences", lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
+                     "a list of strings") or []
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise invalid(f"stop_sequences: at most {MAX_STOP_SEQUENCES} are accepted.", "stop_sequences",
+                      "invalid_value")
+    stream = bool(optional(body, "stream", lambda v: isinstance(v, bool), "a boolean"))
+    ranged(body, "temperature", 0.0, 1.0)
+    ranged(body, "top_p", 0.0, 1.0)
+    top_k = optional(body, "top_k", is_int, "an integer")
+    if top_k is not None and top_k < 0:
+        raise invalid("top_k: Input should be greater than or equal to 0.", "top_k", "integer_below_min_value")
+    tools = optional(body, "tools", lambda v: isinstance(v, list), "a list")
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise invalid(f"tools.{i}.name: Field required.", f"tools.{i}.name", "invalid_value")
+    choice = optional(body, "tool_choice", lambda v: isinstance(v, dict), "an object")
+    if choice is not None and choice.get("type") not in ("auto", "none"):
+        raise invalid("tool_choice: only 'auto' and 'none' are simulated; pytest-llmsim answers with text.",
+                      "tool_choice", "unsupported_value")
+    return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
+                             n=1, stops=list(stops), seed=None, messages=parsed,
+                             tools_text=json.dumps(tools) if tools else "", cache_breakpoint=breakpoint_at)
+
+
+def _stop_reason(generation: Generation) -> tuple[str, str | None]:
+    output = generation.outputs[0]
+    if output.finish_reason == "length":
+        return "max_tokens", None
+    if output.stop_sequence is not None:
+        return "stop_sequence", output.stop_sequence
+    return "end_turn", None
+
+
+def usage(generation: Generation) -> dict[str, Any]:
+    """Anthropic's usage: cache reads and writes only within the marked prefix, excluded from input_tokens."""
+    total, marked = generation.prompt_tokens, generation.marked_prompt_tokens
+    read = written = 0
+    if marked is not None:
+        read = min(generation.cached_tokens, marked)
+        written = marked - read
+    return {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read, "output_tokens": generation.completion_tokens}
+
+
+def _event(name: str, body: dict[str, Any]) -> bytes:
+    return b"event: %s\ndata: %s\n\n" % (name.encode(), json.dumps(body, separators=(",", ":")).encode())
+
+
+class _MessagesStream:
+    """``message_start``, ``content_block_start``, ``ping``, a ``content_block_delta`` per token,
+    ``content_block_stop``, ``message_delta``, ``message_stop``: the sequence the SDK's
+    ``messages.stream()`` reads."""
+
+    _MARK = "\x00llmsim-piece\x00"
+
+    def __init__(self, generation: Generation, response_id: str) -> None:
+        self._generation = generation
+        self._id = response_id
+        self._template: tuple[bytes, bytes] | None = None
+
+    def opening(self, index: int) -> bytes:
+        generation = self._generation
+        start_usage = {**usage(generation), "output_tokens": 0}
+        message: dict[str, Any] = {"id": self._id, "type": "message", "role": "assistant", "content": [],
+                   "model": generation.request.model, "stop_reason": None, "stop_sequence": None,
+                   "usage": start_usage}
+        return (_event("message_start", {"type": "message_start", "message": message})
+                + _event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                 "content_block": {"type": "text", "text": ""}})
+                + _event("ping", {"type": "ping"}))
+
+    def token(self, index: int, piece: str) -> bytes:
+        template = self._template
+        if template is None:
+            event = _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta", "text": self._MARK}})
+            head, tail = event.split(encode_basestring_ascii(self._MARK).encode())
+            template = self._template = (head, tail)
+        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+
+    def finish(self, index: int) -> bytes:
+        reason, sequence = _stop_reason(self._generation)
+        return (_event("content_block_stop", {"type": "content_block_stop", "index": 0})
+                + _event("message_delta", {"type": "message_delta",
+                                           "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                                           "usage": {"output_tokens": self._generation.completion_tokens}}))
+
+    def closing(self) -> bytes:
+        return _event("message_stop", {"type": "message_stop"})
+
+    def error(self, error: SimError) -> bytes:
+        _, body, _ = ANTHROPIC_MESSAGES.render_error(error)
+        return _event("error", {"type": "error", "error": body["error"]})
+
+    def malformed(self) -> bytes:
+        return self.token(0, "")[:-12] + b"\n\n"
+
+
+class AnthropicMessages:
+    """The Messages API."""
+
+    name = "anthropic.messages"
+    id_prefix = "msg_"
+
+    def parse(self, body: Any) -> GenerationRequest:
+        return parse_messages(body)
+
+    def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
+        reason, sequence = _stop_reason(generation)
+        return {"id": response_id, "type": "message", "role": "assistant", "model": generation.request.model,
+                "content": [{"type": "text", "text": generation.texts()[0]}], "stop_reason": reason,
+                "stop_sequence": sequence, "usage": usage(generation)}
+
+    def stream(self, generation: Generation, response_id: str) -> _MessagesStream:
+        return _MessagesStream(generation, response_id)
+
+    def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
+        status = OVERLOADED if error.status == 503 else error.status
+        kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        request_id = f"req_{_REQUEST_ID_PREFIX}{time.monotonic_ns():x}"
+        body = {"type": "error", "error": {"type": kind, "message": error.message}, "request_id": request_id}
+        return status, body, {**error.headers, "request-id": request_id}
+
+
+ANTHROPIC_MESSAGES = AnthropicMessages()
