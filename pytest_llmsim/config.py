@@ -57,6 +57,7 @@ class SimConfig:
     max_body_bytes: int = 8 * 1024 * 1024
     max_request_tokens: int = 524_288
     keepalive_timeout: float = 5.0
+    max_stored_responses: int = 1000
 
     def replace(self, **settings: Any) -> SimConfig:
         """Return a copy with ``settings`` applied, each one validated.
@@ -187,6 +188,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_body_bytes": _integer(1),
     "max_request_tokens": _integer(1),
     "keepalive_timeout": _number(0.0, low_inclusive=False),
+    "max_stored_responses": _integer(0),
 }
 
 SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(SimConfig))
@@ -220,6 +222,7 @@ SETTING_HELP: dict[str, str] = {
                           "over all its prompts; more answers 400",
     "keepalive_timeout": "Wall seconds a connection may take to send a request head (and wait between "
                          "body reads) before it is closed",
+    "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
 }
 
 

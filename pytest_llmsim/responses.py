@@ -160,9 +160,16 @@ class GenerationResponder:
                 self._abandon(record, generation, Outcome.CUT_BY_FAULT, 0)
                 return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
             events = api.stream(generation, response_id)
-            body = self._stream(request, record, generation, events, fault)
+            remember = self._remember(generation, response_id, api)
+            body = self._stream(request, record, generation, events, fault, remember)
             return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
         return self._complete(request, record, generation, response_id, fault, api)
+
+    def _remember(self, generation: Generation, response_id: str, api: WireAPI) -> Callable[[], None] | None:
+        """What stores a complete exchange, for requests that ask for it (chaining, retrieval)."""
+        if not generation.request.store:
+            return None
+        return lambda: self.simulator.remember(response_id, generation, api.response_body(generation, response_id))
 
     # --- non-streamed ---
 
@@ -192,6 +199,9 @@ class GenerationResponder:
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
         else:
             self.simulator.finish(record, generation)
+            remember = self._remember(generation, response_id, api)
+            if remember is not None:
+                remember()
         if kind == "empty":
             return Response(b"", status=200, content_type=JSON)
         body = api.response_body(generation, response_id)
@@ -209,7 +219,8 @@ class GenerationResponder:
     # --- streamed ---
 
     def _stream(self, request: Request, record: RequestRecord, generation: Generation,
-                events: StreamRenderer, fault: Fault | None) -> Iterator[bytes]:
+                events: StreamRenderer, fault: Fault | None,
+                on_complete: Callable[[], None] | None = None) -> Iterator[bytes]:
         """SSE events as the engine releases tokens; every batch already due goes in one write."""
         outputs = generation.outputs
         started = [False] * len(outputs)
@@ -271,6 +282,8 @@ class GenerationResponder:
             # reads the metrics right after its stream ends finds this request.
             complete = True
             self.simulator.finish(record, generation)
+            if on_complete is not None:
+                on_complete()
             yield tail
         except ClientGone:
             return  # the finally below cancels and accounts it

@@ -5,8 +5,10 @@ and ``url_for``, and so a test can still add its own ``expect_request(...)``
 handlers for routes the simulator does not serve. Everything here translates
 HTTP to :class:`~pytest_llmsim.simulator.Simulator` calls and back.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /v1/models``, ``GET /v1/models/<id>``, ``GET /health``, ``GET /metrics``.
+Routes: the generation routes of :data:`GENERATION_ROUTES` (OpenAI chat,
+completions and Responses, Anthropic Messages), ``POST /v1/messages/count_tokens``,
+``GET``/``DELETE /v1/responses/{id}``, ``GET /v1/models``,
+``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, WireAPI
+from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_RESPONSES, WireAPI
 from .api.anthropic_messages import parse_messages
 from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
 from .faults import HTTP_FAULTS
@@ -63,6 +65,7 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/v1/chat/completions": OPENAI_CHAT,
     "/v1/completions": OPENAI_COMPLETIONS,
     "/v1/messages": ANTHROPIC_MESSAGES,
+    "/v1/responses": OPENAI_RESPONSES,
 }
 # Whose error shape each path answers in; paths outside any API get OpenAI's.
 API_OF_PATH: dict[str, WireAPI] = {**GENERATION_ROUTES, "/v1/messages/count_tokens": ANTHROPIC_MESSAGES}
@@ -70,6 +73,8 @@ DEFAULT_API: WireAPI = OPENAI_CHAT
 
 
 def _api_of_path(path: str | None) -> WireAPI:
+    if path is not None and path.startswith("/v1/responses/"):
+        return OPENAI_RESPONSES
     return API_OF_PATH.get(path or "", DEFAULT_API)
 
 
@@ -111,12 +116,19 @@ class SimulatorServer(HTTPServer):
         self._responder = GenerationResponder(simulator)
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
-        self._routes: dict[str, tuple[str, Callable[[Request], Response]]] = {
-            **{path: ("POST", functools.partial(self._generate, api=api)) for path, api in GENERATION_ROUTES.items()},
-            "/v1/messages/count_tokens": ("POST", self._count_tokens),
-            "/v1/models": ("GET", self._models),
-            "/health": ("GET", self._health),
-            "/metrics": ("GET", self._metrics),
+        # path -> (methods, handler); the route table is data, the same for every API
+        self._routes: dict[str, tuple[tuple[str, ...], Callable[[Request], Response]]] = {
+            **{path: (("POST",), functools.partial(self._generate, api=api))
+               for path, api in GENERATION_ROUTES.items()},
+            "/v1/messages/count_tokens": (("POST",), self._count_tokens),
+            "/v1/models": (("GET",), self._models),
+            "/health": (("GET",), self._health),
+            "/metrics": (("GET",), self._metrics),
+        }
+        # path prefix -> (route template, route): one path segment after the prefix
+        self._prefix_routes: dict[str, tuple[str, tuple[tuple[str, ...], Callable[[Request], Response]]]] = {
+            "/v1/models/": ("/v1/models/{id}", (("GET",), self._model)),
+            "/v1/responses/": ("/v1/responses/{id}", (("GET", "DELETE"), self._stored_response)),
         }
 
     def _next_id(self) -> str:
@@ -194,18 +206,20 @@ class SimulatorServer(HTTPServer):
 
     def _route(self, request: Request) -> Response:
         path = request.path
-        if path.startswith("/v1/models/"):
-            template = "/v1/models/{id}"
-            route: tuple[str, Callable[[Request], Response]] | None = ("GET", self._model)
-        else:
-            template, route = path, self._routes.get(path)
+        template, route = path, self._routes.get(path)
+        if route is None:
+            for prefix, (prefix_template, prefix_route) in self._prefix_routes.items():
+                if path.startswith(prefix) and len(path) > len(prefix):
+                    template, route = prefix_template, prefix_route
+                    break
         if route is None:
             return self._fallback(request)
         request.environ[ROUTE_KEY] = template
-        method, handler = route
-        if request.method != method and not (method == "GET" and request.method == "HEAD"):
-            error = SimError(405, f"Method {request.method} is not allowed on {path}; use {method}.",
-                             code="method_not_allowed", headers={"Allow": method})
+        methods, handler = route
+        if request.method not in methods and not ("GET" in methods and request.method == "HEAD"):
+            allowed = ", ".join(methods)
+            error = SimError(405, f"Method {request.method} is not allowed on {path}; use {allowed}.",
+                             code="method_not_allowed", headers={"Allow": allowed})
             return self._api_error(request, error)
         return handler(request)
 
@@ -307,6 +321,17 @@ class SimulatorServer(HTTPServer):
         record.status, record.prompt_tokens = 200, count
         self.simulator.finish(record)
         return json_response({"input_tokens": count})
+
+    def _stored_response(self, request: Request) -> Response:
+        """``GET`` a stored Responses API answer, or ``DELETE`` it."""
+        response_id = request.path[len("/v1/responses/"):]
+        stored = self.simulator.conversations.get(response_id)
+        if stored is None or (request.method == "DELETE" and not self.simulator.conversations.delete(response_id)):
+            return self._api_error(request, SimError(404, f"Response with id '{response_id}' not found.",
+                                                     code="response_not_found"))
+        if request.method == "DELETE":
+            return json_response({"id": response_id, "object": "response", "deleted": True})
+        return json_response(stored.body)
 
     def _models(self, request: Request) -> Response:
         return json_response({"object": "list", "data": [self._model_card()]})

@@ -22,7 +22,7 @@ from .metrics import Metrics, MetricsSnapshot
 from .ratelimit import RateLimiter
 from .records import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime, Ticket
-from .sim import GenerationRequest, SimError, invalid
+from .sim import ChatMessage, ConversationStore, GenerationRequest, SimError, StoredExchange, invalid
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 
 __all__ = ["Generation", "Outcome", "Simulator"]
@@ -129,6 +129,7 @@ class Simulator:
         self.runtime = Runtime(self.config)
         self.metrics = Metrics(self.config.model)
         self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
+        self.conversations = ConversationStore(self.config.max_stored_responses)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self._replies: deque[str] = deque()
@@ -158,6 +159,7 @@ class Simulator:
             self.runtime.reset(config)
             self.metrics = Metrics(config.model)
             self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
+            self.conversations = ConversationStore(config.max_stored_responses)
             self._replies.clear()
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
@@ -175,6 +177,7 @@ class Simulator:
         if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
             self._limiter = RateLimiter(config.rpm, config.tpm)
         self.faults.seed = config.seed
+        self.conversations.max_entries = config.max_stored_responses
         if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
                                                               self.config.max_log_bytes):
             self.log.max_entries, self.log.max_bytes = config.max_log_entries, config.max_log_bytes
@@ -247,6 +250,7 @@ class Simulator:
         planned, so a refused request costs no more than its prompt's tokens.
         """
         config, tokenizer = self.config, self.tokenizer
+        self._continue(request)
         prompts, echo_sources = self._prompts(request, tokenizer)
         limit = config.max_model_len
         budgets: list[int] = []  # max_tokens of each prompt's choices
@@ -297,8 +301,27 @@ class Simulator:
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
                           echo_prefixes, self._epoch, headers, marked)
 
+    def _continue(self, request: GenerationRequest) -> None:
+        """Put the stored conversation a request continues in front of its own messages."""
+        if request.previous_id is None:
+            return
+        stored = self.conversations.get(request.previous_id)
+        if stored is None:
+            raise SimError(400, f"Previous response with id '{request.previous_id}' not found.",
+                           param="previous_response_id", code="previous_response_not_found")
+        own = request.preamble
+        request.messages = [*request.messages[:own], *stored.messages, *request.messages[own:]]
+        request.previous_id = None  # resolved: a retry of start() must not prepend it twice
+
+    def remember(self, response_id: str, generation: Generation, body: dict[str, Any]) -> None:
+        """Store a complete exchange (its conversation plus the answer) for chaining and retrieval."""
+        request = generation.request
+        messages = (*request.messages[request.preamble:], ChatMessage("assistant", generation.texts()[0]))
+        self.conversations.put(response_id, StoredExchange(messages, body))
+
     def count_prompt(self, request: GenerationRequest) -> int:
         """Prompt tokens of ``request`` as the engine would count them (nothing is run)."""
+        self._continue(request)
         prompts, _ = self._prompts(request, self.tokenizer)
         return sum(len(ids) for ids in prompts)
 
@@ -352,8 +375,10 @@ class Simulator:
             low, high = wanted
             length = low + (key >> 8) % (high - low + 1)
         tokens, pieces = self._filler.output(key, min(length, max_tokens))
-        return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=length < max_tokens,
-                              pieces=pieces)
+        # Only a limit the request set itself ends an answer with "length"; with none,
+        # the default budget is where the simulated model chose to stop.
+        natural = length < max_tokens or request.max_tokens is None
+        return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=natural, pieces=pieces)
 
     def cancel(self, generation: Generation) -> None:
         self.runtime.cancel(generation.ticket)

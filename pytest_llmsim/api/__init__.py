@@ -1,8 +1,9 @@
 """Wire protocols: one module per API, each a :class:`~pytest_llmsim.api.base.WireAPI`.
 
 ``openai_chat`` (``POST /v1/chat/completions``) and ``openai_completions``
-(``POST /v1/completions``) share ``openai_common``; ``anthropic_messages``
-serves ``POST /v1/messages``; ``validation`` holds the checks every parser uses.
+(``POST /v1/completions``) share ``openai_common``; ``openai_responses``
+serves ``POST /v1/responses``, ``anthropic_messages`` ``POST /v1/messages``;
+``validation`` holds the checks every parser uses.
 """
 
 from .anthropic_messages import ANTHROPIC_MESSAGES
@@ -10,5 +11,7 @@ from .base import StreamRenderer, WireAPI
 from .openai_chat import OPENAI_CHAT
 from .openai_common import openai_error_body
 from .openai_completions import OPENAI_COMPLETIONS
+from .openai_responses import OPENAI_RESPONSES
 
-__all__ = ["ANTHROPIC_MESSAGES", "OPENAI_CHAT", "OPENAI_COMPLETIONS", "StreamRenderer", "WireAPI", "openai_error_body"]
+__all__ = ["ANTHROPIC_MESSAGES", "OPENAI_CHAT", "OPENAI_COMPLETIONS", "OPENAI_RESPONSES", "StreamRenderer",
+           "WireAPI", "openai_error_body"]

@@ -5,6 +5,7 @@ An API adapter (:mod:`pytest_llmsim.api`) turns a JSON body into a
 shape; nothing here knows which API a request came through.
 """
 
+from .conversations import ConversationStore, StoredExchange
 from .request import ChatMessage, GenerationRequest, SimError, invalid
 
-__all__ = ["ChatMessage", "GenerationRequest", "SimError", "invalid"]
+__all__ = ["ChatMessage", "ConversationStore", "GenerationRequest", "SimError", "StoredExchange", "invalid"]

@@ -61,7 +61,13 @@ class GenerationRequest:
     document separator token (a completions ``prompt: null``).
     ``cache_breakpoint``: the request marks its first that many messages as
     a cacheable prefix (Anthropic's ``cache_control``); APIs that report
-    cache use only for a marked prefix read it.
+    cache use only for a marked prefix read it. ``previous_id``: the stored
+    exchange this request continues (its messages go first); ``store``:
+    keep this exchange for later requests to continue and to retrieve;
+    ``preamble``: how many leading messages belong to this request alone
+    (instructions: the stored history goes after them, and they are not
+    stored). ``wire`` holds fields the API echoes back in its answers; the
+    simulator never reads it.
     """
 
     kind: str
@@ -80,6 +86,10 @@ class GenerationRequest:
     prompt_defaulted: bool = False
     prompt_param: str = ""
     cache_breakpoint: int | None = None
+    previous_id: str | None = None
+    store: bool = False
+    preamble: int = 0
+    wire: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.prompt_param:

@@ -1,0 +1,261 @@
+"""OpenAI Responses, ``POST /v1/responses`` (stored ones: ``GET``/``DELETE /v1/responses/{id}``).
+
+Parse: ``input`` as a string or a list of items (messages with
+``input_text``/``output_text`` parts; earlier ``function_call`` and
+``function_call_output`` items, counted as their text); ``instructions``
+(this request's only: not carried along a chain, as OpenAI does);
+``max_output_tokens``; ``stream``; ``store`` (default true) and
+``previous_response_id``, whose stored conversation goes in front of the
+input (so it counts in ``input_tokens`` and in the prefix cache); an unknown
+id answers 400 with ``param: "previous_response_id"``. ``text.format`` is
+accepted (structured output comes later); function ``tools`` are counted as
+their JSON text; ``tool_choice`` other than ``auto``/``none`` is refused.
+
+Render: the response object the ``openai`` SDK's types require; streams as
+the event sequence its ``responses.stream()`` reads, each event with a rising
+``sequence_number``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from json.encoder import encode_basestring_ascii
+from typing import TYPE_CHECKING, Any
+
+from ..sim import ChatMessage, GenerationRequest, SimError, invalid
+from .openai_common import OpenAIErrors
+from .validation import describe, expect_object, is_int, optional, ranged
+
+if TYPE_CHECKING:
+    from ..simulator import Generation
+
+__all__ = ["OPENAI_RESPONSES", "OpenAIResponses", "parse_responses"]
+
+ROLES = ("user", "assistant", "system", "developer")
+TEXT_PARTS = ("input_text", "output_text", "text")
+TEXT_FORMATS = ("text", "json_object", "json_schema")
+
+
+def _content_text(content: Any, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(f"Invalid type for '{param}': expected a string or an array of content parts, but got "
+                      f"{describe(content)}.", param, "invalid_type")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in TEXT_PARTS:
+            raise invalid(f"Content part type {kind!r} is not supported by pytest-llmsim; only text parts "
+                          "are simulated.", f"{param}[{j}].type", "unsupported_value")
+        if not isinstance(part.get("text"), str):
+            raise invalid(f"Invalid '{param}[{j}].text': expected a string.", f"{param}[{j}].text", "invalid_type")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _input_messages(value: Any) -> list[ChatMessage]:
+    if isinstance(value, str):
+        return [ChatMessage("user", value)]
+    if not isinstance(value, list):
+        raise invalid(f"Invalid type for 'input': expected a string or an array of input items, but got "
+                      f"{describe(value)}.", "input", "invalid_type")
+    messages = []
+    for i, item in enumerate(value):
+        param = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise invalid(f"Invalid type for '{param}': expected an object.", param, "invalid_type")
+        kind = item.get("type", "message")
+        if kind == "message":
+            if item.get("role") not in ROLES:
+                raise invalid(f"Invalid value for '{param}.role': expected one of {', '.join(ROLES)}.",
+                              f"{param}.role", "invalid_value")
+            messages.append(ChatMessage(item["role"], _content_text(item.get("content"), f"{param}.content")))
+        elif kind == "function_call":
+            messages.append(ChatMessage("assistant", json.dumps({"name": item.get("name"),
+                                                                 "arguments": item.get("arguments")})))
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(ChatMessage("tool", output if isinstance(output, str) else json.dumps(output)))
+        else:
+            raise invalid(f"Input items of type {kind!r} are not supported by pytest-llmsim; messages, "
+                          "function_call and function_call_output are.", f"{param}.type", "unsupported_value")
+    if not messages:
+        raise invalid("Invalid 'input': empty array. Expected an array with minimum length 1.", "input",
+                      "empty_array")
+    return messages
+
+
+def parse_responses(body: Any) -> GenerationRequest:
+    """Validate a ``POST /v1/responses`` body."""
+    body = expect_object(body)
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise invalid("You must provide a model parameter." if model is None else
+                      f"Invalid type for 'model': expected a string, but got {describe(model)}.", "model",
+                      "missing_required_parameter" if model is None else "invalid_type")
+    if "input" not in body:
+        raise invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+    messages = _input_messages(body["input"])
+    instructions = optional(body, "instructions", lambda v: isinstance(v, str), "a string")
+    preamble = [ChatMessage("system", instructions)] if instructions else []
+    max_tokens = optional(body, "max_output_tokens", is_int, "an integer")
+    if max_tokens is not None and max_tokens < 1:
+        raise invalid(f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 1, "
+                      f"but got {max_tokens} instead.", "max_output_tokens", "integer_below_min_value")
+    stream = bool(optional(body, "stream", lambda v: isinstance(v, bool), "a boolean"))
+    store = optional(body, "store", lambda v: isinstance(v, bool), "a boolean")
+    previous = optional(body, "previous_response_id", lambda v: isinstance(v, str), "a string")
+    temperature = ranged(body, "temperature", 0.0, 2.0)
+    top_p = ranged(body, "top_p", 0.0, 1.0)
+    tools = optional(body, "tools", lambda v: isinstance(v, list), "an array") or []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            raise invalid(f"Invalid 'tools[{i}]': only function tools ({{'type': 'function', 'name': ...}}) are "
+                          "simulated.", f"tools[{i}]", "unsupported_value")
+    tool_choice = body.get("tool_choice", "auto")
+    if tool_choice not in ("auto", "none"):
+        raise invalid("Only tool_choice 'auto' and 'none' are simulated; pytest-llmsim answers with text.",
+                      "tool_choice", "unsupported_value")
+    text = optional(body, "text", lambda v: isinstance(v, dict), "an object") or {}
+    text_format = text.get("format") or {"type": "text"}
+    if not isinstance(text_format, dict) or text_format.get("type") not in TEXT_FORMATS:
+        raise invalid(f"Invalid 'text.format': expected a type among {', '.join(TEXT_FORMATS)}.", "text.format",
+                      "invalid_value")
+    parallel = optional(body, "parallel_tool_calls", lambda v: isinstance(v, bool), "a boolean")
+    wire = {"created_at": int(time.time()), "instructions": instructions, "max_output_tokens": max_tokens,
+            "previous_response_id": previous, "store": store is not False, "temperature": temperature,
+            "top_p": top_p, "tools": tools, "tool_choice": tool_choice, "text": {"format": text_format},
+            "parallel_tool_calls": parallel is not False, "metadata": body.get("metadata") or {},
+            "user": body.get("user")}
+    return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
+                             n=1, stops=[], seed=None, messages=[*preamble, *messages],
+                             tools_text=json.dumps(tools) if tools else "", max_tokens_param="max_output_tokens",
+                             previous_id=previous, store=store is not False, preamble=len(preamble),
+                             prompt_param="input", wire=wire)
+
+
+def _item_id(response_id: str) -> str:
+    return "msg_" + response_id.removeprefix("resp_")
+
+
+def _usage(generation: Generation) -> dict[str, Any]:
+    prompt, output = generation.prompt_tokens, generation.completion_tokens
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": generation.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + output}
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def response_object(generation: Generation, response_id: str, done: bool = True) -> dict[str, Any]:
+    """The response object; ``done=False`` gives the in-progress one a stream starts with."""
+    wire = generation.request.wire
+    incomplete = done and generation.outputs[0].finish_reason == "length"
+    status = "in_progress" if not done else ("incomplete" if incomplete else "completed")
+    output = []
+    if done:
+        output = [{"id": _item_id(response_id), "type": "message", "role": "assistant",
+                   "status": "incomplete" if incomplete else "completed",
+                   "content": [_text_part(generation.texts()[0])]}]
+    return {
+        "id": response_id, "object": "response", "created_at": wire["created_at"], "status": status,
+        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": wire["instructions"], "max_output_tokens": wire["max_output_tokens"],
+        "model": generation.request.model, "output": output, "parallel_tool_calls": wire["parallel_tool_calls"],
+        "previous_response_id": wire["previous_response_id"], "reasoning": {"effort": None, "summary": None},
+        "store": wire["store"], "temperature": wire["temperature"], "text": wire["text"],
+        "tool_choice": wire["tool_choice"], "tools": wire["tools"], "top_p": wire["top_p"],
+        "truncation": "disabled", "usage": _usage(generation) if done else None, "user": wire["user"],
+        "metadata": wire["metadata"],
+    }
+
+
+class _ResponsesStream:
+    """``response.created``, ``response.in_progress``, ``output_item.added``, ``content_part.added``,
+    an ``output_text.delta`` per token, ``output_text.done``, ``content_part.done``,
+    ``output_item.done``, then ``response.completed`` (or ``response.incomplete``)."""
+
+    _PIECE = "\x00llmsim-piece\x00"
+    _NUMBER = "\x00llmsim-number\x00"
+
+    def __init__(self, generation: Generation, response_id: str) -> None:
+        self._generation = generation
+        self._id = response_id
+        self._item = _item_id(response_id)
+        self._sequence = 0
+        self._template: tuple[bytes, bytes, bytes] | None = None
+
+    def _event(self, body: dict[str, Any]) -> bytes:
+        body["sequence_number"] = self._sequence
+        self._sequence += 1
+        return b"event: %s\ndata: %s\n\n" % (body["type"].encode(),
+                                             json.dumps(body, separators=(",", ":")).encode())
+
+    def _located(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "item_id": self._item, "output_index": 0, "content_index": 0, **fields}
+
+    def opening(self, index: int) -> bytes:
+        started = response_object(self._generation, self._id, done=False)
+        item = {"id": self._item, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+        return (self._event({"type": "response.created", "response": started})
+                + self._event({"type": "response.in_progress", "response": started})
+                + self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
+                + self._event(self._located("response.content_part.added", part=_text_part(""))))
+
+    def token(self, index: int, piece: str) -> bytes:
+        template = self._template
+        if template is None:
+            body = self._located("response.output_text.delta", delta=self._PIECE, logprobs=[])
+            body["sequence_number"] = self._NUMBER
+            text = b"event: response.output_text.delta\ndata: %s\n\n" % json.dumps(
+                body, separators=(",", ":")).encode()
+            head, rest = text.split(encode_basestring_ascii(self._PIECE).encode())
+            middle, tail = rest.split(encode_basestring_ascii(self._NUMBER).encode())
+            template = self._template = (head, middle, tail)
+        number = self._sequence
+        self._sequence += 1
+        return b"%s%s%s%d%s" % (template[0], encode_basestring_ascii(piece).encode(), template[1], number,
+                                template[2])
+
+    def finish(self, index: int) -> bytes:
+        text = self._generation.texts()[0]
+        final = response_object(self._generation, self._id)
+        return (self._event(self._located("response.output_text.done", text=text, logprobs=[]))
+                + self._event(self._located("response.content_part.done", part=_text_part(text)))
+                + self._event({"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]}))
+
+    def closing(self) -> bytes:
+        final = response_object(self._generation, self._id)
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        return self._event({"type": kind, "response": final})
+
+    def error(self, error: SimError) -> bytes:
+        return self._event({"type": "error", "code": error.code or error.type, "message": error.message,
+                            "param": error.param})
+
+    def malformed(self) -> bytes:
+        return self.token(0, "")[:-12] + b"\n\n"
+
+
+class OpenAIResponses(OpenAIErrors):
+    """The Responses API."""
+
+    name = "openai.responses"
+    id_prefix = "resp_"
+
+    def parse(self, body: Any) -> GenerationRequest:
+        return parse_responses(body)
+
+    def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
+        return response_object(generation, response_id)
+
+    def stream(self, generation: Generation, response_id: str) -> _ResponsesStream:
+        return _ResponsesStream(generation, response_id)
+
+
+OPENAI_RESPONSES = OpenAIResponses()
