@@ -1,10 +1,11 @@
-"""Simulated OpenAI-style rate limits: requests and tokens per minute.
+"""Simulated rate limits: requests and tokens per minute, protocol-blind.
 
 A sliding window of 60 simulated seconds. A request is charged its prompt
-tokens plus its ``max_tokens`` (as OpenAI estimates it). Inside the limits a
-response carries the ``x-ratelimit-*`` headers; past them the request gets a
-429 whose ``Retry-After`` is the time until enough of the window has expired,
-converted to wall seconds by the speed factor.
+tokens plus its ``max_tokens`` (as OpenAI estimates it). Inside the limits the
+request carries a :class:`RateLimitStatus`, which its API renders as headers
+(OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``); past them
+it gets a 429 whose ``Retry-After`` is the time until enough of the window has
+expired, converted to wall seconds by the speed factor.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .sim import SimError
+from .sim import RateLimitStatus, SimError
 
-__all__ = ["RateLimiter", "format_duration"]
+__all__ = ["RateLimiter", "format_duration", "openai_rate_limit_headers"]
 
 WINDOW = 60.0
 
@@ -50,8 +51,8 @@ class RateLimiter:
     def active(self) -> bool:
         return self.limits.rpm is not None or self.limits.tpm is not None
 
-    def admit(self, now: float, tokens: int, to_wall: Callable[[float], float]) -> dict[str, str]:
-        """Charge a request at simulated time ``now``; its headers, or a 429 ``SimError``."""
+    def admit(self, now: float, tokens: int, to_wall: Callable[[float], float]) -> RateLimitStatus:
+        """Charge a request at simulated time ``now``; the limits' state, or a 429 ``SimError``."""
         rpm, tpm = self.limits.rpm, self.limits.tpm
         with self._lock:
             window = self._admitted
@@ -70,10 +71,10 @@ class RateLimiter:
                                     f"rpm={rpm}, tpm={tpm}). Please try again in {format_duration(wall)}.",
                                type=which, code="rate_limit_exceeded",
                                headers={"Retry-After": str(max(1, math.ceil(wall))),
-                                        "retry-after-ms": str(max(1, math.ceil(wall * 1000))),
-                                        **self._headers(now, len(window), used_tokens, to_wall)})
+                                        "retry-after-ms": str(max(1, math.ceil(wall * 1000)))},
+                               rate_limit=self._status(now, len(window), used_tokens, to_wall))
             window.append((now, tokens))
-            return self._headers(now, len(window), used_tokens + tokens, to_wall)
+            return self._status(now, len(window), used_tokens + tokens, to_wall)
 
     def _token_wait(self, now: float, excess: int) -> float:
         freed = 0
@@ -83,16 +84,22 @@ class RateLimiter:
                 return when + WINDOW - now
         return WINDOW
 
-    def _headers(self, now: float, requests: int, tokens: int,
-                 to_wall: Callable[[float], float]) -> dict[str, str]:
-        headers: dict[str, str] = {}
+    def _status(self, now: float, requests: int, tokens: int,
+                to_wall: Callable[[float], float]) -> RateLimitStatus:
+        rpm, tpm = self.limits.rpm, self.limits.tpm
         reset = to_wall(self._admitted[0][0] + WINDOW - now) if self._admitted else 0.0
-        if self.limits.rpm is not None:
-            headers["x-ratelimit-limit-requests"] = str(self.limits.rpm)
-            headers["x-ratelimit-remaining-requests"] = str(max(0, self.limits.rpm - requests))
-            headers["x-ratelimit-reset-requests"] = format_duration(reset)
-        if self.limits.tpm is not None:
-            headers["x-ratelimit-limit-tokens"] = str(self.limits.tpm)
-            headers["x-ratelimit-remaining-tokens"] = str(max(0, self.limits.tpm - tokens))
-            headers["x-ratelimit-reset-tokens"] = format_duration(reset)
-        return headers
+        return RateLimitStatus(rpm, tpm, max(0, (rpm or 0) - requests), max(0, (tpm or 0) - tokens), reset)
+
+
+def openai_rate_limit_headers(status: RateLimitStatus) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-*`` headers (resets as ``20ms``, ``1.5s``, ``6m0s``)."""
+    headers: dict[str, str] = {}
+    if status.rpm is not None:
+        headers["x-ratelimit-limit-requests"] = str(status.rpm)
+        headers["x-ratelimit-remaining-requests"] = str(status.requests_remaining)
+        headers["x-ratelimit-reset-requests"] = format_duration(status.reset)
+    if status.tpm is not None:
+        headers["x-ratelimit-limit-tokens"] = str(status.tpm)
+        headers["x-ratelimit-remaining-tokens"] = str(status.tokens_remaining)
+        headers["x-ratelimit-reset-tokens"] = format_duration(status.reset)
+    return headers

@@ -154,7 +154,8 @@ class GenerationResponder:
                 response_id: str, fault: Fault | None, api: WireAPI) -> Response:
         """The answer to a started generation, in ``api``'s wire format."""
         record.status = 200
-        headers = {**SSE_HEADERS, **generation.headers}
+        limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
+        headers = {**SSE_HEADERS, **limits}
         if generation.request.stream:
             if fault is not None and fault.kind == "empty":
                 self._abandon(record, generation, Outcome.CUT_BY_FAULT, 0)
@@ -176,6 +177,7 @@ class GenerationResponder:
     def _complete(self, request: Request, record: RequestRecord, generation: Generation,
                   response_id: str, fault: Fault | None, api: WireAPI) -> Response:
         kind = fault.kind if fault is not None else None
+        limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
         gone = functools.partial(client_gone, request)
         try:
             if fault is not None and kind == "stall" and self.simulator.stall(fault.seconds, gone):
@@ -207,8 +209,8 @@ class GenerationResponder:
         body = api.response_body(generation, response_id)
         if kind == "malformed":
             text = json.dumps(body)
-            return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=generation.headers)
-        return json_response(body, headers=generation.headers)
+            return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=limits)
+        return json_response(body, headers=limits)
 
     def _abandon(self, record: RequestRecord, generation: Generation, outcome: Outcome, delivered: int) -> None:
         """End a generation early (client gone, or a fault cut it): free its slots, then account it."""

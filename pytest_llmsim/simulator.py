@@ -22,7 +22,15 @@ from .metrics import Metrics, MetricsSnapshot
 from .ratelimit import RateLimiter
 from .records import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime, Ticket
-from .sim import ChatMessage, ConversationStore, GenerationRequest, SimError, StoredExchange, invalid
+from .sim import (
+    ChatMessage,
+    ConversationStore,
+    GenerationRequest,
+    RateLimitStatus,
+    SimError,
+    StoredExchange,
+    invalid,
+)
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 
 __all__ = ["Generation", "Outcome", "Simulator"]
@@ -51,7 +59,7 @@ class Generation:
     ticket: Ticket
     echo_prefixes: list[str]
     epoch: int
-    headers: dict[str, str]
+    rate_limit: RateLimitStatus | None
     marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
 
     def texts(self) -> list[str]:
@@ -268,11 +276,11 @@ class Simulator:
         sequence_count = len(prompts) * request.n
         if not self.runtime.can_admit(sequence_count):
             raise _queue_full(config)
-        headers: dict[str, str] = {}
+        rate_limit = None
         if self._limiter.active:  # charged as OpenAI estimates: prompt plus max_tokens
             charged = sum(len(ids) for ids in prompts) + request.n * len(prompts) * (
                 request.max_tokens or config.default_max_tokens)
-            headers = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
+            rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
         reply = self._next_reply()
         reply_tokens = None if reply is None else tokenizer.encode(reply)
         outputs: list[PlannedOutput] = []
@@ -299,7 +307,7 @@ class Simulator:
             marked_messages = request.messages[:request.cache_breakpoint]
             marked = min(len(prompts[0]), self.tokenizer.chat_prefix_length(marked_messages))
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
-                          echo_prefixes, self._epoch, headers, marked)
+                          echo_prefixes, self._epoch, rate_limit, marked)
 
     def _continue(self, request: GenerationRequest) -> None:
         """Put the stored conversation a request continues in front of its own messages."""

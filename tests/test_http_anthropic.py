@@ -198,3 +198,21 @@ def test_a_client_that_hangs_up_is_a_499(llm_backend: LLMBackend) -> None:
     started = time.monotonic()
     assert llm_backend.wait_idle(timeout=5) and time.monotonic() - started < 2
     assert llm_backend.requests[-1].status == 499 and llm_backend.requests[-1].cancelled
+
+
+def test_simulated_limits_send_anthropics_rate_limit_headers(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(rpm=2, tpm=10_000)
+    body = {"model": "m", "max_tokens": 5, "messages": MESSAGES}
+    first = post(llm_backend, body)
+    assert first.status_code == 200
+    assert first.headers["anthropic-ratelimit-requests-limit"] == "2"
+    assert first.headers["anthropic-ratelimit-requests-remaining"] == "1"
+    assert first.headers["anthropic-ratelimit-tokens-limit"] == "10000"
+    reset = first.headers["anthropic-ratelimit-requests-reset"]
+    assert reset.endswith("Z") and "T" in reset  # RFC 3339
+    assert "x-ratelimit-limit-requests" not in first.headers  # OpenAI's names are for OpenAI's APIs
+    assert post(llm_backend, body).status_code == 200
+    refused = post(llm_backend, body)
+    assert refused.status_code == 429 and refused.json()["error"]["type"] == "rate_limit_error"
+    assert int(refused.headers["retry-after"]) >= 1
+    assert refused.headers["anthropic-ratelimit-requests-remaining"] == "0"

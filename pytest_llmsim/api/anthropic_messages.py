@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime, timezone
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import ChatMessage, GenerationRequest, SimError, invalid
+from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -223,12 +224,27 @@ class AnthropicMessages:
     def stream(self, generation: Generation, response_id: str) -> _MessagesStream:
         return _MessagesStream(generation, response_id)
 
+    def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
+        """``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}``, resets as RFC 3339 times."""
+        reset = datetime.fromtimestamp(time.time() + status.reset, tz=timezone.utc).isoformat(timespec="seconds")
+        headers: dict[str, str] = {}
+        for kind, limit, remaining in (("requests", status.rpm, status.requests_remaining),
+                                       ("tokens", status.tpm, status.tokens_remaining)):
+            if limit is not None:
+                headers[f"anthropic-ratelimit-{kind}-limit"] = str(limit)
+                headers[f"anthropic-ratelimit-{kind}-remaining"] = str(remaining)
+                headers[f"anthropic-ratelimit-{kind}-reset"] = reset.replace("+00:00", "Z")
+        return headers
+
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
         status = OVERLOADED if error.status == 503 else error.status
         kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         request_id = f"req_{_REQUEST_ID_PREFIX}{time.monotonic_ns():x}"
         body = {"type": "error", "error": {"type": kind, "message": error.message}, "request_id": request_id}
-        return status, body, {**error.headers, "request-id": request_id}
+        headers = {**error.headers, "request-id": request_id}
+        if error.rate_limit is not None:
+            headers.update(self.rate_limit_headers(error.rate_limit))
+        return status, body, headers
 
 
 ANTHROPIC_MESSAGES = AnthropicMessages()

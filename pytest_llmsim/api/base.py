@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..sim import GenerationRequest, SimError
+from ..sim import GenerationRequest, RateLimitStatus, SimError
 
 if TYPE_CHECKING:
     from ..simulator import Generation
@@ -58,6 +58,9 @@ class WireAPI(Protocol):
 
     def stream(self, generation: Generation, response_id: str) -> StreamRenderer:
         """The renderer of a streamed answer."""
+
+    def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
+        """The simulated rate limits' state as this API's response headers."""
 
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
         """``error`` as this API answers it: status (an API may use its own, e.g. 529), JSON body,

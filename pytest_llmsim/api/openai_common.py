@@ -13,7 +13,8 @@ from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import SimError, invalid
+from ..ratelimit import openai_rate_limit_headers
+from ..sim import RateLimitStatus, SimError, invalid
 from .validation import describe, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -41,10 +42,16 @@ def openai_error_body(error: SimError) -> dict[str, Any]:
 
 
 class OpenAIErrors:
-    """OpenAI's error answer: the error's own status, ``{"error": {...}}``."""
+    """OpenAI's error answer (the error's own status, ``{"error": {...}}``) and rate-limit headers."""
+
+    def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
+        return openai_rate_limit_headers(status)
 
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return error.status, openai_error_body(error), error.headers
+        headers = error.headers
+        if error.rate_limit is not None:
+            headers = {**headers, **openai_rate_limit_headers(error.rate_limit)}
+        return error.status, openai_error_body(error), headers
 
 
 def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:

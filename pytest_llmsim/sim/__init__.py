@@ -6,6 +6,7 @@ shape; nothing here knows which API a request came through.
 """
 
 from .conversations import ConversationStore, StoredExchange
-from .request import ChatMessage, GenerationRequest, SimError, invalid
+from .request import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid
 
-__all__ = ["ChatMessage", "ConversationStore", "GenerationRequest", "SimError", "StoredExchange", "invalid"]
+__all__ = ["ChatMessage", "ConversationStore", "GenerationRequest", "RateLimitStatus", "SimError", "StoredExchange",
+           "invalid"]

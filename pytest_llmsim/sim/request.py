@@ -14,7 +14,22 @@ from typing import Any
 
 from ..tokens import ChatMessage
 
-__all__ = ["ChatMessage", "GenerationRequest", "SimError", "invalid"]
+__all__ = ["ChatMessage", "GenerationRequest", "RateLimitStatus", "SimError", "invalid"]
+
+
+@dataclass(frozen=True)
+class RateLimitStatus:
+    """Where a request left the simulated rate limits; each API renders it as its own headers.
+
+    ``None`` limits are not set. ``reset`` is wall seconds until the window
+    frees up (the speed factor applied).
+    """
+
+    rpm: int | None
+    tpm: int | None
+    requests_remaining: int
+    tokens_remaining: int
+    reset: float
 
 
 class SimError(Exception):
@@ -24,14 +39,16 @@ class SimError(Exception):
     (``invalid_request_error``, ``server_error``, ``requests``, ``tokens``);
     adapters of other APIs map the status (and this category) onto their own.
     ``param`` names the offending field, ``code`` is a stable machine-readable
-    reason, and ``headers`` go out with the answer (``Retry-After``, rate-limit
-    headers).
+    reason, and ``headers`` go out with the answer (``Retry-After``);
+    ``rate_limit``, for a 429 of the simulated limits, is rendered by the API
+    as its rate-limit headers.
     """
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
                  param: str | None = None, code: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, rate_limit: RateLimitStatus | None = None) -> None:
         super().__init__(message)
+        self.rate_limit = rate_limit
         self.status = status
         self.message = message
         self.type = type
