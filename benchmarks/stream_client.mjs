@@ -1,15 +1,26 @@
 // Streaming load client for the timing-fidelity benchmark (runs in its own process).
-// Opens N chat-completion streams at once and records when each content chunk arrives.
-// Usage: node stream_client.mjs URL STREAMS MAX_TOKENS
+// Opens N streams at once and records when each content event arrives.
+// Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS [chat|messages|responses]
 import http from "node:http";
 
-const [url, streams, maxTokens] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
-const target = new URL(url);
+const [root, streams, maxTokens] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
+const api = process.argv[5] || "chat";
+const prompt = "Tell me a story.";
+// Per API: its path, its request body, and whether a parsed event carries generated text.
+const APIS = {
+  chat: ["/v1/chat/completions", { model: "llmsim", max_tokens: maxTokens, stream: true,
+                                   messages: [{ role: "user", content: prompt }] },
+         (e) => e.choices && e.choices[0] && e.choices[0].delta && e.choices[0].delta.content],
+  messages: ["/v1/messages", { model: "llmsim", max_tokens: maxTokens, stream: true,
+                               messages: [{ role: "user", content: prompt }] },
+             (e) => e.type === "content_block_delta" && e.delta.text],
+  responses: ["/v1/responses", { model: "llmsim", max_output_tokens: maxTokens, stream: true, input: prompt },
+              (e) => e.type === "response.output_text.delta" && e.delta],
+};
+const [path, request, hasText] = APIS[api];
+const target = new URL(path, root);
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
-const body = JSON.stringify({
-  model: "llmsim", max_tokens: maxTokens, stream: true,
-  messages: [{ role: "user", content: "Tell me a story." }],
-});
+const body = JSON.stringify(request);
 
 function oneStream(index) {
   return new Promise((resolve, reject) => {
@@ -30,10 +41,8 @@ function oneStream(index) {
         while ((cut = buffer.indexOf("\n\n")) >= 0) {
           const event = buffer.slice(0, cut);
           buffer = buffer.slice(cut + 2);
-          if (!event.startsWith("data: {")) continue;
-          const chunk = JSON.parse(event.slice(6));
-          const choice = chunk.choices && chunk.choices[0];
-          if (choice && choice.delta && choice.delta.content) arrivals.push(Number(now - sent) / 1e9);
+          const data = event.split("\n").find((line) => line.startsWith("data: {"));
+          if (data && hasText(JSON.parse(data.slice(6)))) arrivals.push(Number(now - sent) / 1e9);
         }
       });
       res.on("end", () => resolve(arrivals));

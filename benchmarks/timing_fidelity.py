@@ -6,7 +6,7 @@ streams of 50 tokens at once and timestamps every content chunk. Reported:
 median TTFT and median inter-chunk gap against the setting, and the 99th
 percentile gap as a multiple of itl.
 
-    python benchmarks/timing_fidelity.py [--streams 64 256] [--repeats 3]
+    python benchmarks/timing_fidelity.py [--streams 64 256] [--repeats 3] [--apis chat messages responses]
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def measure(base_url: str, streams: int) -> dict[str, float]:
-    out = subprocess.run(["node", f"{HERE}/stream_client.mjs", f"{base_url}/v1/chat/completions",
-                          str(streams), str(TOKENS)], capture_output=True, text=True, check=True,
-                         timeout=120).stdout
+def measure(base_url: str, streams: int, api: str = "chat") -> dict[str, float]:
+    out = subprocess.run(["node", f"{HERE}/stream_client.mjs", base_url, str(streams), str(TOKENS), api],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
     results: list[list[float]] = json.loads(out)
     assert all(len(r) == TOKENS for r in results), [len(r) for r in results]
     ttfts = [r[0] for r in results]
@@ -45,20 +44,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--streams", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--apis", nargs="+", default=["chat"], choices=["chat", "messages", "responses"],
+                        help="Wire APIs to stream through (OpenAI chat, Anthropic Messages, OpenAI Responses)")
     args = parser.parse_args()
     flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", "256", "--speed", "1",
              "--max-waiting", "4096"]
     with server_process(llmsim_argv(*flags)) as (_, url):
         wait_ready()
-        measure(url, 8)  # warm-up
-        for streams in args.streams:
-            runs = [measure(url, streams) for _ in range(args.repeats)]
-            med = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-            print(f"{streams} streams x {TOKENS} tokens ({args.repeats} runs, medians): "
-                  f"TTFT p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
-                  f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
-                  f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, TTFT p99 {med['ttft_p99'] * 1000:.1f} ms",
-                  flush=True)
+        for api in args.apis:
+            measure(url, 8, api)  # warm-up
+        for api in args.apis:
+            for streams in args.streams:
+                runs = [measure(url, streams, api) for _ in range(args.repeats)]
+                med = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+                print(f"{api}: {streams} streams x {TOKENS} tokens ({args.repeats} runs, medians): "
+                      f"TTFT p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
+                      f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
+                      f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, TTFT p99 {med['ttft_p99'] * 1000:.1f} ms",
+                      flush=True)
 
 
 if __name__ == "__main__":
