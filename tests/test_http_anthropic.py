@@ -216,3 +216,10 @@ def test_simulated_limits_send_anthropics_rate_limit_headers(llm_backend: LLMBac
     assert refused.status_code == 429 and refused.json()["error"]["type"] == "rate_limit_error"
     assert int(refused.headers["retry-after"]) >= 1
     assert refused.headers["anthropic-ratelimit-requests-remaining"] == "0"
+
+
+def test_the_sdk_retries_an_overloaded_529(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("overloaded", times=1, retry_after=0.05)
+    message = client(llm_backend, max_retries=1).messages.create(model="m", max_tokens=2, messages=MESSAGES)
+    assert message.usage.output_tokens == 2
+    assert [r.status for r in llm_backend.requests] == [529, 200]
