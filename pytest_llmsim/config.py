@@ -220,8 +220,7 @@ SETTING_HELP: dict[str, str] = {
     "max_body_bytes": "Largest request body accepted; larger answers 413",
     "max_request_tokens": "Most tokens one request may ask for: prompt tokens plus n x max_tokens "
                           "over all its prompts; more answers 400",
-    "keepalive_timeout": "Wall seconds a connection may take to send a request head (and wait between "
-                         "body reads) before it is closed",
+    "keepalive_timeout": "Wall seconds a connection may take to send its request head before it is closed",
     "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
 }
 

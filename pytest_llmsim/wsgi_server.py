@@ -40,19 +40,12 @@ _TIMEVAL = struct.Struct("@ll")
 
 
 class _PrefixedSocketReader(io.RawIOBase):
-    """A socket's byte stream, with bytes already received put back in front.
-
-    While ``deadline`` is set (the request head is being read), each receive
-    waits only for what is left of it, so a client that trickles its header
-    bytes cannot hold a connection open past the deadline.
-    """
+    """A socket's byte stream, with bytes already received put back in front."""
 
     def __init__(self, sock: socket.socket, prefix: bytes) -> None:
         super().__init__()
         self._sock = sock
         self._prefix = memoryview(prefix)
-        self.deadline: float | None = None
-        self.shortened = False  # the socket's timeout was cut to the deadline
 
     def readable(self) -> bool:
         return True
@@ -63,13 +56,59 @@ class _PrefixedSocketReader(io.RawIOBase):
             buffer[:count] = self._prefix[:count]
             self._prefix = self._prefix[count:]
             return count
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the request head took too long")
-            self._sock.settimeout(left)
-            self.shortened = True
         return self._sock.recv_into(buffer)
+
+
+class _HeadWatchdog:
+    """Closes connections that have not sent a complete request head by their deadline.
+
+    Sockets stay blocking (a socket with a timeout polls before every send
+    and receive, a syscall per operation on the hot path); instead this one
+    thread per server shuts down, at its deadline, any connection still
+    reading its head, so the blocked read returns and the handler ends.
+    """
+
+    def __init__(self) -> None:
+        self._deadlines: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="llmsim-head-watchdog", daemon=True)
+        self._thread.start()
+
+    def watch(self, sock: socket.socket, deadline: float) -> None:
+        with self._lock:
+            was_empty = not self._deadlines
+            self._deadlines[sock] = deadline
+        if was_empty:
+            self._wake.set()
+
+    def release(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._deadlines.pop(sock, None)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self._thread.join(1.0)
+
+    def _run(self) -> None:
+        while not self._closed:
+            now = time.monotonic()
+            with self._lock:
+                expired = [sock for sock, deadline in self._deadlines.items() if deadline <= now]
+                for sock in expired:
+                    del self._deadlines[sock]
+                upcoming = min(self._deadlines.values(), default=None)
+            for sock in expired:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already gone
+            self._wake.clear()
+            # Deadlines only ever get later (now + a constant), so sleeping to the
+            # earliest one is safe; a first one after an empty spell wakes us.
+            self._wake.wait(None if upcoming is None else max(0.0, upcoming - time.monotonic()) + 0.005)
 
 
 def _first_bytes(sock: socket.socket) -> tuple[bytes, float | None]:
@@ -146,13 +185,11 @@ class QuietRequestHandler(WSGIRequestHandler):
         # StreamRequestHandler.setup, with our writer in place of its unbuffered one,
         # and a deadline for the request head (see PooledWSGIServer.request_timeout).
         self.connection = self.request
-        timeout = self.server.request_timeout()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
-        self.connection.settimeout(timeout)
+        self.server.watch_head(self.connection)
         if _SO_TIMESTAMP is None:
-            self._reader = None
             self.rfile = self.connection.makefile("rb", self.rbufsize)
             return
         try:
@@ -161,9 +198,7 @@ class QuietRequestHandler(WSGIRequestHandler):
             first, stamp = b"", None
         if stamp is not None:
             self.arrived_at = stamp
-        self._reader = _PrefixedSocketReader(self.connection, first)
-        self._reader.deadline = time.monotonic() + timeout
-        self.rfile = io.BufferedReader(self._reader)
+        self.rfile = io.BufferedReader(_PrefixedSocketReader(self.connection, first))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """A protocol-level error (bad request line, URL or headers too long): JSON, never HTML.
@@ -227,12 +262,7 @@ class QuietRequestHandler(WSGIRequestHandler):
         return True
 
     def make_environ(self) -> Any:
-        # The head is in: the body's reads wait at most the timeout each (idle, not total).
-        reader = self._reader
-        if reader is not None:
-            reader.deadline = None
-            if reader.shortened:  # usually the head came in the first packet: no syscall needed
-                self.connection.settimeout(self.server.request_timeout())
+        self.server.head_read(self.connection)  # the head is in: no deadline from here on
         environ = super().make_environ()
         environ[ACCEPTED_AT] = self.arrived_at
         return environ
@@ -345,8 +375,9 @@ class PooledWSGIServer(ThreadedWSGIServer):
     """``ThreadedWSGIServer`` whose connections are handled by a worker pool.
 
     Also: a deadline for each request head (``request_timeout``, wall
-    seconds), JSON for protocol-level errors (``error_body``), a backoff
-    when out of descriptors, and a prompt close that ends every connection.
+    seconds, kept by one watchdog thread; sockets stay blocking), JSON for
+    protocol-level errors (``error_body``), a backoff when out of
+    descriptors, and a prompt close that ends every connection.
     """
 
     block_on_close = False  # the pool joins its workers in server_close
@@ -363,6 +394,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self._connections_lock = threading.Lock()
         self._closed = False
         self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
+        self._watchdog = _HeadWatchdog()
         self.error_body = error_body or _default_error_body
         try:
             super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
@@ -391,6 +423,14 @@ class PooledWSGIServer(ThreadedWSGIServer):
             if error.errno in _ACCEPT_BACKOFF_ERRORS:
                 time.sleep(ACCEPT_BACKOFF)  # the listening socket stays readable: do not spin
             raise
+
+    def watch_head(self, connection: socket.socket) -> None:
+        """Start the request-head deadline of ``connection`` (``request_timeout`` seconds from now)."""
+        self._watchdog.watch(connection, time.monotonic() + self.request_timeout())
+
+    def head_read(self, connection: socket.socket) -> None:
+        """``connection`` sent its whole request head in time."""
+        self._watchdog.release(connection)
 
     @property
     def worker_count(self) -> int:
@@ -432,6 +472,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         try:
             self.process_request_thread(request, client_address)
         finally:
+            self._watchdog.release(request)
             with self._connections_lock:
                 self._connections.discard(request)
 
@@ -447,6 +488,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         if not first:
             return
         super().server_close()
+        self._watchdog.close()
         for connection in connections:  # blocked reads and writes fail at once
             try:
                 connection.shutdown(socket.SHUT_RDWR)
