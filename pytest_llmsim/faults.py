@@ -24,11 +24,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from werkzeug.datastructures import Headers
+
 from .sim import SimError
 
 __all__ = ["FAULT_HEADER", "FAULT_KINDS", "HTTP_FAULTS", "Fault", "FaultError", "FaultInjector"]
 
 FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
+# Request headers: werkzeug's case-insensitive Headers, or a plain mapping (tests).
+HeaderLookup = Headers | Mapping[str, str]
 
 # kind: (status, type, code, param, message)
 HTTP_FAULTS: dict[str, tuple[int, str, str | None, str | None, str]] = {
@@ -181,7 +185,7 @@ class FaultInjector:
         with self._lock:
             return [armed.fault for armed in self._armed]
 
-    def select(self, n: int, headers: Mapping[str, str], model: str | None,
+    def select(self, n: int, headers: HeaderLookup, model: str | None,
                prompt_text: Callable[[], str]) -> Fault | None:
         """The fault request number ``n`` gets, if any (and count it)."""
         with self._lock:
@@ -190,7 +194,7 @@ class FaultInjector:
                 self.injected[chosen.kind] = self.injected.get(chosen.kind, 0) + 1
             return chosen
 
-    def _choose(self, n: int, headers: Mapping[str, str], model: str | None,
+    def _choose(self, n: int, headers: HeaderLookup, model: str | None,
                 prompt_text: Callable[[], str]) -> Fault | None:
         aimed = headers.get(FAULT_HEADER)
         if aimed:

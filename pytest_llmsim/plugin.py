@@ -255,8 +255,12 @@ def llmsim_listen_address(pytestconfig: pytest.Config) -> tuple[str, int]:
 def llmsim_config(pytestconfig: pytest.Config) -> SimConfig:
     """Settings every backend starts each test with; override for suite-wide defaults.
 
-    Built from ``--llmsim-speed``, ``--llmsim-seed`` and ``--llmsim-model``;
-    e.g. ``return SimConfig(ttft=0.05, itl=0.01, speed=float("inf"))``.
+    Built from ``--llmsim-speed``, ``--llmsim-seed`` and ``--llmsim-model``.
+    Override it from this value, so those options still apply::
+
+        @pytest.fixture(scope="session")
+        def llmsim_config(llmsim_config):
+            return llmsim_config.replace(ttft=0.05, itl=0.01)
     """
     s = pytestconfig.stash[_SETTINGS_KEY]
     return SimConfig(speed=s.speed, seed=s.seed, model=s.model)
@@ -297,14 +301,21 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     """Start more independent backends: ``llm_backend_factory(**settings)``.
 
     Each has its own port, engine, cache, metrics and log, starts from
-    ``llmsim_config`` plus ``settings``, and is stopped when the test ends.
-    For primary/fallback and load-balancing tests.
+    ``llmsim_config`` plus the test's ``llm_*`` markers plus ``settings``
+    (explicit arguments win over markers; ``llm_fault`` markers arm every
+    backend), and is stopped when the test ends. For primary/fallback and
+    load-balancing tests.
     """
     started: list[LLMBackend] = []
     host = llmsim_listen_address[0]
+    from_markers = settings_from_markers(request.node)
+    faults = faults_from_markers(request.node)
 
     def factory(**settings: Any) -> LLMBackend:
-        backend = LLMBackend(llmsim_config.replace(**settings), host=host)
+        # Markers set every backend of the test; explicit arguments win over them.
+        backend = LLMBackend(llmsim_config.replace(**{**from_markers, **settings}), host=host)
+        for kind, params in faults:
+            backend.add_fault(kind, **params)
         backend.start()
         started.append(backend)
         return backend
@@ -323,6 +334,7 @@ def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> N
         return
     m = backend.metrics
     request.node.user_properties.append(("llmsim", {
+        "backend": f"{backend.config.model}:{backend.port}",
         "requests": m.requests_total,
         "statuses": " ".join(f"{k}x{v}" for k, v in sorted(m.requests_by_status.items())) or "-",
         "tokens": f"{m.prompt_tokens}+{m.completion_tokens}",
@@ -336,7 +348,7 @@ def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> N
 class _Reporter:
     """Collects summary rows on the controller (from xdist workers too) and prints them."""
 
-    columns = ("requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50")
+    columns = ("backend", "requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50")
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, dict[str, Any]]] = []
@@ -352,7 +364,7 @@ class _Reporter:
             terminalreporter.write_line("no test used an llmsim backend")
             return
         header = ["test", *self.columns]
-        table = [header] + [[nodeid] + [str(row[c]) for c in self.columns] for nodeid, row in self.rows]
+        table = [header] + [[nodeid] + [str(row.get(c, "-")) for c in self.columns] for nodeid, row in self.rows]
         widths = [max(len(line[i]) for line in table) for i in range(len(header))]
         for line in table:
             terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())

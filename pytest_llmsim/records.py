@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from werkzeug.datastructures import Headers
+
 __all__ = ["TRUNCATED_MARKER", "RequestLog", "RequestRecord"]
 
 TRUNCATED_MARKER = "...[truncated by pytest-llmsim: {size} bytes in all]"
@@ -36,12 +38,13 @@ class RequestRecord:
     the wire API of a generation route (``openai.chat``, ``openai.completions``).
     ``body`` is the parsed JSON body, or, when it was larger than
     ``max_log_body_bytes`` (``body_truncated``), the start of its text
-    followed by a marker; ``body_bytes`` is its size as received.
+    followed by a marker; ``body_bytes`` is its size as received. ``headers`` are werkzeug's
+    case-insensitive ``Headers`` (``record.headers["x-request-id"]``).
     """
 
     method: str
     path: str
-    headers: dict[str, str]
+    headers: Headers  # case-insensitive; a plain mapping given here is converted
     body: Any = None
     status: int = 0
     model: str | None = None
@@ -62,6 +65,10 @@ class RequestRecord:
     api: str | None = None
     body_bytes: int = 0
     body_truncated: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.headers, Headers):
+            self.headers = Headers(dict(self.headers))
 
     def keep_body(self, body: Any, data: bytes, limit: int) -> None:
         """Store the request body: parsed, or truncated to ``limit`` bytes of text with a marker."""

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_httpserver import HTTPServer
+from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
@@ -93,14 +94,13 @@ HTTP_ERROR_CODES = {
 
 
 
-def _headers_of(environ: dict[str, Any]) -> dict[str, str]:
-    """Request headers as ``Title-Case`` keys (as werkzeug names them), straight from the environ."""
-    headers = {key[5:].replace("_", "-").title(): value
-               for key, value in environ.items() if key.startswith("HTTP_")}
+def _headers_of(environ: dict[str, Any]) -> Headers:
+    """Request headers, case-insensitive (werkzeug's ``Headers``), straight from the environ."""
+    pairs = [(key[5:].replace("_", "-").title(), value) for key, value in environ.items() if key.startswith("HTTP_")]
     for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
         if environ.get(key):
-            headers[key.replace("_", "-").title()] = environ[key]
-    return headers
+            pairs.append((key.replace("_", "-").title(), environ[key]))
+    return Headers(pairs)
 
 
 class SimulatorServer(HTTPServer):

@@ -17,7 +17,7 @@ from typing import Any
 
 from .config import SimConfig
 from .engine import SeqState, SimSequence
-from .faults import Fault, FaultInjector
+from .faults import Fault, FaultInjector, HeaderLookup
 from .metrics import Metrics, MetricsSnapshot
 from .ratelimit import RateLimiter
 from .records import RequestLog, RequestRecord
@@ -221,7 +221,7 @@ class Simulator:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
         return next(self._request_numbers)
 
-    def pick_fault(self, number: int, headers: dict[str, str], request: GenerationRequest) -> Fault | None:
+    def pick_fault(self, number: int, headers: HeaderLookup, request: GenerationRequest) -> Fault | None:
         def prompt_text() -> str:  # only built when a fault matches on the prompt
             if request.kind == "chat":
                 return "\n".join(message.content for message in request.messages)

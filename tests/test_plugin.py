@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_llmsim import LLMBackend
 from pytest_llmsim.plugin import resolve_options
 
 HELPERS = '''
@@ -404,3 +405,69 @@ def test_no_leaked_threads_or_sockets(pytester: pytest.Pytester, helpers: None) 
                                            "-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*LLMSIM-THREADS-CLEAN*"])
+
+
+def test_markers_set_every_backend_and_factory_arguments_win(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import pytest
+        from llmsim_helpers import ask
+
+        @pytest.mark.llm_latency(ttft=0.25)
+        @pytest.mark.llm_fault("rate_limit", nth=1)
+        @pytest.mark.llm_realtime
+        def test_factory(llm_backend_factory, llm_backend):
+            primary = llm_backend_factory()
+            fallback = llm_backend_factory(ttft=0.5)
+            for backend in (llm_backend, primary, fallback):
+                assert backend.speed == 1.0          # llm_realtime reaches every backend
+                assert [f.kind for f in backend.faults] == ["rate_limit"]
+                assert ask(backend).status_code == 429
+                assert ask(backend).status_code == 200
+            assert (llm_backend.config.ttft, primary.config.ttft) == (0.25, 0.25)
+            assert fallback.config.ttft == 0.5       # an explicit factory argument wins
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=1)
+
+
+def test_documented_llmsim_config_override_keeps_the_options(pytester: pytest.Pytester) -> None:
+    """The conftest pattern the docs show derives from the plugin's own value."""
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def llmsim_config(llmsim_config):
+            return llmsim_config.replace(ttft=0.05, itl=0.005, model="my-model")
+    """)
+    pytester.makepyfile("""
+        def test_options_kept(llm_backend, llm_backend_factory):
+            for backend in (llm_backend, llm_backend_factory()):
+                assert (backend.speed, backend.config.seed) == (3.0, 7)
+                assert (backend.config.ttft, backend.config.model) == (0.05, "my-model")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=3", "--llmsim-seed=7")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmsim: speed=3, seed=7, *"])
+
+
+def test_record_headers_are_case_insensitive(llm_backend: LLMBackend) -> None:
+    import httpx
+
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), headers={"X-Tenant-ID": "acme"},
+               json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    headers = llm_backend.requests[-1].headers
+    assert headers["x-tenant-id"] == headers["X-Tenant-Id"] == headers.get("X-TENANT-ID") == "acme"
+
+
+def test_report_rows_name_each_backend(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        from llmsim_helpers import ask
+
+        def test_two(llm_backend_factory):
+            a = llm_backend_factory(model="alpha")
+            b = llm_backend_factory(model="beta")
+            ask(a)
+            ask(b)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*backend*", "*test_two*alpha:*", "*test_two*beta:*"])
