@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import select
 import socket
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -65,12 +66,28 @@ def client_gone(request: Request) -> bool:
     sock = blocking_socket(request)
     if sock is None:
         return False
+    dontwait = getattr(socket, "MSG_DONTWAIT", None)
     try:
-        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
+        if dontwait is None and not _readable_now(sock):  # Windows: ask first, then peek
+            return False
+        return bool(sock.recv(1, socket.MSG_PEEK | (dontwait or 0)) == b"")
     except BlockingIOError:
         return False  # nothing to read: still there
     except OSError:
         return True
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether a read would not block (data, EOF or an error pending), without waiting.
+
+    ``poll`` where there is one (no descriptor limit); Windows' ``select``
+    takes sockets of any number.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 def drop_connection(request: Request) -> None:
@@ -301,7 +318,8 @@ class GenerationResponder:
         """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1."""
         sock = blocking_socket(request)
         if (fault is not None or len(generation.outputs) != 1 or sock is None
-                or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"):
+                or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"
+                or not hasattr(socket, "MSG_DONTWAIT")):  # it must never block: no such flag, no fast path
             return None
         return _DirectWriter(sock, events, generation.outputs[0].pieces)
 

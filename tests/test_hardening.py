@@ -461,3 +461,23 @@ def test_spec_allows_an_empty_model_and_a_null_prompt(llm_backend: LLMBackend) -
     assert scored.status_code == 200
     assert scored.json()["choices"][0]["text"] == "score me"
     assert scored.json()["usage"]["completion_tokens"] == 0
+
+
+# --- portability: no MSG_DONTWAIT (Windows) ---
+
+
+def test_without_msg_dontwait_waits_hang_ups_and_streams_still_work(llm_backend: LLMBackend,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows has no MSG_DONTWAIT; emulated here by removing the constant."""
+    monkeypatch.delattr(socket, "MSG_DONTWAIT")
+    llm_backend.configure(ttft=0.3, itl=0.001, speed=1.0)
+    waited = httpx.post(llm_backend.url_for(CHAT), json=chat_body("hi", 3), timeout=10)
+    assert waited.status_code == 200  # it waited past several 50 ms hang-up checks
+    with httpx.stream("POST", llm_backend.url_for(CHAT), json=chat_body("hi", 20, stream=True)) as response:
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) == 20 + 3
+    llm_backend.configure(ttft=10.0)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(llm_backend.url_for(CHAT), json=chat_body(), timeout=0.3)
+    assert wait_for(lambda: any(r.status == 499 for r in llm_backend.requests), timeout=3)
+    llm_backend.check()
