@@ -10,12 +10,14 @@ from .backend import LLMBackend  # noqa: E402
 from .config import ConfigError, SimConfig  # noqa: E402
 from .faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
 from .metrics import Distribution, MetricsSnapshot  # noqa: E402
+from .pool import BackendPool  # noqa: E402
 from .records import RequestRecord  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FAULT_KINDS",
+    "BackendPool",
     "ConfigError",
     "Distribution",
     "Fault",

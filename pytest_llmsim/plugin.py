@@ -22,6 +22,7 @@ import pytest
 from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
 from .faults import Fault, FaultError
+from .pool import BackendPool
 
 __all__ = ["OptionSettings", "resolve_options"]
 
@@ -324,6 +325,50 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     for backend in started:
         _record_for_report(request, backend)
         backend.stop()
+
+
+@pytest.fixture(scope="session")
+def llmsim_session_backends(llmsim_listen_address: tuple[str, int],
+                            llmsim_config: SimConfig) -> Iterator[BackendPool]:
+    """Named backends that live for the whole session: ``llmsim_session_backends.get("primary", **settings)``.
+
+    For a gateway started once per session in front of several backends.
+    Every backend in it is reset before each test that uses this fixture
+    (directly or through another fixture): ``llmsim_config``, the test's
+    markers, then the backend's own settings; report rows and the teardown
+    check follow each such test.
+    """
+    pool = BackendPool(llmsim_config, llmsim_listen_address[0], "session")
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture(scope="module")
+def llmsim_module_backends(llmsim_listen_address: tuple[str, int],
+                           llmsim_config: SimConfig) -> Iterator[BackendPool]:
+    """Named backends that live for one test module; otherwise as ``llmsim_session_backends``."""
+    pool = BackendPool(llmsim_config, llmsim_listen_address[0], "module")
+    yield pool
+    pool.stop()
+
+
+_POOL_FIXTURES = ("llmsim_session_backends", "llmsim_module_backends")
+
+
+@pytest.fixture(autouse=True)
+def _llmsim_pools(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Reset the long-lived backends a test uses before it; report and check them after it."""
+    pools: list[BackendPool] = [request.getfixturevalue(name) for name in _POOL_FIXTURES
+                                if name in request.fixturenames]
+    if pools:
+        markers, faults = settings_from_markers(request.node), faults_from_markers(request.node)
+        for pool in pools:
+            pool.prepare(markers, faults)
+    yield
+    for pool in pools:
+        for backend in pool:
+            _record_for_report(request, backend)
+            backend.check()
 
 
 # --- summary (--llmsim-report); rows travel in user_properties so xdist works ---

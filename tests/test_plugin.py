@@ -169,7 +169,9 @@ def test_fixtures_are_documented(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--fixtures")
     result.stdout.fnmatch_lines(["llmsim_config [[]session scope[]] -- *",
                                  "llm_backend -- *", "*OpenAI-compatible simulated LLM backend*",
-                                 "llm_backend_factory -- *"])
+                                 "llm_backend_factory -- *",
+                                 "llmsim_session_backends [[]session scope[]] -- *",
+                                 "llmsim_module_backends [[]module scope[]] -- *"])
 
 
 SPEED_TEST = """
@@ -471,3 +473,68 @@ def test_report_rows_name_each_backend(pytester: pytest.Pytester, helpers: None)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*backend*", "*test_two*alpha:*", "*test_two*beta:*"])
+
+
+def test_module_backends_outlive_tests_and_are_reset_before_each(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile(test_gateway="""
+        import pytest
+        from llmsim_helpers import ask
+
+        @pytest.fixture(scope="module")
+        def gateway(llmsim_module_backends):
+            primary = llmsim_module_backends.get("primary", model="alpha")
+            fallback = llmsim_module_backends.get("fallback", model="beta")
+            # a slow gateway would start here, pointed at both, once for the module
+            return {"primary": primary.port, "fallback": fallback.port}
+
+        def test_one(gateway, llmsim_module_backends):
+            primary = llmsim_module_backends["primary"]
+            primary.add_fault("rate_limit")
+            primary.configure(ttft=0.5)
+            assert ask(primary).status_code == 429
+            assert ask(llmsim_module_backends["fallback"]).status_code == 200
+
+        @pytest.mark.llm_latency(itl=0.25)
+        @pytest.mark.llm_fault("server_error", nth=2)
+        def test_two_sees_a_fresh_backend(gateway, llmsim_module_backends):
+            primary = llmsim_module_backends["primary"]
+            assert primary.port == gateway["primary"]          # the same server, still up
+            assert primary.metrics.requests_total == 0 and primary.requests == []
+            assert primary.faults[0].kind == "server_error"    # markers applied, the old fault gone
+            assert (primary.config.ttft, primary.config.itl, primary.config.model) == (0.0, 0.25, "alpha")
+            assert ask(primary).status_code == 200 and ask(primary).status_code == 500
+
+        def test_three_without_markers(gateway, llmsim_module_backends):
+            assert llmsim_module_backends["primary"].faults == []
+            with pytest.raises(KeyError, match="started: primary, fallback"):
+                llmsim_module_backends["nope"]
+            with pytest.raises(ValueError, match="configure"):
+                llmsim_module_backends.get("primary", model="other")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf", "--llmsim-report")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_one*alpha:*429x1*", "*test_one*beta:*200x1*"])
+
+
+def test_session_backends_keep_their_port_across_modules(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def shared(llmsim_session_backends):
+            return llmsim_session_backends.get("shared")
+    """)
+    for name in ("a", "b"):
+        pytester.makepyfile(**{f"test_{name}": f"""
+            from llmsim_helpers import ask
+
+            def test_{name}(shared, tmp_path_factory):
+                ports = tmp_path_factory.getbasetemp() / "ports"
+                ports.mkdir(exist_ok=True)
+                (ports / "{name}").write_text(str(shared.port))
+                assert shared.metrics.requests_total == 0   # reset before this test
+                assert ask(shared).status_code == 200
+                seen = {{p.read_text() for p in ports.iterdir()}}
+                assert len(seen) == 1                        # one server for the whole session
+        """})
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=2)
