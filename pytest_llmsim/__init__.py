@@ -9,7 +9,7 @@ pytest.register_assert_rewrite("pytest_llmsim.assertions")
 from .backend import LLMBackend  # noqa: E402
 from .config import ConfigError, SimConfig  # noqa: E402
 from .faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
-from .metrics import Distribution, MetricsSnapshot  # noqa: E402
+from .metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .pool import BackendPool  # noqa: E402
 from .records import RequestRecord  # noqa: E402
 
@@ -23,6 +23,7 @@ __all__ = [
     "Fault",
     "FaultError",
     "LLMBackend",
+    "LLMSimLagWarning",
     "MetricsSnapshot",
     "RequestRecord",
     "SimConfig",

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from .records import RequestRecord
 
-__all__ = ["PROMETHEUS_CONTENT_TYPE", "Distribution", "Metrics", "MetricsSnapshot"]
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "Distribution", "LLMSimLagWarning", "Metrics", "MetricsSnapshot"]
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SAMPLE_CAP = 50_000
@@ -35,6 +35,7 @@ _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.7
                  2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 _ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
@@ -45,6 +46,8 @@ _HISTOGRAMS = (
     ("e2e", "vllm:e2e_request_latency_seconds", "End-to-end request latency", _REQUEST_BUCKETS),
     ("queue_time", "vllm:request_queue_time_seconds", "Time spent waiting for a batch slot",
      _REQUEST_BUCKETS),
+    ("emit_lag", "llmsim:emit_lag_seconds",
+     "Wall seconds tokens left the server after they were due (the simulator falling behind)", _LAG_BUCKETS),
 )
 # (key in totals, Prometheus name without _total, help)
 _COUNTERS = (
@@ -55,6 +58,10 @@ _COUNTERS = (
     ("cached", "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens"),
     ("cancelled", "llmsim:requests_cancelled", "Requests whose client went away before the end"),
 )
+
+
+class LLMSimLagWarning(UserWarning):
+    """The simulator fell behind its own schedule: client-side latencies include its lateness."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,7 @@ class MetricsSnapshot:
     itl: Distribution
     e2e: Distribution
     queue_time: Distribution
+    emit_lag: Distribution
 
     def __repr__(self) -> str:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(self.requests_by_status.items()))
@@ -121,7 +129,7 @@ class MetricsSnapshot:
             f"cached_tokens={self.cached_tokens}, "
             f"cache_hit_rate={self.cache_hit_rate:.3f}, cancelled={self.cancelled}, "
             f"max_running={self.max_running}, faults={self.faults!r}, ttft={self.ttft!r}, itl={self.itl!r}, "
-            f"e2e={self.e2e!r}, queue_time={self.queue_time!r})"
+            f"e2e={self.e2e!r}, queue_time={self.queue_time!r}, emit_lag={self.emit_lag!r})"
         )
 
 
@@ -186,7 +194,7 @@ class Metrics:
         return stats
 
     def observe(self, record: RequestRecord, gaps: list[tuple[float, int]] | None = None,
-                queried_tokens: int = 0) -> None:
+                queried_tokens: int = 0, lags: list[float] | None = None) -> None:
         """Account for one finished API request (any status); ``gaps`` as ``(gap, count)`` runs."""
         with self._lock:
             stats = self._current()
@@ -212,6 +220,8 @@ class Metrics:
                     histograms[name].observe(value)
             if gaps:
                 histograms["itl"].observe_runs(gaps)
+            for lag in lags or ():
+                histograms["emit_lag"].observe(lag)
 
     # --- Prometheus ---
 
@@ -294,4 +304,5 @@ class Metrics:
             itl=Distribution.of(samples["itl"]),
             e2e=Distribution.of(samples["e2e"]),
             queue_time=Distribution.of(samples["queue_time"]),
+            emit_lag=Distribution.of(samples["emit_lag"]),
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
 from .faults import Fault, FaultError
+from .metrics import LLMSimLagWarning
 from .pool import BackendPool
 
 __all__ = ["OptionSettings", "resolve_options"]
@@ -293,6 +295,7 @@ def llm_backend(llmsim_session_backend: LLMBackend, llmsim_config: SimConfig,
         backend.add_fault(kind, **params)
     yield backend
     _record_for_report(request, backend)
+    _warn_if_lagging(backend)
     backend.check()
 
 
@@ -324,6 +327,7 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     yield factory
     for backend in started:
         _record_for_report(request, backend)
+        _warn_if_lagging(backend)
         backend.stop()
 
 
@@ -368,7 +372,30 @@ def _llmsim_pools(request: pytest.FixtureRequest) -> Iterator[None]:
     for pool in pools:
         for backend in pool:
             _record_for_report(request, backend)
+            _warn_if_lagging(backend)
             backend.check()
+
+
+# A token that leaves later than this share of a decode step (in wall time), and
+# later than the floor, means the simulator, not the system under test, set the
+# latency a client saw. The floor keeps high speed factors (sub-millisecond
+# steps no thread scheduler keeps) quiet: there simulated metrics are what count.
+LAG_WARNING_SHARE = 0.5
+LAG_WARNING_FLOOR = 0.010
+
+
+def _warn_if_lagging(backend: LLMBackend) -> None:
+    config = backend.config
+    if math.isinf(config.speed) or config.itl <= 0:
+        return
+    lag = backend.metrics.emit_lag
+    step = backend.to_wall(config.itl)
+    if lag.count and lag.p99 > max(LAG_WARNING_SHARE * step, LAG_WARNING_FLOOR):
+        warnings.warn(LLMSimLagWarning(
+            f"llmsim backend {config.model}:{backend.port}: tokens left up to {lag.p99 * 1000:.1f} ms late "
+            f"(p99 over {lag.count} writes) against a decode step of {step * 1000:.1f} ms (itl {config.itl:g} "
+            f"at speed {config.speed:g}); latencies a client measured include this. Lower --llmsim-speed, "
+            f"run fewer streams, or keep the test process less busy."), stacklevel=2)
 
 
 # --- summary (--llmsim-report); rows travel in user_properties so xdist works ---
@@ -387,13 +414,14 @@ def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> N
         "cancelled": m.cancelled,
         "faults": " ".join(f"{k}x{v}" for k, v in sorted(m.faults.items())) or "-",
         "ttft_p50": "-" if m.ttft.count == 0 else f"{m.ttft.p50:.4g}s",
+        "lag_p99": "-" if m.emit_lag.count == 0 else f"{m.emit_lag.p99 * 1000:.3g}ms",
     }))
 
 
 class _Reporter:
     """Collects summary rows on the controller (from xdist workers too) and prints them."""
 
-    columns = ("backend", "requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50")
+    columns = ("backend", "requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50", "lag_p99")
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, dict[str, Any]]] = []

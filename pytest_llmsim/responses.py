@@ -113,12 +113,14 @@ class _DirectWriter:
     and the fast path stops.
     """
 
-    __slots__ = ("_events", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
+    __slots__ = ("_events", "_lag", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
 
-    def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str]) -> None:
+    def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str],
+                 lag: Callable[[float], None]) -> None:
         self._sock = sock
         self._events = events
         self._pieces = pieces
+        self._lag = lag  # told the virtual time of each token it wrote, to measure lateness
         self.lock = threading.Lock()
         self.enabled = False  # set once the response headers are out
         self.opened = False  # the role event has been written
@@ -135,7 +137,7 @@ class _DirectWriter:
         self.written = max(self.written, upto)
         return b"".join(parts)
 
-    def __call__(self, seq: SimSequence, emitted: int) -> bool:
+    def __call__(self, seq: SimSequence, emitted: int, due: float) -> bool:
         if (not self.enabled or emitted - self.written > CHUNK_EVENTS  # a backlog: the handler writes it
                 or not self.lock.acquire(blocking=False)):
             return False
@@ -156,6 +158,7 @@ class _DirectWriter:
             if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
                 return False
+            self._lag(due)
             return True
         finally:
             self.lock.release()
@@ -263,7 +266,7 @@ class GenerationResponder:
             else:
                 for batch in generation.ticket.batches(gone):
                     due: list[bytes] = []
-                    for kind, seq, emitted in batch:
+                    for kind, seq, emitted, _ in batch:
                         index = seq.index
                         if not started[index]:
                             started[index] = True
@@ -288,6 +291,7 @@ class GenerationResponder:
                             else:
                                 reset = True
                     yield b"".join(due)
+                    self.simulator.note_lag(generation, min(event[3] for event in batch))
             if reset:
                 return  # the backend was reset under this stream: end it without [DONE]
             if cut_at is not None and fault is not None:  # fewer tokens than after_tokens: cut at the end
@@ -312,8 +316,7 @@ class GenerationResponder:
                 self._abandon(record, generation, Outcome.CUT_BY_FAULT if cut else Outcome.CLIENT_GONE,
                               delivered)
 
-    @staticmethod
-    def _direct_writer(request: Request, generation: Generation, events: StreamRenderer,
+    def _direct_writer(self, request: Request, generation: Generation, events: StreamRenderer,
                        fault: Fault | None) -> _DirectWriter | None:
         """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1."""
         sock = blocking_socket(request)
@@ -321,7 +324,8 @@ class GenerationResponder:
                 or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"
                 or not hasattr(socket, "MSG_DONTWAIT")):  # it must never block: no such flag, no fast path
             return None
-        return _DirectWriter(sock, events, generation.outputs[0].pieces)
+        return _DirectWriter(sock, events, generation.outputs[0].pieces,
+                             functools.partial(self.simulator.note_lag, generation))
 
     def _stream_direct(self, request: Request, generation: Generation, events: StreamRenderer,
                        direct: _DirectWriter) -> Generator[bytes, None, tuple[bytes, bool]]:
@@ -339,7 +343,7 @@ class GenerationResponder:
             with direct.lock:
                 out = [direct.pending]
                 direct.pending = b""
-                for kind, seq, emitted in batch:
+                for kind, seq, emitted, _ in batch:
                     while emitted - direct.written > CHUNK_EVENTS:  # a backlog: write it chunk by chunk
                         out.append(direct.render(emitted))
                         yield b"".join(out)
@@ -354,6 +358,7 @@ class GenerationResponder:
                 data = b"".join(out)
                 if data:
                     yield data  # werkzeug writes it before resuming us, still under the lock
+                    self.simulator.note_lag(generation, min(event[3] for event in batch))
         return b"", False
 
     def _apply_cut(self, request: Request, fault: Fault, events: StreamRenderer, out: list[bytes],

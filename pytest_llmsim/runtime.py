@@ -59,29 +59,34 @@ class Ticket:
 
     def __init__(self, sequences: Sequence[SimSequence], wants_tokens: bool = True) -> None:
         self.sequences = list(sequences)
-        # Optional fast path: called with (sequence, tokens emitted) by whichever
-        # thread runs the engine; True means the tokens went out, no post needed.
-        self.direct: Callable[[SimSequence, int], bool] | None = None
+        # Optional fast path: called with (sequence, tokens emitted, virtual time) by
+        # whichever thread runs the engine; True means the tokens went out, no post needed.
+        self.direct: Callable[[SimSequence, int, float], bool] | None = None
         # False for answers sent whole: only the finish wakes the handler.
         self.wants_tokens = wants_tokens
         self._lock = threading.Lock()
-        self._pending: dict[SimSequence, tuple[str, int]] = {}
+        # sequence -> (kind, tokens emitted, virtual time its oldest unread news was due)
+        self._pending: dict[SimSequence, tuple[str, int, float]] = {}
         # One item per time _pending turns non-empty, so the reader sleeps in C.
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self.accepted = True
         self.open_count = len(self.sequences)
 
-    def post(self, kind: str, seq: SimSequence, emitted: int) -> None:
-        """Record that ``seq`` has emitted ``emitted`` tokens (and finished, for ``FINISH``)."""
+    def post(self, kind: str, seq: SimSequence, emitted: int, due: float) -> None:
+        """Record that ``seq`` has emitted ``emitted`` tokens by virtual time ``due`` (and finished,
+        for ``FINISH``). The earliest ``due`` not yet read is kept: how late the reader is."""
         with self._lock:
-            was_empty = not self._pending
-            self._pending[seq] = (kind, emitted)
+            pending = self._pending
+            was_empty = not pending
+            earlier = pending.get(seq)
+            pending[seq] = (kind, emitted, due if earlier is None else earlier[2])
         if was_empty:
             self._wake.put(None)
 
     def batches(self, client_gone: Callable[[], bool] | None = None
-                ) -> Iterator[list[tuple[str, SimSequence, int]]]:
-        """Block for news, yielding ``(kind, sequence, tokens emitted)`` for each sequence that moved.
+                ) -> Iterator[list[tuple[str, SimSequence, int, float]]]:
+        """Block for news, yielding ``(kind, sequence, tokens emitted, due)`` for each sequence that moved
+        (``due``: the virtual time its oldest news in the batch was due).
 
         ``client_gone`` is asked at least every ``CLIENT_CHECK_INTERVAL`` wall
         seconds, whether or not tokens are arriving; when it says so,
@@ -110,7 +115,7 @@ class Ticket:
                 pending, self._pending = self._pending, {}
             if not pending:
                 continue
-            batch = [(kind, seq, emitted) for seq, (kind, emitted) in pending.items()]
+            batch = [(kind, seq, emitted, due) for seq, (kind, emitted, due) in pending.items()]
             self.open_count -= sum(1 for event in batch if event[0] == FINISH)
             yield batch
 
@@ -132,13 +137,13 @@ class _TicketListener:
         if ticket is None or not ticket.wants_tokens:  # released, or only the finish matters
             return
         direct = ticket.direct
-        if direct is not None and direct(seq, seq.emitted):
+        if direct is not None and direct(seq, seq.emitted, now):
             return
-        ticket.post(TOKEN, seq, seq.emitted)
+        ticket.post(TOKEN, seq, seq.emitted, now)
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
         if seq.owner is not None:
-            seq.owner.post(FINISH, seq, seq.emitted)
+            seq.owner.post(FINISH, seq, seq.emitted, now)
 
 
 class Runtime:
@@ -186,6 +191,13 @@ class Runtime:
 
     def _wall_time_of(self, virtual: float) -> float:
         return self._anchor_wall + (virtual - self._anchor_virtual) / self.config.speed
+
+    def lateness(self, due: float) -> float | None:
+        """Wall seconds since virtual time ``due`` came (``time.monotonic()`` now minus its wall time);
+        None at infinite speed, where nothing is ever due at a wall time."""
+        if math.isinf(self.config.speed):
+            return None
+        return time.monotonic() - self._wall_time_of(due)
 
     # --- work ---
 
@@ -286,7 +298,7 @@ class Runtime:
                 for seq in ticket.sequences:
                     if seq.state in IN_ENGINE:
                         seq.state = SeqState.CANCELLED
-                        ticket.post(FINISH, seq, seq.emitted)
+                        ticket.post(FINISH, seq, seq.emitted, self.engine.now)
             self._live.clear()
             self.config = config
             self.engine = self._new_engine(config)

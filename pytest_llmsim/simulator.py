@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -34,6 +34,9 @@ from .sim import (
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 
 __all__ = ["Generation", "Outcome", "Simulator"]
+
+# Emit-lag samples kept per request (one per write of tokens).
+MAX_LAG_SAMPLES = 4096
 
 # A client that hangs up before its answer is complete is logged with this
 # status, as nginx logs it: the client closed the request, no response was seen.
@@ -61,6 +64,8 @@ class Generation:
     epoch: int
     rate_limit: RateLimitStatus | None
     marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
+    # Wall seconds each write of tokens left after they were due (one sample per write, capped).
+    emit_lags: list[float] = field(default_factory=list)
 
     def texts(self) -> list[str]:
         """Each choice's whole answer (with the echoed prompt in front, when asked)."""
@@ -388,6 +393,12 @@ class Simulator:
         natural = length < max_tokens or request.max_tokens is None
         return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=natural, pieces=pieces)
 
+    def note_lag(self, generation: Generation, due: float) -> None:
+        """Tokens due at virtual time ``due`` just went out: keep how late (wall seconds)."""
+        late = self.runtime.lateness(due)
+        if late is not None and len(generation.emit_lags) < MAX_LAG_SAMPLES:
+            generation.emit_lags.append(max(0.0, late))
+
     def cancel(self, generation: Generation) -> None:
         self.runtime.cancel(generation.ticket)
 
@@ -400,6 +411,7 @@ class Simulator:
         status 499 and ``cancelled=True``.
         """
         gaps: list[tuple[float, int]] = []
+        lags: list[float] = []
         queried = 0
         if generation is not None:
             self.runtime.release(generation.ticket)
@@ -408,7 +420,8 @@ class Simulator:
             generation.fill(record, outcome, delivered)
             gaps = generation.gap_runs()
             queried = generation.queried_tokens
-        self.metrics.observe(record, gaps, queried)
+            lags = generation.emit_lags
+        self.metrics.observe(record, gaps, queried, lags)
         self.log.append(record)
 
     # --- reading ---

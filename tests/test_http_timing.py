@@ -114,6 +114,7 @@ def test_client_timeout_before_the_first_token_is_cancelled(llm_backend: LLMBack
     assert llm_backend.requests[-1].queue_time == 0.0  # the slot was free again
 
 
+@pytest.mark.filterwarnings("ignore::pytest_llmsim.LLMSimLagWarning")  # a reader this slow makes tokens late
 @pytest.mark.parametrize(("itl", "speed"), [(0.0, 1.0), (0.0001, 100.0)])
 def test_a_slow_reader_gets_every_token_in_order(llm_backend: LLMBackend, itl: float, speed: float) -> None:
     """Far more events than the socket buffers hold: the engine's non-blocking writes
@@ -158,3 +159,22 @@ def test_waiting_requests_survive_high_file_descriptors(llm_backend: LLMBackend)
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.filterwarnings("ignore::pytest_llmsim.LLMSimLagWarning")  # the lag here is on purpose
+def test_emit_lag_measures_how_late_tokens_left(llm_backend: LLMBackend) -> None:
+    """A stream on time shows little lag; one whose engine is held up shows how late it got."""
+    llm_backend.configure(itl=0.01, speed=1.0)
+    with httpx.stream("POST", llm_backend.url_for(CHAT), json=chat_body("on time", 20, stream=True)) as r:
+        list(r.iter_lines())
+    on_time = llm_backend.metrics.emit_lag
+    assert on_time.count >= 1 and on_time.p50 < 0.1
+    runtime = llm_backend._simulator.runtime
+    with httpx.stream("POST", llm_backend.url_for(CHAT), json=chat_body("held up", 30, stream=True)) as r:
+        lines = r.iter_lines()
+        next(lines)
+        with runtime._cond:  # nothing runs the engine for 0.3 s: tokens fall due meanwhile
+            time.sleep(0.3)
+        list(lines)
+    assert llm_backend.metrics.emit_lag.max >= 0.2
+    assert "llmsim:emit_lag_seconds_bucket" in llm_backend.prometheus_text()

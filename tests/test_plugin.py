@@ -538,3 +538,26 @@ def test_session_backends_keep_their_port_across_modules(pytester: pytest.Pytest
                 assert len(seen) == 1                        # one server for the whole session
         """})
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=2)
+
+
+def test_teardown_warns_when_the_simulator_lagged(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import time
+        import httpx
+        import pytest
+
+        @pytest.mark.llm_realtime
+        @pytest.mark.llm_latency(itl=0.01)
+        def test_lagging(llm_backend):
+            body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40,
+                    "stream": True}
+            with httpx.stream("POST", llm_backend.url_for("/v1/chat/completions"), json=body) as r:
+                for i, _ in enumerate(r.iter_lines()):
+                    if i % 4 == 0:
+                        with llm_backend._simulator.runtime._cond:
+                            time.sleep(0.05)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*LLMSimLagWarning: llmsim backend llmsim:*tokens left up to * ms late*",
+                                 "*lag_p99*"])
