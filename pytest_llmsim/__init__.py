@@ -12,6 +12,7 @@ from .faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
 from .metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .pool import BackendPool  # noqa: E402
 from .records import RequestRecord  # noqa: E402
+from .remote import RemoteBackend, RemoteError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -25,6 +26,8 @@ __all__ = [
     "LLMBackend",
     "LLMSimLagWarning",
     "MetricsSnapshot",
+    "RemoteBackend",
+    "RemoteError",
     "RequestRecord",
     "SimConfig",
     "__version__",

@@ -27,10 +27,12 @@ class LLMBackend(BackendAssertions):
     """
 
     def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
-                 **settings: Any) -> None:
+                 control_token: str | None = None, **settings: Any) -> None:
         base = (config or SimConfig()).replace(**settings)
         self._simulator = Simulator(base)
         self._server = SimulatorServer(self._simulator, host, port)
+        # the control API (/llmsim/v1/...) then needs "Authorization: Bearer <token>"
+        self._server.control.token = control_token
 
     # --- lifecycle ---
 

@@ -8,6 +8,7 @@ SIGTERM) stops it cleanly within about a second; a second Ctrl-C exits at once.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 
 from .backend import LLMBackend
 from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
+from .faults import Fault, FaultError
 
 __all__ = ["main"]
 
@@ -50,6 +52,25 @@ def _host(text: str) -> str:
     return text
 
 
+def _fault(text: str) -> tuple[str, dict[str, Any]]:
+    """``KIND[:key=value,...]``, values parsed as JSON where they parse (numbers, true, null)."""
+    kind, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, equals, raw = item.partition("=")
+        if not equals:
+            raise argparse.ArgumentTypeError(f"invalid fault {text!r}: expected KIND[:key=value,...]")
+        try:
+            params[key.strip()] = json.loads(raw)
+        except ValueError:
+            params[key.strip()] = raw
+    try:
+        Fault.build(kind.strip(), **params)
+    except FaultError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return kind.strip(), params
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmsim", description="A simulated OpenAI-compatible LLM backend.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="Port to listen on, 0 to 65535; 0 picks a "
                                                                 "free one (default: 8000)")
+    serve.add_argument("--control-token", default=None, metavar="TOKEN",
+                       help="Require 'Authorization: Bearer TOKEN' on the control API (/llmsim/v1/...)")
+    serve.add_argument("--fault", dest="faults", action="append", default=[], type=_fault, metavar="KIND[:K=V,...]",
+                       help="Arm a fault at start, e.g. --fault rate_limit:times=2,retry_after=0.5 (repeatable)")
     defaults = SimConfig()
     for name in SETTING_NAMES:
         serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
@@ -70,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llmsim`` console script."""
     args = build_parser().parse_args(argv)
     settings = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
-    backend = LLMBackend(SimConfig().replace(**settings), host=args.host, port=args.port)
+    backend = LLMBackend(SimConfig().replace(**settings), host=args.host, port=args.port,
+                         control_token=args.control_token)
+    for kind, params in args.faults:
+        backend.add_fault(kind, **params)
     try:
         backend.start()
     except OSError as error:  # its message names the address

@@ -30,6 +30,7 @@ from werkzeug.wrappers import Request, Response
 from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_RESPONSES, WireAPI
 from .api.anthropic_messages import parse_messages
 from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
+from .control import CONTROL_PREFIX, ControlAPI
 from .faults import HTTP_FAULTS
 from .metrics import PROMETHEUS_CONTENT_TYPE
 from .records import RequestRecord
@@ -114,6 +115,7 @@ class SimulatorServer(HTTPServer):
         self.simulator = simulator
         self.no_handler_status_code = 404
         self._responder = GenerationResponder(simulator)
+        self.control = ControlAPI(self)
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
         # path -> (methods, handler); the route table is data, the same for every API
@@ -206,6 +208,8 @@ class SimulatorServer(HTTPServer):
 
     def _route(self, request: Request) -> Response:
         path = request.path
+        if path.startswith(CONTROL_PREFIX):
+            return self.control.handle(request)
         template, route = path, self._routes.get(path)
         if route is None:
             for prefix, (prefix_template, prefix_route) in self._prefix_routes.items():

@@ -1,0 +1,219 @@
+"""The control API: drive a backend over HTTP, under the reserved prefix ``/llmsim/v1``.
+
+For suites whose backend is another process (``llmsim serve``), another
+language, or a container, and for gateways that drop the ``x-llmsim-fault``
+header. JSON in and out; never on the OpenAI/Anthropic paths, never logged
+or counted as API traffic. With a control token set, every call needs
+``Authorization: Bearer TOKEN``.
+
+    GET    /llmsim/v1/config            the settings in force
+    PATCH  /llmsim/v1/config            change settings (as configure())
+    POST   /llmsim/v1/reset             back to the starting settings, empty state ({"settings": {...}} optional)
+    GET    /llmsim/v1/faults            the armed faults
+    POST   /llmsim/v1/faults            arm one: {"kind": ..., params...}
+    DELETE /llmsim/v1/faults            disarm all
+    POST   /llmsim/v1/replies           queue scripted replies: {"replies": [...]}
+    GET    /llmsim/v1/metrics           the metrics snapshot
+    GET    /llmsim/v1/requests          the request log (?offset=&limit=)
+    POST   /llmsim/v1/wait-idle         {"timeout": seconds} -> {"idle": bool}
+    GET    /llmsim/v1/errors            internal errors the server hit (what check() raises)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from werkzeug.datastructures import Headers
+from werkzeug.wrappers import Request, Response
+
+from .config import ConfigError, SimConfig
+from .faults import Fault, FaultError
+from .metrics import Distribution, MetricsSnapshot
+from .records import RequestRecord
+
+if TYPE_CHECKING:
+    from .server import SimulatorServer
+
+__all__ = ["CONTROL_PREFIX", "ControlAPI", "config_to_json", "fault_from_json", "record_from_json", "record_to_json",
+           "snapshot_from_json", "snapshot_to_json"]
+
+CONTROL_PREFIX = "/llmsim/v1/"
+MAX_PAGE = 1000
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: infinities as "inf", NaN as null, tuples as lists."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value
+
+
+def config_to_json(config: SimConfig) -> dict[str, Any]:
+    return {key: _plain(value) for key, value in config.as_dict().items()}
+
+
+def snapshot_to_json(snapshot: MetricsSnapshot) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(snapshot):
+        value = getattr(snapshot, field.name)
+        out[field.name] = _plain(dataclasses.asdict(value) if isinstance(value, Distribution) else value)
+    return out
+
+
+def record_to_json(record: RequestRecord) -> dict[str, Any]:
+    out = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
+    out["headers"] = list(record.headers.items())
+    return _plain(out)  # type: ignore[no-any-return]
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body), status=status, content_type="application/json")
+
+
+def _error(status: int, message: str, code: str) -> Response:
+    return _json({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}},
+                 status)
+
+
+class ControlAPI:
+    """Answers ``/llmsim/v1/...`` for one server and its simulator."""
+
+    def __init__(self, server: SimulatorServer) -> None:
+        self._server = server
+        self.token: str | None = None
+        self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
+            ("GET", "config"): self._get_config,
+            ("PATCH", "config"): self._patch_config,
+            ("POST", "reset"): self._reset,
+            ("GET", "faults"): self._get_faults,
+            ("POST", "faults"): self._add_fault,
+            ("DELETE", "faults"): self._clear_faults,
+            ("POST", "replies"): self._replies,
+            ("GET", "metrics"): self._metrics,
+            ("GET", "requests"): self._requests,
+            ("POST", "wait-idle"): self._wait_idle,
+            ("GET", "errors"): self._errors,
+        }
+
+    def handle(self, request: Request) -> Response:
+        if self.token is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                return _error(401, "The control API needs 'Authorization: Bearer <control token>'.",
+                              "invalid_control_token")
+        name = request.path[len(CONTROL_PREFIX):]
+        handler = self._routes.get((request.method, name))
+        if handler is None:
+            allowed = sorted(method for method, path in self._routes if path == name)
+            if allowed:
+                return _error(405, f"Method {request.method} is not allowed on {request.path}; use "
+                                   f"{', '.join(allowed)}.", "method_not_allowed")
+            return _error(404, f"Unknown control route: {request.method} {request.path}.", "unknown_url")
+        try:
+            return handler(request)
+        except (ConfigError, FaultError, TypeError, ValueError) as error:
+            return _error(400, str(error), "invalid_value")
+
+    @property
+    def _simulator(self) -> Any:
+        return self._server.simulator
+
+    @staticmethod
+    def _body(request: Request) -> dict[str, Any]:
+        data = request.get_data(cache=False)
+        if not data:
+            return {}
+        body = json.loads(data)
+        if not isinstance(body, dict):
+            raise ValueError("the control API takes a JSON object")
+        return body
+
+    def _get_config(self, request: Request) -> Response:
+        return _json(config_to_json(self._simulator.config))
+
+    def _patch_config(self, request: Request) -> Response:
+        return _json(config_to_json(self._simulator.configure(**self._body(request))))
+
+    def _reset(self, request: Request) -> Response:
+        settings = self._body(request).get("settings")
+        base = None if not settings else self._simulator._base.replace(**settings)
+        self._simulator.reset(base)
+        self._server.clear()
+        return _json(config_to_json(self._simulator.config))
+
+    def _get_faults(self, request: Request) -> Response:
+        return _json([dataclasses.asdict(fault) for fault in self._simulator.faults.faults])
+
+    def _add_fault(self, request: Request) -> Response:
+        body = self._body(request)
+        kind = body.pop("kind", None)
+        if not isinstance(kind, str):
+            raise ValueError("a fault needs its 'kind'")
+        return _json(dataclasses.asdict(self._simulator.add_fault(kind, **body)), 201)
+
+    def _clear_faults(self, request: Request) -> Response:
+        self._simulator.faults.clear()
+        return _json([])
+
+    def _replies(self, request: Request) -> Response:
+        replies = self._body(request).get("replies")
+        if not isinstance(replies, list) or not all(isinstance(reply, str) for reply in replies):
+            raise ValueError("'replies' must be a list of strings")
+        self._simulator.reply_with(replies)
+        return _json({"queued": len(replies)})
+
+    def _metrics(self, request: Request) -> Response:
+        return _json(snapshot_to_json(self._simulator.snapshot()))
+
+    def _requests(self, request: Request) -> Response:
+        offset = int(request.args.get("offset", 0))
+        limit = min(int(request.args.get("limit", MAX_PAGE)), MAX_PAGE)
+        records = self._simulator.log.snapshot()
+        page = records[offset:offset + limit] if offset >= 0 and limit >= 0 else []
+        return _json({"total": len(records), "offset": offset, "records": [record_to_json(r) for r in page]})
+
+    def _wait_idle(self, request: Request) -> Response:
+        timeout = float(self._body(request).get("timeout", 5.0))
+        deadline = time.monotonic() + max(0.0, timeout)
+        runtime = self._simulator.runtime
+        while runtime.in_flight and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return _json({"idle": runtime.in_flight == 0})
+
+    def _errors(self, request: Request) -> Response:
+        return _json([f"{type(error).__name__}: {error}" for error in self._server.handler_errors])
+
+
+def fault_from_json(data: dict[str, Any]) -> Fault:
+    return Fault(**data)
+
+
+def snapshot_from_json(data: dict[str, Any]) -> MetricsSnapshot:
+    values = dict(data)
+    for field in dataclasses.fields(MetricsSnapshot):
+        value = values.get(field.name)
+        if isinstance(value, dict) and set(value) == {f.name for f in dataclasses.fields(Distribution)}:
+            numbers = {k: math.nan if v is None else float(v) for k, v in value.items()}
+            values[field.name] = Distribution(int(numbers["count"]), numbers["mean"], numbers["p50"],
+                                              numbers["p90"], numbers["p99"], numbers["max"])
+    values["requests_by_status"] = {int(k): v for k, v in values["requests_by_status"].items()}
+    return MetricsSnapshot(**values)
+
+
+def record_from_json(data: dict[str, Any]) -> RequestRecord:
+    values = dict(data)
+    values["headers"] = Headers([tuple(pair) for pair in values["headers"]])
+    return RequestRecord(**values)

@@ -1,0 +1,217 @@
+"""RemoteBackend: the handle of a backend in another process, over the control API.
+
+The same interface as :class:`~pytest_llmsim.backend.LLMBackend` (all but
+``httpserver``, ``start`` and ``stop``, which belong to whoever runs the
+server), so one test can drive a backend in its own process or one started
+with ``llmsim serve`` elsewhere. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from .assertions import BackendAssertions
+from .config import ConfigError, SimConfig
+from .control import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
+from .faults import Fault, FaultError
+from .metrics import MetricsSnapshot
+from .records import RequestRecord
+
+__all__ = ["RemoteBackend", "RemoteError"]
+
+
+class RemoteError(RuntimeError):
+    """The remote backend answered the control call with an error (or not at all)."""
+
+
+class RemoteBackend(BackendAssertions):
+    """A backend reached at ``url`` (``http://HOST:PORT``, with or without ``/v1``).
+
+    ``token`` is the control token the server was started with
+    (``llmsim serve --control-token``), if any.
+    """
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        root = url.rstrip("/")
+        self._root = root[:-3] if root.endswith("/v1") else root
+        self._token = token
+        self._timeout = timeout
+        parsed = urllib.parse.urlsplit(self._root)
+        self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 80
+
+    # --- transport ---
+
+    def _call(self, method: str, name: str, body: Any = None, query: str = "") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self._root}{CONTROL_PREFIX}{name}{query}", data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if self._token is not None:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            try:
+                message = json.loads(error.read())["error"]["message"]
+            except Exception:
+                message = str(error)
+            if error.code == 400 and name in ("config", "reset"):
+                raise ConfigError(message) from None
+            if error.code == 400 and name == "faults":
+                raise FaultError(message) from None
+            raise RemoteError(f"{method} {CONTROL_PREFIX}{name}: {error.code} {message}") from None
+        except OSError as error:
+            raise RemoteError(f"{method} {CONTROL_PREFIX}{name}: {error}") from None
+
+    # --- addresses ---
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1``, for ``openai.OpenAI(base_url=...)``."""
+        return self._root + "/v1"
+
+    @property
+    def root_url(self) -> str:
+        """``http://HOST:PORT``, for SDKs that add ``/v1/...`` themselves."""
+        return self._root
+
+    def url_for(self, path: str) -> str:
+        """Absolute URL of ``path`` on this backend."""
+        return self._root + "/" + path.lstrip("/")
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def is_running(self) -> bool:
+        try:
+            self._call("GET", "config")
+        except RemoteError:
+            return False
+        return True
+
+    # --- steering ---
+
+    @property
+    def config(self) -> SimConfig:
+        """The settings in force."""
+        return SimConfig().replace(**_config_values(self._call("GET", "config")))
+
+    def configure(self, **settings: Any) -> SimConfig:
+        """Change settings for the rest of this test (validated remotely; raises ``ConfigError``)."""
+        return SimConfig().replace(**_config_values(self._call("PATCH", "config", _jsonable(settings))))
+
+    def reset(self, config: SimConfig | None = None) -> None:
+        """Back to the starting settings (or ``config``) with empty cache, metrics, log and faults."""
+        body = {} if config is None else {"settings": _jsonable(config.as_dict())}
+        self._call("POST", "reset", body)
+
+    def reply_with(self, *replies: str) -> None:
+        """Queue scripted replies: each request takes the next one, in order."""
+        for reply in replies:
+            if not isinstance(reply, str):
+                raise TypeError(f"reply_with() takes strings, got {type(reply).__name__}")
+        self._call("POST", "replies", {"replies": list(replies)})
+
+    def add_fault(self, kind: str, **params: Any) -> Fault:
+        """Arm a fault (see ``LLMBackend.add_fault``)."""
+        return fault_from_json(self._call("POST", "faults", {"kind": kind, **params}))
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The faults armed, in the order they are tried."""
+        return [fault_from_json(item) for item in self._call("GET", "faults")]
+
+    def clear_faults(self) -> None:
+        """Disarm every fault."""
+        self._call("DELETE", "faults")
+
+    def check(self) -> None:
+        """Raise the first internal error the remote simulator hit while serving, if any."""
+        errors = self._call("GET", "errors")
+        if errors:
+            raise RemoteError(f"the remote backend hit {len(errors)} internal error(s); first: {errors[0]}")
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait (wall seconds) until no request is in flight; True if it got there."""
+        return bool(self._call("POST", "wait-idle", {"timeout": timeout})["idle"])
+
+    # --- reading ---
+
+    @property
+    def metrics(self) -> MetricsSnapshot:
+        """A snapshot of the counters and latency distributions since the last reset."""
+        return snapshot_from_json(self._call("GET", "metrics"))
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """The request log, oldest first (fetched in pages)."""
+        records: list[RequestRecord] = []
+        while True:
+            page = self._call("GET", "requests", query=f"?offset={len(records)}")
+            records.extend(record_from_json(item) for item in page["records"])
+            if not page["records"] or len(records) >= page["total"]:
+                return records
+
+    def prometheus_text(self) -> str:
+        """What ``GET /metrics`` answers now."""
+        with urllib.request.urlopen(self._root + "/metrics", timeout=self._timeout) as response:
+            return str(response.read().decode())
+
+    @property
+    def speed(self) -> float:
+        """Simulated seconds per wall second."""
+        return self.config.speed
+
+    def to_wall(self, sim_seconds: float) -> float:
+        """Wall-clock seconds that ``sim_seconds`` of simulated time take at this speed."""
+        speed = self.speed
+        return 0.0 if math.isinf(speed) else sim_seconds / speed
+
+    @property
+    def running(self) -> int:
+        """Sequences in the running batch now."""
+        return int(_gauge(self.prometheus_text(), "vllm:num_requests_running"))
+
+    @property
+    def waiting(self) -> int:
+        """Sequences waiting for a batch slot now."""
+        return int(_gauge(self.prometheus_text(), "vllm:num_requests_waiting"))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests inside the engine now (0 once ``wait_idle`` says idle)."""
+        return 0 if self.wait_idle(timeout=0.0) else 1
+
+    def __repr__(self) -> str:
+        return f"<RemoteBackend {self.base_url}>"
+
+
+def _jsonable(settings: dict[str, Any]) -> dict[str, Any]:
+    return {key: ("inf" if isinstance(value, float) and math.isinf(value) else value)
+            for key, value in settings.items()}
+
+
+def _config_values(data: dict[str, Any]) -> dict[str, Any]:
+    values = dict(data)
+    if isinstance(values.get("answer_length"), list):
+        values["answer_length"] = tuple(values["answer_length"])
+    return values
+
+
+def _gauge(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+

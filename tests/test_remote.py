@@ -1,0 +1,115 @@
+"""The control API and RemoteBackend: drive a backend in another process the way a test drives its own."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from pytest_llmsim import ConfigError, FaultError, LLMBackend, RemoteBackend, RemoteError
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`llmsim serve` in its own process, with a control token and a fault armed from the command line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--model", "remote-m",
+         "--control-token", "s3cret", "--fault", "rate_limit:nth=1,retry_after=0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    match = re.search(r"(http://127\.0\.0\.1:\d+)/v1", process.stdout.readline())
+    assert match
+    yield match.group(1), process
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=10)
+
+
+def test_a_remote_backend_is_driven_like_a_local_one(served: tuple[str, subprocess.Popen[str]]) -> None:
+    url, _ = served
+    remote = RemoteBackend(url + "/v1", token="s3cret")
+    assert [f.kind for f in remote.faults] == ["rate_limit"]  # from --fault
+    client = openai.OpenAI(base_url=remote.base_url, api_key="k", max_retries=0)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="remote-m", messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
+
+    remote.reset()
+    assert remote.faults == [] and remote.metrics.requests_total == 0 and remote.requests == []
+    remote.configure(ttft=0.25, answer_length=(2, 3))
+    assert remote.config.ttft == 0.25 and remote.config.answer_length == (2, 3) and remote.speed == float("inf")
+    remote.reply_with("scripted answer")
+    remote.add_fault("server_error", nth=2)
+    reply = client.chat.completions.create(model="remote-m", messages=MESSAGES)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "scripted answer"
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="remote-m", messages=MESSAGES)  # type: ignore[arg-type]
+    assert remote.wait_idle(timeout=5)
+
+    metrics = remote.metrics
+    assert metrics.requests_by_status == {200: 1, 500: 1} and metrics.faults == {"server_error": 1}
+    assert metrics.ttft.p50 == 0.25
+    (ok, failed) = remote.requests
+    assert ok.status == 200 and ok.api == "openai.chat" and ok.headers["content-type"] == "application/json"
+    assert failed.fault == "server_error"
+    remote.assert_requests(2, path="/v1/chat/completions")
+    remote.assert_ttft(p50_at_most=0.25)
+    assert 'vllm:time_to_first_token_seconds_count{model_name="remote-m"} 1.0' in remote.prometheus_text()
+    remote.check()
+    remote.clear_faults()
+    assert remote.faults == []
+
+
+def test_bad_values_raise_the_local_errors(served: tuple[str, subprocess.Popen[str]]) -> None:
+    remote = RemoteBackend(served[0], token="s3cret")
+    with pytest.raises(ConfigError, match="ttft"):
+        remote.configure(ttft=-1)
+    with pytest.raises(FaultError, match="nonsense"):
+        remote.add_fault("nonsense")
+
+
+def test_the_control_token_is_required(served: tuple[str, subprocess.Popen[str]]) -> None:
+    url = served[0]
+    assert httpx.get(url + "/llmsim/v1/config").status_code == 401
+    assert httpx.get(url + "/llmsim/v1/config", headers={"Authorization": "Bearer nope"}).status_code == 401
+    with pytest.raises(RemoteError, match="401"):
+        RemoteBackend(url).metrics  # noqa: B018
+    assert httpx.get(url + "/llmsim/v1/config", headers={"Authorization": "Bearer s3cret"}).json()["model"] == \
+        "remote-m"
+
+
+def test_control_calls_are_neither_logged_nor_counted(llm_backend: LLMBackend) -> None:
+    remote = RemoteBackend(llm_backend.root_url)  # the session's own backend, no token
+    remote.configure(ttft=0.1)
+    remote.add_fault("rate_limit", times=1)
+    assert llm_backend.config.ttft == 0.1 and [f.kind for f in llm_backend.faults] == ["rate_limit"]
+    assert llm_backend.requests == [] and llm_backend.metrics.requests_total == 0
+    assert httpx.get(llm_backend.url_for("/llmsim/v1/nothing")).status_code == 404
+    assert httpx.post(llm_backend.url_for("/llmsim/v1/config")).status_code == 405
+
+
+def test_curl_style_json_calls(llm_backend: LLMBackend) -> None:
+    """What a suite in another language does: plain JSON over HTTP."""
+    base = llm_backend.url_for("/llmsim/v1")
+    assert httpx.patch(base + "/config", json={"itl": 0.02, "speed": "inf"}).json()["itl"] == 0.02
+    assert httpx.post(base + "/faults", json={"kind": "overloaded", "times": 1}).status_code == 201
+    assert httpx.post(base + "/replies", json={"replies": ["a", "b"]}).json() == {"queued": 2}
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), json={"model": "m", "messages": MESSAGES})
+    page = httpx.get(base + "/requests", params={"offset": 0, "limit": 10}).json()
+    assert page["total"] == 1 and page["records"][0]["status"] == 503
+    assert httpx.get(base + "/metrics").json()["requests_by_status"] == {"503": 1}
+    assert httpx.post(base + "/reset").status_code == 200 and llm_backend.requests == []
+
+
+def test_remote_and_local_handles_offer_the_same_interface() -> None:
+    def public(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    local_only = {"httpserver", "start", "stop"}  # whoever runs the server owns these
+    assert public(LLMBackend) - local_only == public(RemoteBackend)
