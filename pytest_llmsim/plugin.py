@@ -23,8 +23,12 @@ import pytest
 from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
 from .faults import Fault, FaultError
+from .isolation import ProcessBackend, spawn_backend
 from .metrics import LLMSimLagWarning
 from .pool import BackendPool
+
+# A backend in the test's process, or one in its own (``--llmsim-isolation=process``).
+AnyBackend = LLMBackend | ProcessBackend
 
 __all__ = ["OptionSettings", "resolve_options"]
 
@@ -37,6 +41,9 @@ SEED_HELP = "Seed for generated content, latency jitter and fault selection"
 MODEL_HELP = "Model name the backends serve and report by default"
 HOST_HELP = "Address the backends listen on (loopback only is the safe choice)"
 REPORT_HELP = "Show a summary of what the backend served in each test"
+ISOLATION_HELP = ("Where backends run: thread (in the test process, the default) or process "
+                  "(each an llmsim serve subprocess, driven over its control API)")
+ISOLATION_MODES = ("thread", "process")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -68,6 +75,13 @@ def _parse_text(text: str) -> str:
     return text.strip()
 
 
+def _parse_isolation(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"expected one of {', '.join(ISOLATION_MODES)}")
+    return mode
+
+
 def _parse_flag(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
@@ -92,6 +106,7 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("model", MODEL_HELP, _parse_text, SimConfig().model),
     _Option("host", HOST_HELP, _parse_text, "127.0.0.1"),
     _Option("report", REPORT_HELP, _parse_flag, False, is_flag=True),
+    _Option("isolation", ISOLATION_HELP, _parse_isolation, "thread"),
 )
 
 
@@ -104,6 +119,7 @@ class OptionSettings:
     model: str
     host: str
     report: bool
+    isolation: str = "thread"
 
 
 def resolve_options(cli: Mapping[str, Any], env: Mapping[str, str],
@@ -239,7 +255,8 @@ def faults_from_markers(item: pytest.Item) -> list[tuple[str, dict[str, Any]]]:
 
 def pytest_report_header(config: pytest.Config) -> str:
     s = config.stash[_SETTINGS_KEY]
-    return f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}"
+    isolation = "" if s.isolation == "thread" else f", isolation={s.isolation}"
+    return f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}{isolation}"
 
 
 # --- fixtures ---
@@ -270,19 +287,26 @@ def llmsim_config(pytestconfig: pytest.Config) -> SimConfig:
 
 
 @pytest.fixture(scope="session")
-def llmsim_session_backend(llmsim_listen_address: tuple[str, int],
-                           llmsim_config: SimConfig) -> Iterator[LLMBackend]:
-    """The session's backend, started once; tests use ``llm_backend`` instead."""
+def llmsim_session_backend(llmsim_listen_address: tuple[str, int], llmsim_config: SimConfig,
+                           pytestconfig: pytest.Config) -> Iterator[AnyBackend]:
+    """The session's backend, started once; tests use ``llm_backend`` instead.
+
+    With ``--llmsim-isolation=process`` it is an ``llmsim serve`` subprocess
+    (a :class:`~pytest_llmsim.isolation.ProcessBackend`) on a free port.
+    """
     host, port = llmsim_listen_address
-    backend = LLMBackend(llmsim_config, host=host, port=port)
-    backend.start()
+    backend: AnyBackend
+    if pytestconfig.stash[_SETTINGS_KEY].isolation == "process":
+        backend = spawn_backend(llmsim_config, host)
+    else:
+        backend = LLMBackend(llmsim_config, host=host, port=port).start()
     yield backend
     backend.stop()
 
 
 @pytest.fixture
-def llm_backend(llmsim_session_backend: LLMBackend, llmsim_config: SimConfig,
-                request: pytest.FixtureRequest) -> Iterator[LLMBackend]:
+def llm_backend(llmsim_session_backend: AnyBackend, llmsim_config: SimConfig,
+                request: pytest.FixtureRequest) -> Iterator[AnyBackend]:
     """An OpenAI-compatible simulated LLM backend, fresh for this test.
 
     The session's server, reset before the test (settings from
@@ -301,26 +325,30 @@ def llm_backend(llmsim_session_backend: LLMBackend, llmsim_config: SimConfig,
 
 @pytest.fixture
 def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: SimConfig,
-                        request: pytest.FixtureRequest) -> Iterator[Callable[..., LLMBackend]]:
+                        request: pytest.FixtureRequest) -> Iterator[Callable[..., AnyBackend]]:
     """Start more independent backends: ``llm_backend_factory(**settings)``.
 
     Each has its own port, engine, cache, metrics and log, starts from
     ``llmsim_config`` plus the test's ``llm_*`` markers plus ``settings``
     (explicit arguments win over markers; ``llm_fault`` markers arm every
     backend), and is stopped when the test ends. For primary/fallback and
-    load-balancing tests.
+    load-balancing tests. ``isolation="process"`` runs one as an ``llmsim
+    serve`` subprocess (the default follows ``--llmsim-isolation``).
     """
-    started: list[LLMBackend] = []
+    started: list[AnyBackend] = []
     host = llmsim_listen_address[0]
     from_markers = settings_from_markers(request.node)
     faults = faults_from_markers(request.node)
+    default_isolation = request.config.stash[_SETTINGS_KEY].isolation
 
-    def factory(**settings: Any) -> LLMBackend:
+    def factory(isolation: str | None = None, **settings: Any) -> AnyBackend:
         # Markers set every backend of the test; explicit arguments win over them.
-        backend = LLMBackend(llmsim_config.replace(**{**from_markers, **settings}), host=host)
+        config = llmsim_config.replace(**{**from_markers, **settings})
+        mode = _parse_isolation(isolation or default_isolation)
+        backend: AnyBackend = (spawn_backend(config, host) if mode == "process"
+                               else LLMBackend(config, host=host).start())
         for kind, params in faults:
             backend.add_fault(kind, **params)
-        backend.start()
         started.append(backend)
         return backend
 
@@ -384,7 +412,7 @@ LAG_WARNING_SHARE = 0.5
 LAG_WARNING_FLOOR = 0.010
 
 
-def _warn_if_lagging(backend: LLMBackend) -> None:
+def _warn_if_lagging(backend: AnyBackend) -> None:
     config = backend.config
     if math.isinf(config.speed) or config.itl <= 0:
         return
@@ -401,7 +429,7 @@ def _warn_if_lagging(backend: LLMBackend) -> None:
 # --- summary (--llmsim-report); rows travel in user_properties so xdist works ---
 
 
-def _record_for_report(request: pytest.FixtureRequest, backend: LLMBackend) -> None:
+def _record_for_report(request: pytest.FixtureRequest, backend: AnyBackend) -> None:
     if not request.config.stash[_SETTINGS_KEY].report:
         return
     m = backend.metrics

@@ -561,3 +561,41 @@ def test_teardown_warns_when_the_simulator_lagged(pytester: pytest.Pytester, hel
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*LLMSimLagWarning: llmsim backend llmsim:*tokens left up to * ms late*",
                                  "*lag_p99*"])
+
+
+def test_process_isolation_runs_backends_as_subprocesses(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile("""
+        import os
+        import pytest
+        from pytest_llmsim import LLMBackend
+        from pytest_llmsim.isolation import ProcessBackend
+        from llmsim_helpers import ask
+
+        @pytest.mark.llm_latency(ttft=0.2)
+        @pytest.mark.llm_fault("rate_limit", nth=1)
+        def test_session_backend(llm_backend, llm_backend_factory):
+            assert isinstance(llm_backend, ProcessBackend) and llm_backend.process.pid != os.getpid()
+            assert llm_backend.config.ttft == 0.2 and llm_backend.speed == float("inf")
+            assert ask(llm_backend).status_code == 429 and ask(llm_backend).status_code == 200
+            assert llm_backend.metrics.ttft.p50 == 0.2
+            other = llm_backend_factory(model="second")
+            local = llm_backend_factory(isolation="thread")
+            assert isinstance(other, ProcessBackend) and other.port != llm_backend.port
+            assert isinstance(local, LLMBackend)
+            assert ask(other).status_code == 429  # the fault marker reaches it too
+            assert other.requests[0].model == "m" and other.config.model == "second"
+
+        def test_reset_between_tests(llm_backend):
+            assert llm_backend.metrics.requests_total == 0 and llm_backend.faults == []
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-isolation=process",
+                                           "--llmsim-speed=inf")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["llmsim: *isolation=process*"])
+
+
+def test_bad_isolation_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-isolation=vm")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*invalid --llmsim-isolation 'vm': expected one of thread, process*"])

@@ -6,7 +6,9 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -113,3 +115,32 @@ def test_remote_and_local_handles_offer_the_same_interface() -> None:
 
     local_only = {"httpserver", "start", "stop"}  # whoever runs the server owns these
     assert public(LLMBackend) - local_only == public(RemoteBackend)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_process_backend_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text("import sys, time\n"
+                      "from pytest_llmsim import SimConfig\n"
+                      "from pytest_llmsim.isolation import spawn_backend\n"
+                      "backend = spawn_backend(SimConfig())\n"
+                      "print(backend.process.pid, flush=True)\n"
+                      "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.kill()  # as when pytest itself is killed: no teardown runs
+    parent.wait()
+    parent.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "State:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
