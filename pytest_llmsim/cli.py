@@ -15,6 +15,11 @@ import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 from typing import Any
 
 from .backend import LLMBackend
@@ -71,6 +76,33 @@ def _fault(text: str) -> tuple[str, dict[str, Any]]:
     return kind.strip(), params
 
 
+def load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """Settings and faults from a TOML file::
+
+        ttft = 0.1
+        itl = 0.01
+        speed = "inf"
+
+        [[faults]]
+        kind = "rate_limit"
+        times = 2
+
+    Raises ValueError naming what is wrong (an unknown setting, a bad fault).
+    """
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    faults_data = data.pop("faults", [])
+    if not isinstance(faults_data, list) or not all(isinstance(f, dict) and "kind" in f for f in faults_data):
+        raise ValueError("'faults' must be an array of tables, each with a 'kind'")
+    SimConfig().replace(**data)  # validates: ConfigError (a ValueError) names the key
+    faults = []
+    for fault in faults_data:
+        params = {key: value for key, value in fault.items() if key != "kind"}
+        Fault.build(fault["kind"], **params)  # FaultError (a ValueError) names the problem
+        faults.append((fault["kind"], params))
+    return data, faults
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmsim", description="A simulated OpenAI-compatible LLM backend.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -79,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="Port to listen on, 0 to 65535; 0 picks a "
                                                                 "free one (default: 8000)")
+    serve.add_argument("--config", default=None, metavar="FILE",
+                       help="TOML file of settings and [[faults]]; flags win over it")
     serve.add_argument("--control-token", default=None, metavar="TOKEN",
                        help="Require 'Authorization: Bearer TOKEN' on the control API (/llmsim/v1/...)")
     serve.add_argument("--fault", dest="faults", action="append", default=[], type=_fault, metavar="KIND[:K=V,...]",
@@ -93,11 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llmsim`` console script."""
-    args = build_parser().parse_args(argv)
-    settings = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
-    backend = LLMBackend(SimConfig().replace(**settings), host=args.host, port=args.port,
-                         control_token=args.control_token)
-    for kind, params in args.faults:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    file_settings: dict[str, Any] = {}
+    file_faults: list[tuple[str, dict[str, Any]]] = []
+    if args.config is not None:
+        try:
+            file_settings, file_faults = load_config_file(args.config)
+        except (OSError, ValueError) as error:
+            parser.error(f"--config {args.config}: {error}")
+    flags = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
+    try:
+        config = SimConfig().replace(**{**file_settings, **flags})  # flags win over the file
+    except ConfigError as error:
+        parser.error(f"--config {args.config}: {error}")
+    backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token)
+    for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)
     try:
         backend.start()

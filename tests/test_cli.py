@@ -166,3 +166,36 @@ def test_out_of_descriptors_the_server_backs_off_and_recovers() -> None:
         for client in clients:
             client.close()
         _stop(process)
+
+
+def test_config_file_sets_settings_and_faults_and_flags_win(tmp_path: Any) -> None:
+    config = tmp_path / "llmsim.toml"
+    config.write_text('model = "from-file"\nttft = 0.5\nspeed = "inf"\n\n'
+                      '[[faults]]\nkind = "rate_limit"\ntimes = 1\nretry_after = 0\n')
+    process, root = _serve("--config", str(config), "--ttft", "0.25")
+    try:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert httpx.post(f"{root}/v1/chat/completions", json=body, timeout=10).status_code == 429
+        assert httpx.post(f"{root}/v1/chat/completions", json=body, timeout=10).status_code == 200
+        settings = httpx.get(f"{root}/llmsim/v1/config").json()
+        assert (settings["model"], settings["ttft"], settings["speed"]) == ("from-file", 0.25, "inf")
+    finally:
+        _stop(process)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("ttft = -1\n", "invalid value for 'ttft'"),
+    ("nonsense = 1\n", "unknown setting 'nonsense'"),
+    ("[[faults]]\nkind = \"nope\"\n", "nope"),
+    ("ttft = \n", "--config"),
+])
+def test_a_bad_config_file_is_a_usage_error(tmp_path: Any, capsys: pytest.CaptureFixture[str], text: str,
+                                           message: str) -> None:
+    from pytest_llmsim.cli import main
+
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", "--config", str(config), "--port", "0"])
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
