@@ -12,7 +12,10 @@ Selection, for the request that is the backend's ``n``-th (1-based):
    (``n`` equals it), ``times`` (the fault's first N matches only), ``rate``
    (a seeded draw per request index), ``prompt`` (a regex found in the
    prompt text), ``model`` (the request's model), and ``header_only`` faults
-   never match here.
+   never match here; a fault with a ``route`` applies only to requests to that
+   route template (``/v1/messages``; ``/health``, ``/v1/models`` and other
+   routes that generate nothing get only HTTP errors, drops, stalls and
+   empty answers, and count their own hits for ``nth``/``times``/``rate``).
 """
 
 from __future__ import annotations
@@ -68,7 +71,13 @@ _WHAT_PARAMS: dict[str, tuple[str, ...]] = {
     "stall": ("seconds", "after_tokens"),
     "slow": ("factor",),
 }
-_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only")
+_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only", "route")
+
+# Routes that generate nothing: only these kinds make sense there (health checks,
+# model discovery and the like failing and recovering).
+ROUTES_WITHOUT_GENERATION = ("/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/messages/count_tokens",
+                             "/v1/responses/{id}")
+ROUTE_FAULT_KINDS = (*HTTP_FAULTS, "http_error", "drop_before_headers", "stall", "empty")
 
 
 class FaultError(ValueError):
@@ -99,6 +108,7 @@ class Fault:
     prompt: str | None = None
     model: str | None = None
     header_only: bool = False
+    route: str | None = None
 
     @classmethod
     def build(cls, kind: str, **params: Any) -> Fault:
@@ -132,6 +142,11 @@ class Fault:
             raise bad("seconds", "expected seconds >= 0")
         if self.factor <= 0:
             raise bad("factor", "expected a number > 0")
+        if self.route is not None:
+            if not isinstance(self.route, str) or not self.route.startswith("/"):
+                raise bad("route", "expected a route template such as '/health' or '/v1/models/{id}'")
+            if self.route in ROUTES_WITHOUT_GENERATION and self.kind not in ROUTE_FAULT_KINDS:
+                raise bad("route", f"{self.route} generates nothing; there only {', '.join(ROUTE_FAULT_KINDS)} apply")
         if self.prompt is not None:
             try:
                 re.compile(self.prompt)
@@ -167,6 +182,7 @@ class FaultInjector:
     def __init__(self, seed: int) -> None:
         self._lock = threading.Lock()
         self._armed: list[_Armed] = []
+        self._route_hits: dict[str, int] = {}
         self.seed = seed
         self.injected: dict[str, int] = {}
 
@@ -186,16 +202,39 @@ class FaultInjector:
             return [armed.fault for armed in self._armed]
 
     def select(self, n: int, headers: HeaderLookup, model: str | None,
-               prompt_text: Callable[[], str]) -> Fault | None:
-        """The fault request number ``n`` gets, if any (and count it)."""
+               prompt_text: Callable[[], str], route: str | None = None) -> Fault | None:
+        """The fault generation request number ``n`` (on route template ``route``) gets, if any (and count it)."""
         with self._lock:
-            chosen = self._choose(n, headers, model, prompt_text)
+            chosen = self._choose(n, headers, model, prompt_text, route)
             if chosen is not None:
                 self.injected[chosen.kind] = self.injected.get(chosen.kind, 0) + 1
             return chosen
 
+    def targets(self, route: str) -> bool:
+        """Whether an armed fault names ``route`` (requests to it are then logged and counted)."""
+        with self._lock:
+            return any(armed.fault.route == route for armed in self._armed)
+
+    def select_route(self, route: str) -> Fault | None:
+        """The fault a request to a route that generates nothing gets: only faults naming the route,
+        their ``nth``/``times``/``rate`` counting that route's hits."""
+        with self._lock:
+            hit = self._route_hits[route] = self._route_hits.get(route, 0) + 1
+            for index, armed in enumerate(self._armed):
+                fault = armed.fault
+                if fault.route != route or (fault.times is not None and armed.matched >= fault.times):
+                    continue
+                if fault.nth is not None and hit != fault.nth:
+                    continue
+                if fault.rate is not None and self._draw(index, hit) >= fault.rate:
+                    continue
+                armed.matched += 1
+                self.injected[fault.kind] = self.injected.get(fault.kind, 0) + 1
+                return fault
+            return None
+
     def _choose(self, n: int, headers: HeaderLookup, model: str | None,
-                prompt_text: Callable[[], str]) -> Fault | None:
+                prompt_text: Callable[[], str], route: str | None) -> Fault | None:
         aimed = headers.get(FAULT_HEADER)
         if aimed:
             kind = aimed.strip()
@@ -209,6 +248,8 @@ class FaultInjector:
         for index, armed in enumerate(self._armed):
             fault = armed.fault
             if fault.header_only or (fault.times is not None and armed.matched >= fault.times):
+                continue
+            if fault.route is not None and fault.route != route:
                 continue
             if fault.nth is not None and n != fault.nth:
                 continue

@@ -225,7 +225,33 @@ class SimulatorServer(HTTPServer):
             error = SimError(405, f"Method {request.method} is not allowed on {path}; use {allowed}.",
                              code="method_not_allowed", headers={"Allow": allowed})
             return self._api_error(request, error)
+        if template not in GENERATION_ROUTES and self.simulator.faults.targets(template):
+            return self._with_route_fault(request, template, handler)
         return handler(request)
+
+    def _with_route_fault(self, request: Request, template: str,
+                          handler: Callable[[Request], Response]) -> Response:
+        """A route that generates nothing, while a fault names it: apply the fault, log the request."""
+        record = self._new_record(request, None)
+        fault = self.simulator.faults.select_route(template)
+        record.fault = fault.kind if fault is not None else None
+        kind = record.fault
+        if fault is not None and (kind in HTTP_FAULTS or kind == "http_error"):
+            error = fault.error()
+            status, body, headers = _api_of_path(request.path).render_error(error)
+            record.status, record.error = status, error.fields()
+            self.simulator.finish(record)
+            return json_response(body, status, headers)
+        if kind == "drop_before_headers":
+            self.simulator.finish(record)  # status 0: no response at all
+            drop_connection(request)
+            return Response(b"", status=500)  # never reaches the client
+        if fault is not None and kind == "stall":
+            self.simulator.stall(fault.seconds)
+        response = Response(b"", status=200) if kind == "empty" else handler(request)
+        record.status = response.status_code
+        self.simulator.finish(record)
+        return response
 
     def _fallback(self, request: Request) -> Response:
         """A test's own ``expect_request`` handlers, else an OpenAI-shaped 404."""
@@ -293,7 +319,7 @@ class SimulatorServer(HTTPServer):
                 record.model = body["model"]
             parsed = api.parse(body)
             record.stream = parsed.stream
-            fault = self.simulator.pick_fault(number, record.headers, parsed)
+            fault = self.simulator.pick_fault(number, record.headers, parsed, record.route)
             if fault is not None:
                 record.fault = fault.kind
                 if fault.kind in HTTP_FAULTS:

@@ -226,7 +226,8 @@ class Simulator:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
         return next(self._request_numbers)
 
-    def pick_fault(self, number: int, headers: HeaderLookup, request: GenerationRequest) -> Fault | None:
+    def pick_fault(self, number: int, headers: HeaderLookup, request: GenerationRequest,
+                   route: str | None = None) -> Fault | None:
         def prompt_text() -> str:  # only built when a fault matches on the prompt
             if request.kind == "chat":
                 return "\n".join(message.content for message in request.messages)
@@ -234,7 +235,7 @@ class Simulator:
             return "\n".join(p if isinstance(p, str) else tokenizer.encoding.decode(
                 [t for t in p if tokenizer.valid_token_id(t)]) for p in request.prompts)
 
-        return self.faults.select(number, headers, request.model, prompt_text)
+        return self.faults.select(number, headers, request.model, prompt_text, route)
 
     def stall(self, seconds: float, client_gone: Callable[[], bool] | None = None) -> bool:
         """Hold the calling handler for ``seconds`` of wall time.

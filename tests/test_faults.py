@@ -284,3 +284,38 @@ def test_mid_stream_kinds_on_a_request_that_is_not_streamed(llm_backend: LLMBack
         broken.json()
     assert [(r.fault, r.status) for r in llm_backend.requests] == [("drop", 0), ("error_event", 500),
                                                                    ("malformed", 200)]
+
+
+def test_route_faults_fail_health_checks_and_model_discovery(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("server_error", route="/health", times=2)
+    llm_backend.add_fault("overloaded", route="/v1/models", nth=2)
+    llm_backend.add_fault("rate_limit", nth=1)  # nth keeps counting generation requests only
+    health = [httpx.get(llm_backend.url_for("/health")).status_code for _ in range(3)]
+    models = [httpx.get(llm_backend.url_for("/v1/models")).status_code for _ in range(3)]
+    assert health == [500, 500, 200] and models == [200, 503, 200]
+    assert ask(llm_backend).status_code == 429
+    logged = [(r.route, r.status, r.fault) for r in llm_backend.requests]
+    assert logged[:6] == [("/health", 500, "server_error"), ("/health", 500, "server_error"), ("/health", 200, None),
+                          ("/v1/models", 200, None), ("/v1/models", 503, "overloaded"), ("/v1/models", 200, None)]
+    assert llm_backend.metrics.faults == {"server_error": 2, "overloaded": 1, "rate_limit": 1}
+
+
+def test_a_route_condition_aims_a_fault_at_one_api(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("rate_limit", route="/v1/messages")
+    assert ask(llm_backend).status_code == 200  # chat is not the route
+    response = httpx.post(llm_backend.url_for("/v1/messages"),
+                          json={"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 429 and response.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_routes_that_generate_nothing_take_only_the_kinds_that_apply() -> None:
+    with pytest.raises(FaultError, match="generates nothing"):
+        Fault.build("drop", route="/health")
+    with pytest.raises(FaultError, match="route template"):
+        Fault.build("rate_limit", route="health")
+    assert Fault.build("stall", route="/v1/models", seconds=0.1).route == "/v1/models"
+
+
+def test_without_a_route_fault_info_routes_are_not_logged(llm_backend: LLMBackend) -> None:
+    assert httpx.get(llm_backend.url_for("/health")).status_code == 200
+    assert llm_backend.requests == []
