@@ -1,17 +1,25 @@
 """A bare werkzeug threaded server answering every request with a canned completion.
 
 The throughput baseline: same HTTP stack as pytest-llmsim, none of the simulation.
+With ``--keepalive`` its handler keeps HTTP/1.1 connections open the way
+pytest-llmsim's does (werkzeug itself closes every one), so a comparison of
+kept-alive runs stays fair.
+
+    python benchmarks/baseline_server.py [--keepalive]
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import sys
 import threading
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
+
+from pytest_llmsim.keepalive import KeepAliveHandler, KeepAlivePolicy
 
 CANNED = json.dumps({
     "id": "chatcmpl-0123456789abcdef01234567", "object": "chat.completion", "created": 1700000000,
@@ -34,6 +42,22 @@ class QuietHandler(WSGIRequestHandler):
         pass
 
 
+class KeptAliveHandler(KeepAliveHandler):
+    """werkzeug's handler with pytest-llmsim's keep-alive, and no access log."""
+
+    def keepalive_policy(self) -> KeepAlivePolicy:
+        return KeepAlivePolicy()
+
+    def setup(self) -> None:
+        super().setup()
+        # Nagle off, as in pytest-llmsim: on a kept-alive connection a response's
+        # second small write would otherwise wait for the client's delayed ACK (40 ms).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
 @Request.application  # type: ignore[arg-type]
 def app(request: Request) -> Response:
     request.get_data()
@@ -41,7 +65,8 @@ def app(request: Request) -> Response:
 
 
 def main() -> None:
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
+    handler = KeptAliveHandler if "--keepalive" in sys.argv else QuietHandler
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=handler)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, daemon=True)

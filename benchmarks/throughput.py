@@ -4,7 +4,7 @@ Both servers run in their own processes; wrk, in another, drives each with 16
 connections. Rounds alternate baseline/llmsim so drift on a shared machine
 hits both alike; the figure is the ratio of medians.
 
-    python benchmarks/throughput.py [--rounds 5] [--seconds 5]
+    python benchmarks/throughput.py [--rounds 5] [--seconds 5] [--keepalive on|off]
 """
 
 from __future__ import annotations
@@ -36,10 +36,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--keepalive", choices=["on", "off"], default="on",
+                        help="HTTP/1.1 keep-alive on both servers (wrk keeps connections open when allowed)")
     args = parser.parse_args()
     baseline_rates, llmsim_rates = [], []
-    with server_process([sys.executable, os.path.join(HERE, "baseline_server.py")]) as (_, base_url), \
-            server_process(llmsim_argv("--speed", "inf")) as (_, sim_url):
+    baseline = [sys.executable, os.path.join(HERE, "baseline_server.py")]
+    sim_flags = ["--speed", "inf"]
+    if args.keepalive == "on":
+        baseline.append("--keepalive")
+    else:
+        sim_flags += ["--keepalive", "false"]
+    with server_process(baseline) as (_, base_url), server_process(llmsim_argv(*sim_flags)) as (_, sim_url):
         wait_ready()
         wrk(base_url + "/v1/chat/completions", 1, args.connections)  # warm up both
         wrk(sim_url + "/v1/chat/completions", 1, args.connections)
@@ -53,7 +60,7 @@ def main() -> None:
     ratios = sorted(s / b for s, b in zip(llmsim_rates, baseline_rates))
     print(f"median: baseline {base:.0f} req/s, llmsim {sim:.0f} req/s, ratio of medians {sim / base:.3f}, "
           f"per-round ratios {ratios[0]:.3f}..{ratios[-1]:.3f} (target >= 0.85); "
-          f"{args.connections} connections, {args.rounds} x {args.seconds}s rounds")
+          f"{args.connections} connections, {args.rounds} x {args.seconds}s rounds, keep-alive {args.keepalive}")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ class SimConfig:
     max_body_bytes: int = 8 * 1024 * 1024
     max_request_tokens: int = 524_288
     keepalive_timeout: float = 5.0
+    keepalive: bool = True
+    keepalive_max_requests: int | None = None
     max_stored_responses: int = 1000
 
     def replace(self, **settings: Any) -> SimConfig:
@@ -121,6 +123,12 @@ def _speed(name: str, value: Any) -> float:
         raise ConfigError(
             f"invalid value for {name!r}: {value!r} (expected a positive number or 'inf')"
         ) from None
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected true or false)")
+    return value
 
 
 def _text(name: str, value: Any) -> str:
@@ -189,6 +197,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_request_tokens": _integer(1),
     "keepalive_timeout": _number(0.0, low_inclusive=False),
     "max_stored_responses": _integer(0),
+    "keepalive": _boolean,
+    "keepalive_max_requests": _optional_limit,
 }
 
 SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(SimConfig))
@@ -220,7 +230,11 @@ SETTING_HELP: dict[str, str] = {
     "max_body_bytes": "Largest request body accepted; larger answers 413",
     "max_request_tokens": "Most tokens one request may ask for: prompt tokens plus n x max_tokens "
                           "over all its prompts; more answers 400",
-    "keepalive_timeout": "Wall seconds a connection may take to send its request head before it is closed",
+    "keepalive_timeout": "Wall seconds a connection may take to send a request head (the first, or the next on a "
+                         "kept-alive connection) before it is closed",
+    "keepalive": "Keep HTTP/1.1 connections open between requests (false: Connection: close on every answer)",
+    "keepalive_max_requests": "Close a kept-alive connection after this many requests, without telling the "
+                              "client first; unset means no limit",
     "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
 }
 
@@ -237,14 +251,19 @@ def parse_setting(name: str, text: str) -> Any:
     raw = text.strip()
     value: Any
     try:
-        if name in ("cache_hit_rate", "answer_length", "rpm", "tpm") and raw.lower() in ("", "none"):
+        if name in ("cache_hit_rate", "answer_length", "rpm", "tpm", "keepalive_max_requests") and \
+                raw.lower() in ("", "none"):
             value = None
+        elif isinstance(default, bool):
+            lowered = raw.lower()
+            value = True if lowered in ("1", "true", "yes", "on") else False if lowered in (
+                "0", "false", "no", "off") else text
         elif name == "answer_length":
             low, _, high = raw.partition("-")
             value = (int(low), int(high)) if high else int(low)
         elif name == "cache_hit_rate" or isinstance(default, float):
             value = float(raw)
-        elif name in ("rpm", "tpm") or isinstance(default, int):
+        elif name in ("rpm", "tpm", "keepalive_max_requests") or isinstance(default, int):
             value = int(raw)
         else:
             value = raw

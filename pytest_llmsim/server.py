@@ -32,6 +32,7 @@ from .api.anthropic_messages import parse_messages
 from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
 from .control import CONTROL_PREFIX, ControlAPI
 from .faults import HTTP_FAULTS
+from .keepalive import KeepAlivePolicy
 from .metrics import PROMETHEUS_CONTENT_TYPE
 from .records import RequestRecord
 from .responses import GenerationResponder, drop_connection, json_response
@@ -146,6 +147,8 @@ class SimulatorServer(HTTPServer):
         simulator = self.simulator
         self.server = PooledWSGIServer(self.host, self.port, Request.application(self.application),
                                        request_timeout=lambda: simulator.config.keepalive_timeout,
+                                       keepalive_policy=lambda: KeepAlivePolicy(
+                                           simulator.config.keepalive, simulator.config.keepalive_max_requests),
                                        error_body=protocol_error_body)
         self.server.worker_idle_seconds = self._worker_idle_seconds
         self.port = self.server.port  # a restart after stop() listens on the same port again

@@ -13,6 +13,7 @@ import http.client
 import io
 import itertools
 import json
+import math
 import queue
 import socket
 import struct
@@ -24,6 +25,8 @@ from http import HTTPStatus
 from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+
+from .keepalive import KeepAliveHandler, KeepAlivePolicy
 
 __all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler"]
 
@@ -73,14 +76,15 @@ class _HeadWatchdog:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
+        self._next_wake = math.inf  # when the thread wakes next, unless told sooner
         self._thread = threading.Thread(target=self._run, name="llmsim-head-watchdog", daemon=True)
         self._thread.start()
 
     def watch(self, sock: socket.socket, deadline: float) -> None:
         with self._lock:
-            was_empty = not self._deadlines
             self._deadlines[sock] = deadline
-        if was_empty:
+            sooner = deadline < self._next_wake
+        if sooner:  # usually not: deadlines are now + a constant, later than those waiting
             self._wake.set()
 
     def release(self, sock: socket.socket) -> None:
@@ -99,16 +103,16 @@ class _HeadWatchdog:
                 expired = [sock for sock, deadline in self._deadlines.items() if deadline <= now]
                 for sock in expired:
                     del self._deadlines[sock]
-                upcoming = min(self._deadlines.values(), default=None)
+                upcoming = min(self._deadlines.values(), default=math.inf)
+                self._next_wake = upcoming
+                self._wake.clear()
             for sock in expired:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass  # already gone
-            self._wake.clear()
-            # Deadlines only ever get later (now + a constant), so sleeping to the
-            # earliest one is safe; a first one after an empty spell wakes us.
-            self._wake.wait(None if upcoming is None else max(0.0, upcoming - time.monotonic()) + 0.005)
+            # Sleep to the earliest deadline; watch() wakes us for a sooner one.
+            self._wake.wait(None if math.isinf(upcoming) else max(0.0, upcoming - time.monotonic()) + 0.005)
 
 
 def _first_bytes(sock: socket.socket) -> tuple[bytes, float | None]:
@@ -176,10 +180,18 @@ class _CoalescingWriter:
         self.closed = True
 
 
-class QuietRequestHandler(WSGIRequestHandler):
-    """No access log; one packet per flushed write, sent at once (Nagle off)."""
+class QuietRequestHandler(KeepAliveHandler):
+    """No access log; one packet per flushed write, sent at once (Nagle off); keep-alive."""
 
     server: PooledWSGIServer
+
+    def keepalive_policy(self) -> KeepAlivePolicy:
+        return self.server.keepalive_policy()
+
+    def handle_one_request(self) -> None:
+        if self.requests_served:  # a kept-alive connection: a new deadline for the next request head
+            self.server.watch_head(self.connection)
+        super().handle_one_request()
 
     def setup(self) -> None:
         # StreamRequestHandler.setup, with our writer in place of its unbuffered one,
@@ -249,6 +261,8 @@ class QuietRequestHandler(WSGIRequestHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
             return False
         self.command, self.path = words[0], words[1]
+        if self.requests_served:  # a later request on a kept-alive connection arrived about now
+            self.arrived_at = time.monotonic()
         if self.path.startswith("//"):
             self.path = "/" + self.path.lstrip("/")
         try:
@@ -387,6 +401,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
 
     def __init__(self, host: str, port: int, app: Any, handler: type[WSGIRequestHandler] | None = None,
                  request_timeout: Callable[[], float] | None = None,
+                 keepalive_policy: Callable[[], KeepAlivePolicy] | None = None,
                  error_body: Callable[[int, str, str | None], bytes] | None = None, **kwargs: Any) -> None:
         # Set before werkzeug's __init__, which calls server_close() if binding fails.
         self._pool = _WorkerPool("llmsim-http-worker")
@@ -394,6 +409,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self._connections_lock = threading.Lock()
         self._closed = False
         self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
+        self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
         self._watchdog = _HeadWatchdog()
         self.error_body = error_body or _default_error_body
         try:

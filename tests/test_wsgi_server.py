@@ -47,7 +47,7 @@ def test_malformed_requests_get_an_error_status(llm_backend: LLMBackend, request
 def test_headers_reach_the_request_log(llm_backend: LLMBackend) -> None:
     body = b'{"model": "m", "prompt": "hi", "max_tokens": 1}'
     response = raw(llm_backend, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                b"X-Custom-Thing:  spaced value \r\nNo-Colon-Line\r\n"
+                                b"Connection: close\r\nX-Custom-Thing:  spaced value \r\nNo-Colon-Line\r\n"
                                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
     assert b" 200 " in response.split(b"\r\n", 1)[0] + b" "
     headers = llm_backend.requests[-1].headers
@@ -58,6 +58,7 @@ def test_headers_reach_the_request_log(llm_backend: LLMBackend) -> None:
 def test_expect_100_continue(llm_backend: LLMBackend) -> None:
     body = b'{"model": "m", "prompt": "hi", "max_tokens": 1}'
     response = raw(llm_backend, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                                b"Connection: close\r\n"
                                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     assert response.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200")
 
