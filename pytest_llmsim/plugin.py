@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +23,8 @@ from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
 from .faults import Fault, FaultError
 from .isolation import ProcessBackend, spawn_backend
-from .metrics import LLMSimLagWarning
 from .pool import BackendPool
+from .report import Reporter, summary_row, warn_if_lagging
 
 # A backend in the test's process, or one in its own (``--llmsim-isolation=process``).
 AnyBackend = LLMBackend | ProcessBackend
@@ -200,7 +199,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = resolve_options(cli, os.environ, ini)
     config.stash[_SETTINGS_KEY] = settings
     if settings.report:
-        config.pluginmanager.register(_Reporter(), "llmsim-reporter")
+        config.pluginmanager.register(Reporter(), "llmsim-reporter")
 
 
 def _ini_value(config: pytest.Config, option: _Option) -> str | None:
@@ -319,7 +318,7 @@ def llm_backend(llmsim_session_backend: AnyBackend, llmsim_config: SimConfig,
         backend.add_fault(kind, **params)
     yield backend
     _record_for_report(request, backend)
-    _warn_if_lagging(backend)
+    warn_if_lagging(backend)
     backend.check()
 
 
@@ -355,7 +354,7 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     yield factory
     for backend in started:
         _record_for_report(request, backend)
-        _warn_if_lagging(backend)
+        warn_if_lagging(backend)
         backend.stop()
 
 
@@ -400,72 +399,13 @@ def _llmsim_pools(request: pytest.FixtureRequest) -> Iterator[None]:
     for pool in pools:
         for backend in pool:
             _record_for_report(request, backend)
-            _warn_if_lagging(backend)
+            warn_if_lagging(backend)
             backend.check()
-
-
-# A token that leaves later than this share of a decode step (in wall time), and
-# later than the floor, means the simulator, not the system under test, set the
-# latency a client saw. The floor keeps high speed factors (sub-millisecond
-# steps no thread scheduler keeps) quiet: there simulated metrics are what count.
-LAG_WARNING_SHARE = 0.5
-LAG_WARNING_FLOOR = 0.010
-
-
-def _warn_if_lagging(backend: AnyBackend) -> None:
-    config = backend.config
-    if math.isinf(config.speed) or config.itl <= 0:
-        return
-    lag = backend.metrics.emit_lag
-    step = backend.to_wall(config.itl)
-    if lag.count and lag.p99 > max(LAG_WARNING_SHARE * step, LAG_WARNING_FLOOR):
-        warnings.warn(LLMSimLagWarning(
-            f"llmsim backend {config.model}:{backend.port}: tokens left up to {lag.p99 * 1000:.1f} ms late "
-            f"(p99 over {lag.count} writes) against a decode step of {step * 1000:.1f} ms (itl {config.itl:g} "
-            f"at speed {config.speed:g}); latencies a client measured include this. Lower --llmsim-speed, "
-            f"run fewer streams, or keep the test process less busy."), stacklevel=2)
 
 
 # --- summary (--llmsim-report); rows travel in user_properties so xdist works ---
 
 
 def _record_for_report(request: pytest.FixtureRequest, backend: AnyBackend) -> None:
-    if not request.config.stash[_SETTINGS_KEY].report:
-        return
-    m = backend.metrics
-    request.node.user_properties.append(("llmsim", {
-        "backend": f"{backend.config.model}:{backend.port}",
-        "requests": m.requests_total,
-        "statuses": " ".join(f"{k}x{v}" for k, v in sorted(m.requests_by_status.items())) or "-",
-        "tokens": f"{m.prompt_tokens}+{m.completion_tokens}",
-        "cache": f"{m.cache_hit_rate:.0%}",
-        "cancelled": m.cancelled,
-        "faults": " ".join(f"{k}x{v}" for k, v in sorted(m.faults.items())) or "-",
-        "ttft_p50": "-" if m.ttft.count == 0 else f"{m.ttft.p50:.4g}s",
-        "lag_p99": "-" if m.emit_lag.count == 0 else f"{m.emit_lag.p99 * 1000:.3g}ms",
-    }))
-
-
-class _Reporter:
-    """Collects summary rows on the controller (from xdist workers too) and prints them."""
-
-    columns = ("backend", "requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50", "lag_p99")
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, dict[str, Any]]] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
-            self.rows.extend((report.nodeid, row) for name, row in report.user_properties
-                             if name == "llmsim" and isinstance(row, dict))
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        terminalreporter.write_sep("=", "llmsim backend summary")
-        if not self.rows:
-            terminalreporter.write_line("no test used an llmsim backend")
-            return
-        header = ["test", *self.columns]
-        table = [header] + [[nodeid] + [str(row.get(c, "-")) for c in self.columns] for nodeid, row in self.rows]
-        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-        for line in table:
-            terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+    if request.config.stash[_SETTINGS_KEY].report:
+        request.node.user_properties.append(("llmsim", summary_row(backend)))
