@@ -30,11 +30,7 @@ SMALL_CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "ma
 
 
 def peak_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmHWM")
+    return rss_kib(pid, "VmHWM")
 
 
 def memory(pid: int) -> str:

@@ -47,12 +47,13 @@ def llmsim_argv(*flags: str) -> list[str]:
     return [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", *flags]
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory in KiB (``VmHWM`` for its peak), from /proc."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def wait_ready(seconds: float = 0.3) -> None:

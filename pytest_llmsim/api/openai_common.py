@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIErrors", "OpenAIStream", "common_fields", "envelope",
-    "openai_error_body", "sse", "usage_body",
+    "model_field", "openai_error_body", "sse", "usage_body",
 ]
 
 SYSTEM_FINGERPRINT = "fp_llmsim"
@@ -54,14 +54,20 @@ class OpenAIErrors:
         return error.status, openai_error_body(error), headers
 
 
-def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The fields chat and completions share, checked, as :class:`GenerationRequest` arguments."""
+def model_field(body: dict[str, Any]) -> str:
+    """The required ``model``: any string, the empty one included, as the spec allows."""
     model = body.get("model")
     if model is None:
         raise invalid("You must provide a model parameter.", "model", "missing_required_parameter")
-    if not isinstance(model, str):  # the spec allows any string, the empty one included
+    if not isinstance(model, str):
         raise invalid(f"Invalid type for 'model': expected a string, but got {describe(model)}.",
                       "model", "invalid_type")
+    return model
+
+
+def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The fields chat and completions share, checked, as :class:`GenerationRequest` arguments."""
+    model = model_field(body)
     for key, reason in UNSUPPORTED_FIELDS.items():
         if body.get(key) not in (None, False, 0):
             raise invalid(f"'{key}' is not supported by pytest-llmsim: {reason}.", key, "unsupported_parameter")

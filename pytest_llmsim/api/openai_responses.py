@@ -24,7 +24,7 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid
-from .openai_common import OpenAIErrors
+from .openai_common import OpenAIErrors, model_field
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -90,11 +90,7 @@ def _input_messages(value: Any) -> list[ChatMessage]:
 def parse_responses(body: Any) -> GenerationRequest:
     """Validate a ``POST /v1/responses`` body."""
     body = expect_object(body)
-    model = body.get("model")
-    if not isinstance(model, str):
-        raise invalid("You must provide a model parameter." if model is None else
-                      f"Invalid type for 'model': expected a string, but got {describe(model)}.", "model",
-                      "missing_required_parameter" if model is None else "invalid_type")
+    model = model_field(body)
     if "input" not in body:
         raise invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
     messages = _input_messages(body["input"])
