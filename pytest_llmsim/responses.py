@@ -175,8 +175,8 @@ class GenerationResponder:
         """The answer to a started generation, in ``api``'s wire format."""
         record.status = 200
         limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
-        headers = {**SSE_HEADERS, **limits}
         if generation.request.stream:
+            headers = {**SSE_HEADERS, **limits}
             if fault is not None and fault.kind == "empty":
                 self._abandon(record, generation, Outcome.CUT_BY_FAULT, 0)
                 return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
@@ -184,7 +184,7 @@ class GenerationResponder:
             remember = self._remember(generation, response_id, api)
             body = self._stream(request, record, generation, events, fault, remember)
             return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
-        return self._complete(request, record, generation, response_id, fault, api)
+        return self._complete(request, record, generation, response_id, fault, api, limits)
 
     def _remember(self, generation: Generation, response_id: str, api: WireAPI) -> Callable[[], None] | None:
         """What stores a complete exchange, for requests that ask for it (chaining, retrieval)."""
@@ -195,9 +195,8 @@ class GenerationResponder:
     # --- non-streamed ---
 
     def _complete(self, request: Request, record: RequestRecord, generation: Generation,
-                  response_id: str, fault: Fault | None, api: WireAPI) -> Response:
+                  response_id: str, fault: Fault | None, api: WireAPI, limits: dict[str, str]) -> Response:
         kind = fault.kind if fault is not None else None
-        limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
         gone = functools.partial(client_gone, request)
         try:
             if fault is not None and kind == "stall" and self.simulator.stall(fault.seconds, gone):
@@ -221,15 +220,14 @@ class GenerationResponder:
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
         else:
             self.simulator.finish(record, generation)
-            remember = self._remember(generation, response_id, api)
-            if remember is not None:
-                remember()
         if kind == "empty":
             return Response(b"", status=200, content_type=JSON)
         body = api.response_body(generation, response_id)
         if kind == "malformed":
             text = json.dumps(body)
             return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=limits)
+        if generation.request.store:  # the body just built is the one kept, not a second rendering
+            self.simulator.remember(response_id, generation, body)
         return json_response(body, headers=limits)
 
     def _abandon(self, record: RequestRecord, generation: Generation, outcome: Outcome, delivered: int) -> None:
