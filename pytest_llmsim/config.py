@@ -60,6 +60,13 @@ class SimConfig:
     keepalive: bool = True
     keepalive_max_requests: int | None = None
     max_stored_responses: int = 1000
+    tool_call_rate: float = 1.0
+    tool_calls_per_reply: int = 1
+    embedding_size: int = 1536
+    served_models: tuple[str, ...] = ()
+    strict_models: bool = False
+    lora_adapters: tuple[str, ...] = ()
+    max_loras: int = 1
 
     def replace(self, **settings: Any) -> SimConfig:
         """Return a copy with ``settings`` applied, each one validated.
@@ -155,6 +162,14 @@ def _optional_limit(name: str, value: Any) -> int | None:
     return _integer(1)(name, value)
 
 
+def _names(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a list of non-empty names)")
+    return tuple(dict.fromkeys(value))
+
+
 def _answer_length(name: str, value: Any) -> int | tuple[int, int] | None:
     if value is None:
         return None
@@ -199,6 +214,13 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_stored_responses": _integer(0),
     "keepalive": _boolean,
     "keepalive_max_requests": _optional_limit,
+    "tool_call_rate": _number(0.0, high=1.0),
+    "tool_calls_per_reply": _integer(1),
+    "embedding_size": _integer(1),
+    "served_models": _names,
+    "strict_models": _boolean,
+    "lora_adapters": _names,
+    "max_loras": _integer(1),
 }
 
 SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(SimConfig))
@@ -236,6 +258,13 @@ SETTING_HELP: dict[str, str] = {
     "keepalive_max_requests": "Close a kept-alive connection after this many requests, without telling the "
                               "client first; unset means no limit",
     "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
+    "tool_call_rate": "Under tool_choice auto, the seeded chance that a reply calls a tool (0 to 1)",
+    "tool_calls_per_reply": "Tool calls in a reply that calls tools (1 when the request disables parallel calls)",
+    "embedding_size": "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)",
+    "served_models": "More model names the backend answers to, besides 'model' (comma-separated)",
+    "strict_models": "Answer 404 model_not_found for a model name the backend does not serve",
+    "lora_adapters": "LoRA adapters loaded at start (comma-separated names), served like models",
+    "max_loras": "LoRA adapters active in one batch; requests for others wait",
 }
 
 
@@ -258,6 +287,8 @@ def parse_setting(name: str, text: str) -> Any:
             lowered = raw.lower()
             value = True if lowered in ("1", "true", "yes", "on") else False if lowered in (
                 "0", "false", "no", "off") else text
+        elif name in ("served_models", "lora_adapters"):
+            value = raw
         elif name == "answer_length":
             low, _, high = raw.partition("-")
             value = (int(low), int(high)) if high else int(low)

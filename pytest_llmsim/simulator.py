@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from .config import SimConfig
+from .content.planner import ContentPlanner
+from .content.replies import Rule, Script
 from .engine import SeqState, SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
 from .metrics import Metrics, MetricsSnapshot
@@ -145,7 +146,8 @@ class Simulator:
         self.conversations = ConversationStore(self.config.max_stored_responses)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
-        self._replies: deque[str] = deque()
+        self.planner = ContentPlanner(self.tokenizer, self._filler, self.config)
+        self.script = Script()
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
         self.faults = FaultInjector(self.config.seed)
         self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
@@ -173,7 +175,7 @@ class Simulator:
             self.metrics = Metrics(config.model)
             self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
             self.conversations = ConversationStore(config.max_stored_responses)
-            self._replies.clear()
+            self.script.clear()
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
             self._limiter = RateLimiter(config.rpm, config.tpm)
@@ -189,6 +191,7 @@ class Simulator:
             self._filler = self.tokenizer.filler_source(config.seed)
         if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
             self._limiter = RateLimiter(config.rpm, config.tpm)
+        self.planner = ContentPlanner(self.tokenizer, self._filler, config)
         self.faults.seed = config.seed
         self.conversations.max_entries = config.max_stored_responses
         if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
@@ -196,14 +199,13 @@ class Simulator:
             self.log.max_entries, self.log.max_bytes = config.max_log_entries, config.max_log_bytes
         self.config = config
 
-    def reply_with(self, replies: Iterable[str]) -> None:
-        """Queue scripted replies, one per request, consumed in order."""
-        with self._lock:
-            self._replies.extend(replies)
+    def reply_with(self, replies: Iterable[Any]) -> None:
+        """Queue scripted replies (see :mod:`~pytest_llmsim.content.replies`), one per request, in order."""
+        self.script.queue(replies)
 
-    def _next_reply(self) -> str | None:
-        with self._lock:
-            return self._replies.popleft() if self._replies else None
+    def add_rule(self, rule: Rule) -> Rule:
+        """Answer the requests ``rule`` matches with its replies (first matching rule wins)."""
+        return self.script.add_rule(rule)
 
     def stop(self) -> None:
         """Stop the engine thread; stalled handlers and in-flight requests end now."""
@@ -287,18 +289,17 @@ class Simulator:
             charged = sum(len(ids) for ids in prompts) + request.n * len(prompts) * (
                 request.max_tokens or config.default_max_tokens)
             rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
-        reply = self._next_reply()
-        reply_tokens = None if reply is None else tokenizer.encode(reply)
+        reply, request.rule = self.script.next_reply(request)
         outputs: list[PlannedOutput] = []
         sequences: list[SimSequence] = []
         echo_prefixes: list[str] = []
+        planner = self.planner
         for prompt_index, (ids, source, max_tokens) in enumerate(zip(prompts, echo_sources, budgets)):
             prompt_key = hash(tuple(ids))  # ints hash the same in every process
             echo_tokens = tokenizer.encode(source) if reply is None and config.output == "echo" else None
             for choice in range(request.n):
                 key = hash((request.seed or 0, prompt_key, choice)) & 0xFFFFFFFFFFFF
-                output = self._plan(request, tokenizer, key,
-                                    reply_tokens if reply_tokens is not None else echo_tokens, max_tokens)
+                output = planner.plan(request, key, reply, echo_tokens, max_tokens, limit - len(ids))
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
@@ -374,25 +375,6 @@ class Simulator:
                 prompts.append(list(prompt))
                 sources.append(tokenizer.encoding.decode(prompt))
         return prompts, sources
-
-    def _plan(self, request: GenerationRequest, tokenizer: Tokenizer, key: int,
-              fixed: list[int] | None, max_tokens: int) -> PlannedOutput:
-        """What one choice says: ``fixed`` tokens (a scripted reply or an echo), or seeded filler."""
-        if fixed is not None:
-            return tokenizer.plan(fixed, max_tokens, request.stops)
-        wanted = self.config.answer_length
-        if wanted is None:
-            length = max_tokens
-        elif isinstance(wanted, int):
-            length = wanted
-        else:
-            low, high = wanted
-            length = low + (key >> 8) % (high - low + 1)
-        tokens, pieces = self._filler.output(key, min(length, max_tokens))
-        # Only a limit the request set itself ends an answer with "length"; with none,
-        # the default budget is where the simulated model chose to stop.
-        natural = length < max_tokens or request.max_tokens is None
-        return tokenizer.plan(tokens, max_tokens, request.stops, natural_end=natural, pieces=pieces)
 
     def note_lag(self, generation: Generation, due: float) -> None:
         """Tokens due at virtual time ``due`` just went out: keep how late (wall seconds)."""

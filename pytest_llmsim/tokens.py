@@ -29,7 +29,8 @@ from typing import TypeVar, overload
 import tiktoken
 
 __all__ = [
-    "ChatMessage", "CyclicRun", "FillerSource", "PlannedOutput", "Tokenizer", "cached_encoding_path", "load_encoding",
+    "ChatMessage", "CyclicRun", "FillerSource", "PlannedCall", "PlannedOutput", "Tokenizer", "cached_encoding_path",
+    "load_encoding",
 ]
 
 T = TypeVar("T")
@@ -164,22 +165,48 @@ class CyclicRun(Sequence[T]):
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    """One tool call of an answer: tokens ``start`` to ``end`` of the answer are its arguments.
+
+    ``key`` is unique per call; each API makes its ids from it (``call_…``,
+    ``fc_…``, ``toolu_…``). ``arguments`` is the JSON text the client gets
+    (a prefix of it when ``max_tokens`` cut the answer).
+    """
+
+    key: str
+    name: str
+    arguments: str
+    start: int
+    end: int
+
+
 class PlannedOutput:
     """What one choice will say: its tokens, the text each adds, and why it ends.
 
     ``tokens`` and ``pieces`` are lists for short answers (scripted, echoed,
     cut at a stop string) and :class:`CyclicRun` views for filler, which is
     never materialised whole: slicing builds only the part being sent.
+    An answer that calls tools has ``calls``: its tokens are the calls'
+    arguments, one after another, and it has no text.
     """
 
-    __slots__ = ("finish_reason", "pieces", "stop_sequence", "tokens")
+    __slots__ = ("calls", "finish_reason", "pieces", "stop_sequence", "tokens")
 
     def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str,
-                 stop_sequence: str | None = None) -> None:
+                 stop_sequence: str | None = None, calls: tuple[PlannedCall, ...] = ()) -> None:
         self.tokens = tokens
         self.pieces = pieces
         self.finish_reason = finish_reason
         self.stop_sequence = stop_sequence  # the stop string that ended it, if one did
+        self.calls = calls
+
+    def call_at(self, position: int) -> tuple[int, PlannedCall]:
+        """The call (and its index) whose arguments hold token ``position``."""
+        for index, call in enumerate(self.calls):
+            if call.start <= position < call.end:
+                return index, call
+        raise IndexError(f"token {position} belongs to no tool call")
 
     @property
     def length(self) -> int:
@@ -188,7 +215,8 @@ class PlannedOutput:
 
     @property
     def text(self) -> str:
-        return "".join(self.pieces[0:len(self.pieces)])
+        """The answer's text ("" for an answer that calls tools)."""
+        return "" if self.calls else "".join(self.pieces[0:len(self.pieces)])
 
 
 class Tokenizer:

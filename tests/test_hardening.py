@@ -119,7 +119,7 @@ def test_queue_is_checked_before_outputs_are_planned(monkeypatch: pytest.MonkeyP
         def no_planning(*args: Any) -> Any:
             raise AssertionError("outputs were planned for a request the queue cannot take")
 
-        monkeypatch.setattr(simulator, "_plan", no_planning)
+        monkeypatch.setattr(simulator.planner, "plan", no_planning)
         with pytest.raises(SimError) as caught:
             simulator.start(parse_completion({"model": "m", "prompt": "hi", "n": 2}))
         assert (caught.value.status, caught.value.code) == (503, "queue_full")

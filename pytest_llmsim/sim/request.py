@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..content.tools import OutputFormat, ToolUse
 from ..tokens import ChatMessage
 
 __all__ = ["ChatMessage", "GenerationRequest", "RateLimitStatus", "SimError", "invalid"]
@@ -83,8 +84,13 @@ class GenerationRequest:
     keep this exchange for later requests to continue and to retrieve;
     ``preamble``: how many leading messages belong to this request alone
     (instructions: the stored history goes after them, and they are not
-    stored). ``wire`` holds fields the API echoes back in its answers; the
-    simulator never reads it.
+    stored). ``tool_use``: the tools offered and how they may be used;
+    ``output_format``: structured output asked for; ``logprobs``: None, or
+    how many alternatives each token's logprobs list (0: only the chosen).
+    ``api`` names the wire API (``openai.chat``…), for rules that match on
+    it; ``rule`` is set to the scripted rule that answered, if one did.
+    ``wire`` holds fields the API echoes back in its answers; the simulator
+    never reads it.
     """
 
     kind: str
@@ -106,7 +112,24 @@ class GenerationRequest:
     previous_id: str | None = None
     store: bool = False
     preamble: int = 0
+    tool_use: ToolUse | None = None
+    output_format: OutputFormat | None = None
+    logprobs: int | None = None
+    api: str = ""
+    rule: str | None = None
     wire: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def after_tool_result(self) -> bool:
+        """The conversation's last message is a tool's result (an agent loop's next turn)."""
+        return bool(self.messages) and self.messages[-1].role == "tool"
+
+    def prompt_text(self) -> str:
+        """What rules match ``prompt`` against: the last user message, or the first text prompt."""
+        if self.kind == "chat":
+            users = [m.content for m in self.messages if m.role == "user"]
+            return users[-1] if users else (self.messages[-1].content if self.messages else "")
+        return next((p for p in self.prompts if isinstance(p, str)), "")
 
     def __post_init__(self) -> None:
         if not self.prompt_param:

@@ -1,0 +1,128 @@
+"""Plan one choice's answer: scripted, tool calls, JSON from a schema, echo, or seeded filler.
+
+In that order: a scripted reply (queued or from a rule) wins; then, when
+the request offers tools, the tool rules of :mod:`.tools`; then structured
+output; then the backend's ``output`` setting (echo or filler).
+
+Budgets. An answer the model ends itself (a tool call's arguments, a JSON
+instance) is not cut by the backend's ``default_max_tokens`` when the
+request set no limit: only by the context room, as a real server does. A
+limit the request set cuts it like any answer: ``finish_reason`` ``length``
+and a prefix of the text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..sim.request import SimError, invalid
+from ..tokens import FillerSource, PlannedCall, PlannedOutput, Tokenizer
+from .replies import ErrorReply, Reply, ToolCall
+from .schema import SchemaError, generate_instance
+from .tools import NO_ARGUMENTS, choose_tools
+
+if TYPE_CHECKING:
+    from ..config import SimConfig
+    from ..sim import GenerationRequest
+
+__all__ = ["ContentPlanner"]
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class ContentPlanner:
+    """Turns a request (and the script's reply for it) into each choice's :class:`PlannedOutput`."""
+
+    def __init__(self, tokenizer: Tokenizer, filler: FillerSource, config: SimConfig) -> None:
+        self.tokenizer = tokenizer
+        self.filler = filler
+        self.config = config
+
+    def plan(self, request: GenerationRequest, key: int, reply: Reply | None, echo: list[int] | None,
+             budget: int, room: int) -> PlannedOutput:
+        """One choice's answer. ``key`` seeds it; ``budget`` is its max_tokens (the request's, or the
+        default); ``room`` is what the context has left; ``echo`` is the echoed prompt's tokens, in echo mode.
+
+        Raises :class:`SimError` for a scripted error reply or a schema no instance satisfies.
+        """
+        if isinstance(reply, ErrorReply):
+            raise SimError(reply.status, reply.message, type=reply.type or _error_type(reply.status),
+                           code=reply.code)
+        limit = budget if request.max_tokens is not None else room  # a model-ended answer: only the room
+        if isinstance(reply, (ToolCall, list)):
+            calls = [reply] if isinstance(reply, ToolCall) else reply
+            return self._calls([(call.name, call.arguments_text) for call in calls], limit)
+        if isinstance(reply, dict):
+            return self.tokenizer.plan(self.tokenizer.encode(_compact(reply)), limit, request.stops)
+        if isinstance(reply, str):
+            return self.tokenizer.plan(self.tokenizer.encode(reply), budget, request.stops)
+        rng = random.Random(key)
+        try:
+            tools = choose_tools(request.tool_use, request.after_tool_result, rng, self.config.tool_call_rate,
+                                 self.config.tool_calls_per_reply)
+            if tools:
+                return self._calls([(tool.name, _compact(generate_instance(tool.parameters or NO_ARGUMENTS, rng)))
+                                    for tool in tools], limit)
+            output_format = request.output_format
+            if output_format is not None:
+                schema = output_format.schema if output_format.kind == "json_schema" else _ANY_OBJECT
+                text = _compact(generate_instance(schema, rng))
+                return self.tokenizer.plan(self.tokenizer.encode(text), limit, request.stops)
+        except SchemaError as error:
+            raise invalid(f"pytest-llmsim cannot generate an instance of the schema: {error}",
+                          "tools" if request.tool_use else "response_format", "invalid_schema") from None
+        if echo is not None:
+            return self.tokenizer.plan(echo, budget, request.stops)
+        return self._filler(request, key, budget)
+
+    def _calls(self, calls: Sequence[tuple[str, str]], limit: int) -> PlannedOutput:
+        """Tool calls whose arguments are the answer's tokens, cut at ``limit`` tokens."""
+        tokens: list[int] = []
+        pieces: list[str] = []
+        planned: list[PlannedCall] = []
+        finish = "tool_calls"
+        for name, arguments in calls:
+            ids = self.tokenizer.encode(arguments) or self.tokenizer.encode("{}")
+            if len(tokens) + len(ids) > limit:
+                ids, finish = ids[:limit - len(tokens)], "length"
+                if not ids:
+                    break
+            call_pieces = self.tokenizer.pieces(ids)
+            start = len(tokens)
+            tokens.extend(ids)
+            pieces.extend(call_pieces)
+            planned.append(PlannedCall(os.urandom(12).hex(), name, "".join(call_pieces), start, len(tokens)))
+            if finish == "length":
+                break
+        return PlannedOutput(tokens, pieces, finish, calls=tuple(planned))
+
+    def _filler(self, request: GenerationRequest, key: int, max_tokens: int) -> PlannedOutput:
+        wanted = self.config.answer_length
+        if wanted is None:
+            length = max_tokens
+        elif isinstance(wanted, int):
+            length = wanted
+        else:
+            low, high = wanted
+            length = low + (key >> 8) % (high - low + 1)
+        tokens, pieces = self.filler.output(key, min(length, max_tokens))
+        # Only a limit the request set itself ends an answer with "length"; with none,
+        # the default budget is where the simulated model chose to stop.
+        natural = length < max_tokens or request.max_tokens is None
+        return self.tokenizer.plan(tokens, max_tokens, request.stops, natural_end=natural, pieces=pieces)
+
+
+_ANY_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}, "confidence": {"type": "number",
+               "minimum": 0, "maximum": 1}}, "required": ["answer"]}
+
+
+def _error_type(status: int) -> str:
+    if status == 429:
+        return "requests"
+    return "server_error" if status >= 500 else "invalid_request_error"

@@ -1,0 +1,314 @@
+"""Scripted replies and rules: what a test tells the backend to answer.
+
+A reply is text (``str``), a JSON object (``dict``, sent as its JSON text),
+one :class:`ToolCall` or a list of them, or an :class:`ErrorReply`. Replies
+queued with ``reply_with`` answer the next requests, one each, in order.
+Rules answer the requests they match (first match wins, in the order added,
+before the queue), each for ever or ``times`` times. The same replies and
+rules have a JSON form (:func:`reply_from_json`, :meth:`Rule.from_json`) that
+the control API, the ``[[rules]]`` tables of ``llmsim serve --config`` and
+recorded conversations (JSONL) use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..sim import GenerationRequest
+
+__all__ = ["ErrorReply", "Reply", "Rule", "RuleBuilder", "Script", "ToolCall", "load_conversation",
+           "normalize_reply", "reply_from_json", "reply_to_json"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call to answer with: the function's ``name`` and its ``arguments``.
+
+    ``arguments`` is an object (sent as its JSON text) or a string sent as
+    given, so a test can send arguments a schema would reject, or broken JSON.
+    """
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError("ToolCall(name=...) needs a non-empty function name")
+        if not isinstance(self.arguments, (str, Mapping)):
+            raise TypeError(f"ToolCall arguments must be a dict or a string, not {type(self.arguments).__name__}")
+
+    @property
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(dict(self.arguments), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """An error to answer with: an HTTP ``status`` and a ``message`` (each API renders it in its shape)."""
+
+    status: int
+    message: str
+    type: str | None = None
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 400 <= self.status <= 599:
+            raise TypeError(f"ErrorReply status must be an HTTP error status (400-599), not {self.status!r}")
+        if not isinstance(self.message, str):
+            raise TypeError("ErrorReply message must be a string")
+
+
+Reply = str | dict[str, Any] | ToolCall | list[ToolCall] | ErrorReply
+
+
+def normalize_reply(reply: Any) -> Reply:
+    """``reply`` checked (a tuple of calls becomes a list); TypeError names what is wrong."""
+    if isinstance(reply, (str, ToolCall, ErrorReply)):
+        return reply
+    if isinstance(reply, dict):
+        json.dumps(reply)  # a JSON reply must be JSON: fail here, not in a handler thread
+        return dict(reply)
+    if isinstance(reply, (list, tuple)) and reply and all(isinstance(call, ToolCall) for call in reply):
+        return list(reply)
+    raise TypeError(f"a reply is a string, a dict (JSON), a ToolCall, a list of ToolCalls or an ErrorReply; "
+                    f"got {reply!r}")
+
+
+def reply_to_json(reply: Reply) -> dict[str, Any]:
+    """The JSON form: ``{"text"}``, ``{"json"}``, ``{"tool_calls": [{"name", "arguments"}]}`` or ``{"error"}``."""
+    if isinstance(reply, str):
+        return {"text": reply}
+    if isinstance(reply, ErrorReply):
+        return {"error": {"status": reply.status, "message": reply.message, "type": reply.type, "code": reply.code}}
+    if isinstance(reply, ToolCall):
+        reply = [reply]
+    if isinstance(reply, list):
+        return {"tool_calls": [{"name": call.name, "arguments": call.arguments if isinstance(call.arguments, str)
+                                else dict(call.arguments)} for call in reply]}
+    return {"json": reply}
+
+
+def reply_from_json(data: Any) -> Reply:
+    """Read the JSON form of a reply (a bare string is text); ValueError says what is wrong."""
+    if isinstance(data, str):
+        return data
+    if not isinstance(data, dict) or len(set(data) & {"text", "json", "tool_call", "tool_calls", "error"}) != 1:
+        raise ValueError(f"a reply is an object with one of 'text', 'json', 'tool_call', 'tool_calls' or 'error'; "
+                         f"got {data!r}")
+    try:
+        if "text" in data:
+            if not isinstance(data["text"], str):
+                raise ValueError("'text' must be a string")
+            return data["text"]
+        if "json" in data:
+            if not isinstance(data["json"], dict):
+                raise ValueError("'json' must be an object")
+            return dict(data["json"])
+        if "error" in data:
+            error = data["error"]
+            if not isinstance(error, dict):
+                raise ValueError("'error' must be an object with 'status' and 'message'")
+            status: Any = error.get("status")
+            return ErrorReply(status, error.get("message", "scripted error"), error.get("type"), error.get("code"))
+        calls = [data["tool_call"]] if "tool_call" in data else data["tool_calls"]
+        if not isinstance(calls, list) or not calls or not all(isinstance(call, dict) for call in calls):
+            raise ValueError("'tool_calls' must be a non-empty list of {'name', 'arguments'} objects")
+        return [ToolCall(call.get("name", ""), call.get("arguments", {})) for call in calls]
+    except TypeError as error:
+        raise ValueError(str(error)) from None
+
+
+@dataclass
+class Rule:
+    """Answer requests that match with ``replies`` (in turn, cycling), for ever or ``times`` times.
+
+    Every matcher given must match: ``prompt`` is a regular expression
+    searched in the last user message (the prompt, for completions; the
+    input, for embeddings); ``model`` equals the request's model; ``tool``
+    is among the functions the request offers; ``api`` is the wire API
+    (``chat``, ``completions``, ``responses``, ``messages``, ``embeddings``,
+    or the full name such as ``openai.chat``). ``hits`` counts the requests
+    it answered.
+    """
+
+    replies: tuple[Reply, ...]
+    prompt: str | None = None
+    model: str | None = None
+    tool: str | None = None
+    api: str | None = None
+    times: int | None = None
+    name: str = ""
+    hits: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.replies:
+            raise TypeError("a rule needs at least one reply")
+        self.replies = tuple(normalize_reply(reply) for reply in self.replies)
+        if self.times is not None and (isinstance(self.times, bool) or not isinstance(self.times, int)
+                                       or self.times < 1):
+            raise TypeError(f"times must be a positive integer or None, not {self.times!r}")
+        for key in ("prompt", "model", "tool", "api"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"rule matcher {key!r} must be a string, not {value!r}")
+        self._pattern = re.compile(self.prompt) if self.prompt is not None else None
+
+    @property
+    def exhausted(self) -> bool:
+        return self.times is not None and self.hits >= self.times
+
+    def matches(self, request: GenerationRequest) -> bool:
+        if self.exhausted:
+            return False
+        if self.model is not None and request.model != self.model:
+            return False
+        if self.api is not None and request.api != self.api and not request.api.endswith("." + self.api):
+            return False
+        if self.tool is not None and (request.tool_use is None or request.tool_use.named(self.tool) is None):
+            return False
+        return self._pattern is None or self._pattern.search(request.prompt_text()) is not None
+
+    def take(self) -> Reply:
+        """The reply for the next match (call holding the script's lock)."""
+        reply = self.replies[self.hits % len(self.replies)]
+        self.hits += 1
+        return reply
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {key: getattr(self, key) for key in ("name", "prompt", "model", "tool", "api", "times")
+                                if getattr(self, key) not in (None, "")}
+        data["replies"] = [reply_to_json(reply) for reply in self.replies]
+        data["hits"] = self.hits
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Rule:
+        """A rule from its JSON (or TOML) table: matchers, ``times``, ``name``, and ``reply`` or ``replies``
+        (or the reply's own keys inline: ``text = "..."``); ValueError says what is wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a rule is an object, not {data!r}")
+        known = {"name", "prompt", "model", "tool", "api", "times", "reply", "replies", "hits",
+                 "text", "json", "tool_call", "tool_calls", "error"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown rule key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
+        inline = {key: data[key] for key in ("text", "json", "tool_call", "tool_calls", "error") if key in data}
+        if "replies" in data:
+            raw = data["replies"]
+            if not isinstance(raw, list):
+                raise ValueError("'replies' must be a list")
+        elif "reply" in data:
+            raw = [data["reply"]]
+        elif inline:
+            raw = [inline]
+        else:
+            raise ValueError("a rule needs a reply: 'reply', 'replies', or one of text/json/tool_call(s)/error")
+        try:
+            return cls(tuple(reply_from_json(item) for item in raw), prompt=data.get("prompt"),
+                       model=data.get("model"), tool=data.get("tool"), api=data.get("api"),
+                       times=data.get("times"), name=str(data.get("name") or ""))
+        except (TypeError, re.error) as error:
+            raise ValueError(str(error)) from None
+
+
+class RuleBuilder:
+    """``backend.on(prompt=..., ...)``: say what to answer with :meth:`reply`."""
+
+    def __init__(self, add: Callable[[Rule], Rule], prompt: str | None = None, model: str | None = None,
+                 tool: str | None = None, api: str | None = None) -> None:
+        self._add = add
+        self._matchers = (prompt, model, tool, api)
+
+    def reply(self, *replies: Any, times: int | None = None, name: str = "") -> Rule:
+        """Answer matching requests with ``replies`` (in turn), for ever or ``times`` times."""
+        prompt, model, tool, api = self._matchers
+        return self._add(Rule(tuple(replies), prompt=prompt, model=model, tool=tool, api=api, times=times,
+                              name=name))
+
+
+class Script:
+    """A backend's scripted replies (a queue) and rules, safe to use from handler threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[Reply] = deque()
+        self._rules: list[Rule] = []
+        self._numbers = itertools.count(1)
+
+    def queue(self, replies: Iterable[Any]) -> None:
+        checked = [normalize_reply(reply) for reply in replies]
+        with self._lock:
+            self._queue.extend(checked)
+
+    def add_rule(self, rule: Rule) -> Rule:
+        with self._lock:
+            if not rule.name:
+                rule.name = f"rule-{next(self._numbers)}"
+            self._rules.append(rule)
+        return rule
+
+    @property
+    def rules(self) -> list[Rule]:
+        with self._lock:
+            return list(self._rules)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._rules.clear()
+            self._numbers = itertools.count(1)
+
+    def next_reply(self, request: GenerationRequest) -> tuple[Reply | None, str | None]:
+        """The reply for ``request`` and the name of the rule that gave it (None: the queue, or nothing)."""
+        with self._lock:
+            for rule in self._rules:
+                if rule.matches(request):
+                    return rule.take(), rule.name
+            return (self._queue.popleft() if self._queue else None), None
+
+
+def load_conversation(path: str | Path) -> list[Rule]:
+    """Rules that replay a recorded conversation: one per JSONL line.
+
+    Each line is ``{"messages": [...], "reply": ...}`` (or ``{"request":
+    {"messages": [...]}, "reply": ...}``, as a gateway's log keeps it): the
+    request whose last user message is the recorded one gets the recorded
+    reply (any reply form; an OpenAI assistant message with ``content`` or
+    ``tool_calls`` is read too).
+    """
+    rules = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            messages = (entry.get("request") or entry)["messages"]
+            users = [m for m in messages if m.get("role") == "user"]
+            text = users[-1]["content"] if users else messages[-1]["content"]
+            if not isinstance(text, str):
+                text = "".join(part.get("text", "") for part in text if isinstance(part, dict))
+            rules.append(Rule((_recorded_reply(entry["reply"]),), prompt=f"\\A{re.escape(text)}\\Z",
+                              name=f"{Path(path).name}:{number}"))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+            raise ValueError(f"{path}, line {number}: not a recorded exchange ({error})") from None
+    return rules
+
+
+def _recorded_reply(reply: Any) -> Reply:
+    if isinstance(reply, dict) and "role" in reply:  # an assistant message as the API returned it
+        if reply.get("tool_calls"):
+            return [ToolCall(call["function"]["name"], call["function"].get("arguments") or "{}")
+                    for call in reply["tool_calls"]]
+        return str(reply.get("content") or "")
+    return reply_from_json(reply)

@@ -1,0 +1,89 @@
+"""Tools and structured output, protocol-blind: what a request offers, and which calls a reply makes.
+
+Each wire API parses its own shapes (OpenAI's ``tools``/``tool_choice``,
+Anthropic's ``tool_choice: {"type": "any"}``, the Responses API's flat
+function tools) into :class:`ToolUse` and :class:`OutputFormat`; the rules
+that decide a reply live here once:
+
+- ``tool_choice`` ``none`` never calls; ``required`` (Anthropic ``any``)
+  always calls; a named function (Anthropic ``tool``) calls that one; an
+  explicit choice always wins.
+- ``auto`` calls with the seeded probability ``tool_call_rate`` (default
+  1.0), except when the conversation's last message is a tool result: then
+  the reply is text, so an agent loop always ends.
+- A reply makes ``tool_calls_per_reply`` calls (default 1), or one when the
+  request turns parallel calls off; different tools are preferred.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from .schema import SchemaError, check_schema
+
+__all__ = ["NO_ARGUMENTS", "OutputFormat", "ToolSpec", "ToolUse", "choose_tools", "schema_or_error"]
+
+NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the request offers: its name and the JSON Schema of its arguments."""
+
+    name: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools a request offers and how it lets the model use them.
+
+    ``choice`` is ``"none"``, ``"auto"``, ``"required"`` or ``"function"``
+    (then ``function`` names the one to call).
+    """
+
+    tools: tuple[ToolSpec, ...]
+    choice: str = "auto"
+    function: str | None = None
+    parallel: bool = True
+
+    def named(self, name: str) -> ToolSpec | None:
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """A structured-output request: ``kind`` ``json_object`` (any object) or ``json_schema``."""
+
+    kind: str
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+
+
+def schema_or_error(schema: Any, param: str) -> dict[str, Any]:
+    """``schema`` checked as a JSON Schema object; raises :class:`SchemaError` with ``param`` in the message."""
+    if not isinstance(schema, dict):
+        raise SchemaError(f"Invalid '{param}': expected a JSON Schema object.")
+    try:
+        check_schema(schema)
+    except SchemaError as error:
+        raise SchemaError(f"Invalid schema for '{param}': {error}") from None
+    return schema
+
+
+def choose_tools(use: ToolUse | None, after_tool_result: bool, rng: random.Random, call_rate: float,
+                 calls_per_reply: int) -> list[ToolSpec]:
+    """The tools a reply calls, in order (empty: the reply is text)."""
+    if use is None or not use.tools or use.choice == "none":
+        return []
+    count = calls_per_reply if use.parallel else 1
+    if use.choice == "function":
+        tool = use.named(use.function or "")
+        return [tool] * count if tool is not None else []
+    if use.choice == "auto" and (after_tool_result or rng.random() >= call_rate):
+        return []
+    order = list(use.tools)
+    rng.shuffle(order)
+    return [order[i % len(order)] for i in range(count)]

@@ -1,0 +1,127 @@
+"""Instances generated from JSON Schemas are valid against them (checked with ``jsonschema``)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_llmsim.content.schema import SchemaError, check_schema, generate_instance
+
+FORMATS = ["date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname"]
+CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
+def _strings() -> st.SearchStrategy[dict[str, Any]]:
+    def build(low: int, extra: int | None, fmt: str | None) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "string"}
+        if fmt is not None:
+            schema["format"] = fmt
+            return schema
+        schema["minLength"] = low
+        if extra is not None:
+            schema["maxLength"] = low + extra
+        return schema
+
+    return st.builds(build, st.integers(0, 12), st.none() | st.integers(0, 20), st.none() | st.sampled_from(FORMATS))
+
+
+def _numbers() -> st.SearchStrategy[dict[str, Any]]:
+    def build(kind: str, low: int | None, span: int, exclusive: bool, step: int | None) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": kind}
+        if low is not None:
+            schema["exclusiveMinimum" if exclusive else "minimum"] = low
+            schema["maximum"] = low + span + 2
+        if step is not None:
+            schema["multipleOf"] = step
+            schema.pop("exclusiveMinimum", None)
+            schema["minimum"] = low if low is not None else 0
+            schema["maximum"] = schema["minimum"] + step * (span + 1)
+        return schema
+
+    return st.builds(build, st.sampled_from(["integer", "number"]), st.none() | st.integers(-1000, 1000),
+                     st.integers(0, 50), st.booleans(), st.none() | st.integers(1, 7))
+
+
+LEAVES = st.one_of(
+    _strings(), _numbers(),
+    st.just({"type": "boolean"}), st.just({"type": "null"}),
+    st.lists(st.text(min_size=1, max_size=5) | st.integers(), min_size=1, max_size=4, unique=True).map(
+        lambda values: {"enum": values}),
+    st.just({"$ref": "#/$defs/point"}),
+    st.just({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "integer"}]}),
+    st.just({"oneOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}),
+)
+
+
+def _extend(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    def obj(props: dict[str, dict[str, Any]], required_mask: list[bool], extra: bool) -> dict[str, Any]:
+        names = list(props)
+        required = [n for n, keep in zip(names, required_mask) if keep]
+        schema: dict[str, Any] = {"type": "object", "properties": props, "required": required}
+        if not extra:
+            schema["additionalProperties"] = False
+        return schema
+
+    def arr(items: dict[str, Any], low: int, extra: int) -> dict[str, Any]:
+        return {"type": "array", "items": items, "minItems": low, "maxItems": low + extra}
+
+    return st.one_of(
+        st.builds(obj, st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), children, max_size=5),
+                  st.lists(st.booleans(), min_size=5, max_size=5), st.booleans()),
+        st.builds(arr, children, st.integers(0, 3), st.integers(0, 3)),
+    )
+
+
+SCHEMAS = st.recursive(LEAVES, _extend, max_leaves=12).map(lambda schema: {
+    **schema, "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                                  "required": ["x", "y"], "additionalProperties": False}}})
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(SCHEMAS, st.integers(0, 2**32))
+def test_generated_instances_are_valid(schema: dict[str, Any], seed: int) -> None:
+    check_schema(schema)
+    instance = generate_instance(schema, random.Random(seed))
+    jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator, format_checker=CHECKER)
+
+
+def test_same_seed_same_instance() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a"]}
+    assert generate_instance(schema, random.Random(7)) == generate_instance(schema, random.Random(7))
+    seen = {str(generate_instance(schema, random.Random(seed))) for seed in range(20)}
+    assert len(seen) > 5
+
+
+def test_recursive_schema_with_optional_children_ends() -> None:
+    tree = {"$defs": {"node": {"type": "object", "properties": {"name": {"type": "string"},
+                                                                "children": {"type": "array",
+                                                                             "items": {"$ref": "#/$defs/node"}}},
+                               "required": ["name"]}}, "$ref": "#/$defs/node"}
+    for seed in range(50):
+        jsonschema.validate(generate_instance(tree, random.Random(seed)), tree)
+
+
+@pytest.mark.parametrize("schema, fragment", [
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}, "required": ["a"]}, "does not resolve"),
+    ({"$defs": {"loop": {"type": "object", "properties": {"next": {"$ref": "#/$defs/loop"}}, "required": ["next"]}},
+      "$ref": "#/$defs/loop"}, "nests deeper"),
+    ({"type": "integer", "minimum": 5, "maximum": 3}, "no value"),
+    ({"type": "array", "minItems": 4, "maxItems": 2}, "minItems"),
+    ({"$ref": "https://example.com/schema.json"}, "local $refs"),
+])
+def test_unsatisfiable_or_unsupported_schemas_say_why(schema: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(SchemaError, match=fragment.replace("$", r"\$")):
+        generate_instance(schema, random.Random(0))
+
+
+def test_malformed_schema_is_refused() -> None:
+    with pytest.raises(SchemaError, match="invalid JSON Schema"):
+        check_schema({"type": "objekt"})
+    with pytest.raises(SchemaError, match="must be an object"):
+        check_schema("string")
