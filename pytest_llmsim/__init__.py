@@ -8,6 +8,7 @@ pytest.register_assert_rewrite("pytest_llmsim.assertions")
 
 from .backend import LLMBackend  # noqa: E402
 from .config import ConfigError, SimConfig  # noqa: E402
+from .content.replies import ErrorReply, Rule, ToolCall, load_conversation  # noqa: E402
 from .faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
 from .metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .pool import BackendPool  # noqa: E402
@@ -21,6 +22,7 @@ __all__ = [
     "BackendPool",
     "ConfigError",
     "Distribution",
+    "ErrorReply",
     "Fault",
     "FaultError",
     "LLMBackend",
@@ -29,6 +31,9 @@ __all__ = [
     "RemoteBackend",
     "RemoteError",
     "RequestRecord",
+    "Rule",
     "SimConfig",
+    "ToolCall",
     "__version__",
+    "load_conversation",
 ]

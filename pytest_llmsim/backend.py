@@ -8,6 +8,7 @@ from typing import Any
 
 from .assertions import BackendAssertions
 from .config import SimConfig
+from .content.replies import Reply, Rule, RuleBuilder
 from .faults import Fault
 from .metrics import MetricsSnapshot
 from .records import RequestRecord
@@ -117,12 +118,37 @@ class LLMBackend(BackendAssertions):
         """
         return self._simulator.configure(**settings)
 
-    def reply_with(self, *replies: str) -> None:
-        """Queue scripted replies: each request takes the next one, in order."""
-        for reply in replies:
-            if not isinstance(reply, str):
-                raise TypeError(f"reply_with() takes strings, got {type(reply).__name__}")
+    def reply_with(self, *replies: Reply) -> None:
+        """Queue scripted replies: each request takes the next one, in order.
+
+        A reply is text, a dict (answered as its JSON text), a
+        :class:`~pytest_llmsim.ToolCall` or a list of them (answered as tool
+        calls in every API), or an :class:`~pytest_llmsim.ErrorReply`
+        (answered as that error, in the API's error shape).
+        """
         self._simulator.reply_with(replies)
+
+    def on(self, prompt: str | None = None, *, model: str | None = None, tool: str | None = None,
+           api: str | None = None) -> RuleBuilder:
+        """A rule: requests that match every matcher given get the reply set with ``.reply(...)``.
+
+        ``prompt`` is a regular expression searched in the last user message;
+        ``model`` the request's model; ``tool`` a function the request offers;
+        ``api`` ``chat``, ``completions``, ``responses``, ``messages`` or
+        ``embeddings``. ``backend.on(prompt=r"weather").reply(ToolCall("get_weather", {...}), times=1)``.
+        Rules are tried in the order added, before queued replies; the
+        request log names the rule that answered (``record.rule``).
+        """
+        return RuleBuilder(self._simulator.add_rule, prompt=prompt, model=model, tool=tool, api=api)
+
+    def add_rule(self, rule: Rule) -> Rule:
+        """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""
+        return self._simulator.add_rule(rule)
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The rules in force, with how often each answered (``rule.hits``)."""
+        return self._simulator.script.rules
 
     def add_fault(self, kind: str, **params: Any) -> Fault:
         """Arm a fault: ``kind`` (what) plus parameters and conditions (when).

@@ -33,6 +33,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.wrappers import Request, Response
 
 from .config import ConfigError, SimConfig
+from .content.replies import Rule, reply_from_json
 from .faults import Fault, FaultError
 from .metrics import Distribution, MetricsSnapshot
 from .records import RequestRecord
@@ -102,6 +103,8 @@ class ControlAPI:
             ("POST", "faults"): self._add_fault,
             ("DELETE", "faults"): self._clear_faults,
             ("POST", "replies"): self._replies,
+            ("GET", "rules"): self._get_rules,
+            ("POST", "rules"): self._add_rule,
             ("GET", "metrics"): self._metrics,
             ("GET", "requests"): self._requests,
             ("POST", "wait-idle"): self._wait_idle,
@@ -169,11 +172,19 @@ class ControlAPI:
         return _json([])
 
     def _replies(self, request: Request) -> Response:
+        """Queue replies, each in its JSON form (a bare string is text)."""
         replies = self._body(request).get("replies")
-        if not isinstance(replies, list) or not all(isinstance(reply, str) for reply in replies):
-            raise ValueError("'replies' must be a list of strings")
-        self._simulator.reply_with(replies)
+        if not isinstance(replies, list):
+            raise ValueError("'replies' must be a list of replies (strings, or {'text'|'json'|'tool_calls'|"
+                             "'error': ...} objects)")
+        self._simulator.reply_with([reply_from_json(reply) for reply in replies])
         return _json({"queued": len(replies)})
+
+    def _get_rules(self, request: Request) -> Response:
+        return _json([rule.to_json() for rule in self._simulator.script.rules])
+
+    def _add_rule(self, request: Request) -> Response:
+        return _json(self._simulator.add_rule(Rule.from_json(self._body(request))).to_json(), 201)
 
     def _metrics(self, request: Request) -> Response:
         return _json(snapshot_to_json(self._simulator.snapshot()))

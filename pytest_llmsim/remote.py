@@ -17,6 +17,7 @@ from typing import Any
 
 from .assertions import BackendAssertions
 from .config import ConfigError, SimConfig
+from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to_json
 from .control import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
 from .faults import Fault, FaultError
 from .metrics import MetricsSnapshot
@@ -116,12 +117,28 @@ class RemoteBackend(BackendAssertions):
         body = {} if config is None else {"settings": _jsonable(config.as_dict())}
         self._call("POST", "reset", body)
 
-    def reply_with(self, *replies: str) -> None:
-        """Queue scripted replies: each request takes the next one, in order."""
-        for reply in replies:
-            if not isinstance(reply, str):
-                raise TypeError(f"reply_with() takes strings, got {type(reply).__name__}")
-        self._call("POST", "replies", {"replies": list(replies)})
+    def reply_with(self, *replies: Reply) -> None:
+        """Queue scripted replies: each request takes the next one, in order (see ``LLMBackend.reply_with``)."""
+        self._call("POST", "replies", {"replies": [reply_to_json(normalize_reply(reply)) for reply in replies]})
+
+    def on(self, prompt: str | None = None, *, model: str | None = None, tool: str | None = None,
+           api: str | None = None) -> RuleBuilder:
+        """A rule (see ``LLMBackend.on``); the returned :class:`Rule` is a copy: read ``rules`` for hit counts."""
+        return RuleBuilder(self.add_rule, prompt=prompt, model=model, tool=tool, api=api)
+
+    def add_rule(self, rule: Rule) -> Rule:
+        """Add a rule on the remote backend; returns it as the backend stored it (named)."""
+        return Rule.from_json(self._call("POST", "rules", rule.to_json()))
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The rules in force remotely, with their hit counts."""
+        rules = []
+        for data in self._call("GET", "rules"):
+            rule = Rule.from_json(data)
+            rule.hits = data.get("hits", 0)
+            rules.append(rule)
+        return rules
 
     def add_fault(self, kind: str, **params: Any) -> Fault:
         """Arm a fault (see ``LLMBackend.add_fault``)."""

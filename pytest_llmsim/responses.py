@@ -133,7 +133,9 @@ class _DirectWriter:
         parts = [] if self.opened else [self._events.opening(0)]
         self.opened = True
         upto = min(upto, self.written + CHUNK_EVENTS)
-        parts.extend(self._events.token(0, piece) for piece in self._pieces[self.written:upto])
+        token = self._events.token
+        parts.extend(token(0, position, piece)
+                     for position, piece in enumerate(self._pieces[self.written:upto], self.written))
         self.written = max(self.written, upto)
         return b"".join(parts)
 
@@ -271,13 +273,13 @@ class GenerationResponder:
                             due.append(events.opening(index))
                         while sent[index] < emitted:  # a chunk at a time: a backlog is never rendered whole
                             upto = min(emitted, sent[index] + CHUNK_EVENTS)
-                            for piece in outputs[index].pieces[sent[index]:upto]:  # one event per token
+                            for position, piece in enumerate(outputs[index].pieces[sent[index]:upto], sent[index]):
                                 if written == cut_at and fault is not None:
                                     cut_at = None
                                     cut = yield from self._apply_cut(request, fault, events, due, gone)
                                     if cut:
                                         return
-                                due.append(events.token(index, piece))
+                                due.append(events.token(index, position, piece))
                                 written += 1
                             sent[index] = upto
                             if len(due) >= CHUNK_EVENTS:

@@ -321,6 +321,7 @@ class SimulatorServer(HTTPServer):
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
             parsed = api.parse(body)
+            parsed.api = api.name
             record.stream = parsed.stream
             fault = self.simulator.pick_fault(number, record.headers, parsed, record.route)
             if fault is not None:
@@ -332,7 +333,10 @@ class SimulatorServer(HTTPServer):
                     drop_connection(request)
                     return Response(b"", status=500)  # never reaches the client
             scale = fault.factor if fault is not None and fault.kind == "slow" else 1.0
-            generation = self.simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale)
+            try:
+                generation = self.simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale)
+            finally:
+                record.rule = parsed.rule
         except SimError as error:
             return self._api_error(request, error, record)
         return self._responder.respond(request, record, generation, api.id_prefix + self._next_id(), fault, api)

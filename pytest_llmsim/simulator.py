@@ -7,6 +7,7 @@ The server turns HTTP into :meth:`Simulator.start` calls; the test's
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -15,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from .config import SimConfig
+from .content.logprobs import LogprobSource, TokenLogprob
 from .content.planner import ContentPlanner
 from .content.replies import Rule, Script
 from .engine import SeqState, SimSequence
@@ -65,6 +67,7 @@ class Generation:
     epoch: int
     rate_limit: RateLimitStatus | None
     marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
+    logprob_source: LogprobSource | None = None  # set when the request asks for logprobs
     # Wall seconds each write of tokens left after they were due (one sample per write, capped).
     emit_lags: list[float] = field(default_factory=list)
 
@@ -75,6 +78,13 @@ class Generation:
     @property
     def prompt_tokens(self) -> int:
         return sum(self.prompt_lengths)
+
+    def logprobs(self, index: int, start: int, end: int) -> list[TokenLogprob]:
+        """Simulated logprobs of choice ``index``'s tokens ``start`` to ``end`` (the request asked for them)."""
+        source, top = self.logprob_source, self.request.logprobs
+        assert source is not None and top is not None, "the request did not ask for logprobs"
+        tokens = self.outputs[index].tokens[start:end]
+        return [source.at(index, start + i, token, top) for i, token in enumerate(tokens)]
 
     @property
     def completion_tokens(self) -> int:
@@ -313,8 +323,9 @@ class Simulator:
         if request.cache_breakpoint is not None:
             marked_messages = request.messages[:request.cache_breakpoint]
             marked = min(len(prompts[0]), self.tokenizer.chat_prefix_length(marked_messages))
+        logprobs = LogprobSource(tokenizer, config.seed) if request.logprobs is not None else None
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
-                          echo_prefixes, self._epoch, rate_limit, marked)
+                          echo_prefixes, self._epoch, rate_limit, marked, logprobs)
 
     def _continue(self, request: GenerationRequest) -> None:
         """Put the stored conversation a request continues in front of its own messages."""
@@ -331,7 +342,10 @@ class Simulator:
     def remember(self, response_id: str, generation: Generation, body: dict[str, Any]) -> None:
         """Store a complete exchange (its conversation plus the answer) for chaining and retrieval."""
         request = generation.request
-        messages = (*request.messages[request.preamble:], ChatMessage("assistant", generation.texts()[0]))
+        output = generation.outputs[0]
+        said = generation.texts()[0] if not output.calls else json.dumps(
+            [{"name": call.name, "arguments": call.arguments} for call in output.calls])
+        messages = (*request.messages[request.preamble:], ChatMessage("assistant", said))
         self.conversations.put(response_id, StoredExchange(messages, body))
 
     def count_prompt(self, request: GenerationRequest) -> int:

@@ -242,6 +242,10 @@ class Tokenizer:
                 ids.append(encoded[0])
         return ids
 
+    def vocabulary_sample(self) -> list[int]:
+        """Ordinary single-word tokens (the filler's words), e.g. for simulated alternatives."""
+        return [*self._opening, *self._filler]
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ordinary text (special-token lookalikes are plain text)."""
         return self.encoding.encode_ordinary(text)

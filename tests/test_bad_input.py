@@ -40,10 +40,37 @@ CASES: list[tuple[str, str, Any, int, str | None, str | None]] = [
     ("stop-too-many", CHAT, {**GOOD_CHAT, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "invalid_type"),
     ("stream-options-without-stream", CHAT, {**GOOD_CHAT, "stream_options": {"include_usage": True}},
      400, "stream_options", "invalid_value"),
-    ("logprobs-unsupported", CHAT, {**GOOD_CHAT, "logprobs": True}, 400, "logprobs",
-     "unsupported_parameter"),
-    ("tool-choice-required", CHAT, {**GOOD_CHAT, "tool_choice": "required", "tools": [
-        {"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice", "unsupported_value"),
+    ("top-logprobs-without-logprobs", CHAT, {**GOOD_CHAT, "top_logprobs": 3}, 400, "top_logprobs",
+     "invalid_value"),
+    ("top-logprobs-too-many", CHAT, {**GOOD_CHAT, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs",
+     "integer_out_of_range"),
+    ("completion-logprobs-too-many", COMPLETIONS, {"model": "m", "prompt": "hi", "logprobs": 6}, 400, "logprobs",
+     "integer_out_of_range"),
+    ("tool-choice-without-tools", CHAT, {**GOOD_CHAT, "tool_choice": "required"}, 400, "tool_choice",
+     "invalid_value"),
+    ("tool-choice-unknown-function", CHAT, {**GOOD_CHAT, "tool_choice": {"type": "function", "function": {
+        "name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice",
+     "invalid_value"),
+    ("tool-not-a-function", CHAT, {**GOOD_CHAT, "tools": [{"type": "web_search"}]}, 400, "tools[0].type",
+     "unsupported_value"),
+    ("tool-without-function", CHAT, {**GOOD_CHAT, "tools": [{"type": "function"}]}, 400, "tools[0].function",
+     "invalid_value"),
+    ("tool-bad-name", CHAT, {**GOOD_CHAT, "tools": [{"type": "function", "function": {"name": "no spaces"}}]},
+     400, "tools[0].function.name", "invalid_value"),
+    ("tool-malformed-schema", CHAT, {**GOOD_CHAT, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "objekt"}}}]}, 400, "tools[0].function.parameters", "invalid_schema"),
+    ("tool-schema-not-object", CHAT, {**GOOD_CHAT, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": [1]}}]}, 400, "tools[0].function.parameters", "invalid_schema"),
+    ("tool-schema-unsatisfiable", CHAT, {**GOOD_CHAT, "tool_choice": "required", "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}},
+            "required": ["n"]}}}]}, 400, "tools", "invalid_schema"),
+    ("response-format-unknown", CHAT, {**GOOD_CHAT, "response_format": {"type": "xml"}}, 400, "response_format",
+     "invalid_value"),
+    ("response-format-no-schema", CHAT, {**GOOD_CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x"}}}, 400, "response_format.json_schema.schema", "missing_required_parameter"),
+    ("response-format-bad-schema", CHAT, {**GOOD_CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": 5}}}}, 400, "response_format.json_schema.schema", "invalid_schema"),
     ("missing-prompt", COMPLETIONS, {"model": "m"}, 400, "prompt", "missing_required_parameter"),
     ("prompt-empty-list", COMPLETIONS, {"model": "m", "prompt": []}, 400, "prompt", "invalid_type"),
     ("prompt-bad-token-id", COMPLETIONS, {"model": "m", "prompt": [1, 10_000_000]}, 400, "prompt",

@@ -141,6 +141,9 @@ def test_error_event_fault_on_a_stream(llm_backend: LLMBackend) -> None:
     ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0].type"),
     ({"model": "m", "input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "m", "input": "hi", "tool_choice": "required"}, "tool_choice"),
+    ({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {"type": "x"}}]},
+     "tools[0].parameters"),
+    ({"model": "m", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     ({"model": "m", "input": "hi", "temperature": 9}, "temperature"),
 ])
 def test_bad_input_is_an_openai_400(llm_backend: LLMBackend, body: dict[str, Any], param: str) -> None:

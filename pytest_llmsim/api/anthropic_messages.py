@@ -5,8 +5,11 @@ Parse: ``model`` and ``max_tokens`` are required, as Anthropic requires them;
 ``assistant`` with string or block content (``text``; ``tool_use`` and
 ``tool_result`` are counted as their text); ``stop_sequences``, ``stream``,
 sampling fields are checked when present; ``tools`` are counted as their
-JSON text; ``tool_choice`` ``auto``/``none`` only (the simulated model
-answers with text). Any credentials and any ``anthropic-version`` are
+JSON text and answered by the shared tool rules (``tool_choice`` ``auto``,
+``any``, ``tool``, ``none``, ``disable_parallel_tool_use``) as ``tool_use``
+blocks, streamed with ``input_json_delta``; a user turn made only of
+``tool_result`` blocks counts as a tool's result (``auto`` then answers
+with text, so an agent loop ends). Any credentials and any ``anthropic-version`` are
 accepted.
 
 Usage follows Anthropic's arithmetic: ``input_tokens`` excludes cache reads
@@ -27,6 +30,8 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid
+from ..tokens import PlannedCall
+from .tool_fields import anthropic_tool_use
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -105,7 +110,10 @@ def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationR
         if "content" not in message:
             raise invalid(f"{param}.content: Field required.", f"{param}.content", "missing_required_parameter")
         text, marked = _content_text(message["content"], f"{param}.content")
-        parsed.append(ChatMessage(message["role"], text))
+        content = message["content"]
+        results_only = (isinstance(content, list) and content
+                        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content))
+        parsed.append(ChatMessage("tool" if results_only else message["role"], text))
         if marked:
             breakpoint_at = len(parsed)
     stops = optional(body, "stop_sequences", lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
@@ -119,23 +127,20 @@ def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationR
     top_k = optional(body, "top_k", is_int, "an integer")
     if top_k is not None and top_k < 0:
         raise invalid("top_k: Input should be greater than or equal to 0.", "top_k", "integer_below_min_value")
-    tools = optional(body, "tools", lambda v: isinstance(v, list), "a list")
-    for i, tool in enumerate(tools or []):
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise invalid(f"tools.{i}.name: Field required.", f"tools.{i}.name", "invalid_value")
-    choice = optional(body, "tool_choice", lambda v: isinstance(v, dict), "an object")
-    if choice is not None and choice.get("type") not in ("auto", "none"):
-        raise invalid("tool_choice: only 'auto' and 'none' are simulated; pytest-llmsim answers with text.",
-                      "tool_choice", "unsupported_value")
+    tool_use = anthropic_tool_use(body)
+    tools = body.get("tools")
     return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
                              n=1, stops=list(stops), seed=None, messages=parsed,
-                             tools_text=json.dumps(tools) if tools else "", cache_breakpoint=breakpoint_at)
+                             tools_text=json.dumps(tools) if tools else "", cache_breakpoint=breakpoint_at,
+                             tool_use=tool_use)
 
 
 def _stop_reason(generation: Generation) -> tuple[str, str | None]:
     output = generation.outputs[0]
     if output.finish_reason == "length":
         return "max_tokens", None
+    if output.calls:
+        return "tool_use", None
     if output.stop_sequence is not None:
         return "stop_sequence", output.stop_sequence
     return "end_turn", None
@@ -150,6 +155,24 @@ def usage(generation: Generation) -> dict[str, Any]:
         written = marked - read
     return {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
             "cache_read_input_tokens": read, "output_tokens": generation.completion_tokens}
+
+
+def _tool_use_block(call: PlannedCall, with_input: bool = True) -> dict[str, Any]:
+    """A ``tool_use`` content block (``input`` empty as a stream opens it; ``{}`` if cut mid-JSON)."""
+    arguments: Any = {}
+    if with_input:
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            arguments = {}  # max_tokens cut the arguments: Anthropic's SDK needs an object here
+    return {"type": "tool_use", "id": "toolu_" + call.key, "name": call.name, "input": arguments}
+
+
+def _content(generation: Generation) -> list[dict[str, Any]]:
+    output = generation.outputs[0]
+    if output.calls:
+        return [_tool_use_block(call) for call in output.calls]
+    return [{"type": "text", "text": generation.texts()[0]}]
 
 
 def _event(name: str, body: dict[str, Any]) -> bytes:
@@ -174,12 +197,25 @@ class _MessagesStream:
         message: dict[str, Any] = {"id": self._id, "type": "message", "role": "assistant", "content": [],
                    "model": generation.request.model, "stop_reason": None, "stop_sequence": None,
                    "usage": start_usage}
-        return (_event("message_start", {"type": "message_start", "message": message})
-                + _event("content_block_start", {"type": "content_block_start", "index": 0,
-                                                 "content_block": {"type": "text", "text": ""}})
+        text_block = b"" if generation.outputs[0].calls else _event(
+            "content_block_start", {"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "text", "text": ""}})
+        return (_event("message_start", {"type": "message_start", "message": message}) + text_block
                 + _event("ping", {"type": "ping"}))
 
-    def token(self, index: int, piece: str) -> bytes:
+    def token(self, index: int, position: int, piece: str) -> bytes:
+        output = self._generation.outputs[0]
+        if output.calls:
+            number, call = output.call_at(position)
+            start = b""
+            if position == call.start:  # the previous block ends, this call's block opens
+                if number:
+                    start = _event("content_block_stop", {"type": "content_block_stop", "index": number - 1})
+                start += _event("content_block_start", {"type": "content_block_start", "index": number,
+                                                        "content_block": _tool_use_block(call, with_input=False)})
+            return start + _event("content_block_delta", {
+                "type": "content_block_delta", "index": number,
+                "delta": {"type": "input_json_delta", "partial_json": piece}})
         template = self._template
         if template is None:
             event = _event("content_block_delta", {"type": "content_block_delta", "index": 0,
@@ -190,7 +226,8 @@ class _MessagesStream:
 
     def finish(self, index: int) -> bytes:
         reason, sequence = _stop_reason(self._generation)
-        return (_event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        last_block = max(len(self._generation.outputs[0].calls) - 1, 0)
+        return (_event("content_block_stop", {"type": "content_block_stop", "index": last_block})
                 + _event("message_delta", {"type": "message_delta",
                                            "delta": {"stop_reason": reason, "stop_sequence": sequence},
                                            "usage": {"output_tokens": self._generation.completion_tokens}}))
@@ -203,7 +240,8 @@ class _MessagesStream:
         return _event("error", {"type": "error", "error": body["error"]})
 
     def malformed(self) -> bytes:
-        return self.token(0, "")[:-12] + b"\n\n"
+        return _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                               "delta": {"type": "text_delta", "text": ""}})[:-12] + b"\n\n"
 
 
 class AnthropicMessages:
@@ -218,7 +256,7 @@ class AnthropicMessages:
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         reason, sequence = _stop_reason(generation)
         return {"id": response_id, "type": "message", "role": "assistant", "model": generation.request.model,
-                "content": [{"type": "text", "text": generation.texts()[0]}], "stop_reason": reason,
+                "content": _content(generation), "stop_reason": reason,
                 "stop_sequence": sequence, "usage": usage(generation)}
 
     def stream(self, generation: Generation, response_id: str) -> _MessagesStream:

@@ -28,8 +28,11 @@ class StreamRenderer(Protocol):
     def opening(self, index: int) -> bytes:
         """What a choice's stream starts with (a role event, an echoed prompt), or ``b""``."""
 
-    def token(self, index: int, piece: str) -> bytes:
-        """One generated token's event for choice ``index``."""
+    def token(self, index: int, position: int, piece: str) -> bytes:
+        """The event of choice ``index``'s token number ``position`` (0-based), which adds ``piece``.
+
+        Called in order of ``position`` for each choice.
+        """
 
     def finish(self, index: int) -> bytes:
         """The event that ends choice ``index`` (its finish reason)."""

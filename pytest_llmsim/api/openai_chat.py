@@ -2,8 +2,10 @@
 
 Messages are reduced to role, text and name (text parts only; an assistant
 message with ``tool_calls`` and no content counts its calls as text);
-``tools`` are counted as their JSON text; ``tool_choice`` other than ``none``
-and ``auto`` is refused, since the simulated model answers with text.
+``tools`` are counted as their JSON text, and answered by the tool rules of
+:mod:`pytest_llmsim.content.tools` (``message.tool_calls``; streamed, the
+first delta of a call carries its id, type and name, later ones only
+argument fragments); ``response_format`` asks for JSON.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
-from .openai_common import OpenAIErrors, OpenAIStream, common_fields, envelope, generation_usage
-from .validation import expect_object, optional
+from ..tokens import PlannedCall, PlannedOutput
+from .openai_common import OpenAIErrors, OpenAIStream, chat_logprobs, common_fields, envelope, generation_usage
+from .tool_fields import openai_output_format, openai_tool_use
+from .validation import expect_object
 
 if TYPE_CHECKING:
     from ..simulator import Generation
@@ -79,19 +83,12 @@ def parse_chat(body: Any) -> GenerationRequest:
         raise invalid("Invalid 'messages': empty array. Expected an array with minimum length 1.",
                       "messages", "empty_array")
     parsed_messages = [_chat_message(i, m) for i, m in enumerate(messages)]
-    tools = optional(body, "tools", lambda v: isinstance(v, list), "an array")
-    for i, tool in enumerate(tools or []):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise invalid(f"Invalid 'tools[{i}]': expected {{'type': 'function', 'function': {{'name': ...}}}}.",
-                          f"tools[{i}]", "invalid_value")
-    tool_choice = body.get("tool_choice")
-    if tool_choice not in (None, "none", "auto"):
-        raise invalid("Only tool_choice 'none' and 'auto' are simulated; pytest-llmsim answers with text.",
-                      "tool_choice", "unsupported_value")
+    tool_use = openai_tool_use(body, flat=False)
+    output_format = openai_output_format(body)
     common = common_fields(body, "chat")
-    return GenerationRequest(kind="chat", messages=parsed_messages,
-                         tools_text=json.dumps(tools) if tools else "", **common)
+    tools = body.get("tools")
+    return GenerationRequest(kind="chat", messages=parsed_messages, tools_text=json.dumps(tools) if tools else "",
+                             tool_use=tool_use, output_format=output_format, **common)
 
 
 
@@ -99,10 +96,40 @@ def _choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
     return {"index": index, "delta": {"content": text} if finish is None else {}, "finish_reason": finish}
 
 
+def call_id(call: PlannedCall) -> str:
+    return "call_" + call.key
+
+
+def tool_calls(output: PlannedOutput) -> list[dict[str, Any]]:
+    """``message.tool_calls`` of a complete answer."""
+    return [{"id": call_id(call), "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in output.calls]
+
+
 class _ChatStream(OpenAIStream):
     def opening(self, index: int) -> bytes:
-        """The role event every choice starts with."""
-        return self.event({"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+        """The role event every choice starts with (no content yet when the answer calls tools)."""
+        content = None if self._generation.outputs[index].calls else ""
+        return self.event({"index": index, "delta": {"role": "assistant", "content": content},
+                           "finish_reason": None})
+
+    def token_choice(self, index: int, position: int, piece: str) -> dict[str, Any]:
+        """A call's first token carries its index, id, type and name; later ones only index and arguments:
+        the SDK concatenates every string it sees, so repeating the id or name would corrupt the call."""
+        generation = self._generation
+        output = generation.outputs[index]
+        if output.calls:
+            number, call = output.call_at(position)
+            delta: dict[str, Any] = {"index": number, "function": {"arguments": piece}}
+            if position == call.start:
+                delta = {"index": number, "id": call_id(call), "type": "function",
+                         "function": {"name": call.name, "arguments": piece}}
+            choice: dict[str, Any] = {"index": index, "delta": {"tool_calls": [delta]}, "finish_reason": None}
+        else:
+            choice = _choice(index, piece, None)
+        if generation.request.logprobs is not None:
+            choice["logprobs"] = chat_logprobs(generation.logprobs(index, position, position + 1))
+        return choice
 
 
 class OpenAIChat(OpenAIErrors):
@@ -116,11 +143,17 @@ class OpenAIChat(OpenAIErrors):
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         body = envelope(response_id, "chat.completion", generation.request.model, None)
-        body["choices"] = [
-            {"index": i, "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
-             "logprobs": None, "finish_reason": output.finish_reason}
-            for i, (text, output) in enumerate(zip(generation.texts(), generation.outputs))
-        ]
+        want_logprobs = generation.request.logprobs is not None
+        choices = []
+        for i, (text, output) in enumerate(zip(generation.texts(), generation.outputs)):
+            message: dict[str, Any] = {"role": "assistant", "content": None if output.calls else text,
+                                       "refusal": None, "annotations": []}
+            if output.calls:
+                message["tool_calls"] = tool_calls(output)
+            logprobs = chat_logprobs(generation.logprobs(i, 0, output.length)) if want_logprobs else None
+            choices.append({"index": i, "message": message, "logprobs": logprobs,
+                            "finish_reason": output.finish_reason})
+        body["choices"] = choices
         body["usage"] = generation_usage(generation)
         body["service_tier"] = "default"
         return body

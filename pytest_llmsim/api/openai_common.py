@@ -18,19 +18,20 @@ from ..sim import RateLimitStatus, SimError, invalid
 from .validation import describe, is_int, optional, ranged
 
 if TYPE_CHECKING:
+    from ..content.logprobs import TokenLogprob
     from ..simulator import Generation
 
 __all__ = [
-    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIErrors", "OpenAIStream", "common_fields", "envelope",
+    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIErrors", "OpenAIStream", "chat_logprobs",
+    "common_fields", "completion_logprobs", "envelope",
     "model_field", "openai_error_body", "sse", "usage_body",
 ]
 
 SYSTEM_FINGERPRINT = "fp_llmsim"
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
+MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}
 UNSUPPORTED_FIELDS = {
-    "logprobs": "log probabilities are not simulated",
-    "top_logprobs": "log probabilities are not simulated",
     "audio": "audio output is not simulated",
     "prediction": "predicted outputs are not simulated",
 }
@@ -99,6 +100,7 @@ def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
     ranged(body, "frequency_penalty", -2.0, 2.0)
     seed = optional(body, "seed", is_int, "an integer")
     optional(body, "user", lambda v: isinstance(v, str), "a string")
+    logprobs = _logprobs(body, kind)
     stop = body.get("stop")
     if stop is None:
         stops: list[str] = []
@@ -112,7 +114,30 @@ def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
                       f"{MAX_STOP_SEQUENCES} strings.", "stop", "invalid_type")
     return {"model": model, "stream": stream, "include_usage": include_usage,
             "max_tokens": max_tokens, "max_tokens_param": max_tokens_param, "n": n or 1, "stops": stops,
-            "seed": seed}
+            "seed": seed, "logprobs": logprobs}
+
+
+def _logprobs(body: dict[str, Any], kind: str) -> int | None:
+    """How many alternatives each token's logprobs list (0: the chosen token only), or None for none.
+
+    Chat: ``logprobs: true`` plus ``top_logprobs`` (0-20); completions: ``logprobs`` 0-5.
+    """
+    most = MAX_TOP_LOGPROBS[kind]
+    if kind == "chat":
+        wanted = optional(body, "logprobs", lambda v: isinstance(v, bool), "a boolean")
+        top = optional(body, "top_logprobs", is_int, "an integer")
+        if top is not None and not wanted:
+            raise invalid("Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' "
+                          "is used.", "top_logprobs", "invalid_value")
+        if top is not None and not 0 <= top <= most:
+            raise invalid(f"Invalid 'top_logprobs': {top} is not between 0 and {most}.", "top_logprobs",
+                          "integer_out_of_range")
+        return (top or 0) if wanted else None
+    value = optional(body, "logprobs", is_int, "an integer")
+    if value is not None and not 0 <= value <= most:
+        raise invalid(f"Invalid 'logprobs': {value} is not between 0 and {most}.", "logprobs",
+                      "integer_out_of_range")
+    return None if value is None else int(value)
 
 
 def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
@@ -140,12 +165,32 @@ def sse(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
+def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
+    """Chat's ``logprobs`` object: ``content`` entries with ``token``, ``logprob``, ``bytes``, ``top_logprobs``."""
+    return {"content": [{"token": e.token, "logprob": e.logprob, "bytes": e.bytes,
+                         "top_logprobs": [{"token": t, "logprob": lp, "bytes": b} for t, b, lp in e.top]}
+                        for e in entries], "refusal": None}
+
+
+def completion_logprobs(entries: list[TokenLogprob], first_offset: int) -> dict[str, Any]:
+    """Completions' ``logprobs``: parallel lists, ``top_logprobs`` as dicts, ``text_offset`` in characters."""
+    offsets = []
+    offset = first_offset
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry.token)
+    return {"tokens": [e.token for e in entries], "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{t: lp for t, _, lp in (e.top or [(e.token, e.bytes, e.logprob)])} for e in entries],
+            "text_offset": offsets}
+
+
 class OpenAIStream:
     """The SSE events of one streamed chat or completions answer.
 
-    ``chunk(choices, with_usage, usage)`` builds one chunk object; ``choice``
-    builds a choice carrying text (or a finish). Token events are cut from a
-    per-choice template around a marker, so a token costs one string escape.
+    ``choice(index, text, finish)`` builds a choice carrying text (or a
+    finish). Plain token events are cut from a per-choice template around a
+    marker, so a token costs one string escape; a token that carries more
+    (logprobs, a tool call's fragment) is built by :meth:`token_choice`.
     """
 
     _MARK = "\x00llmsim-piece\x00"
@@ -158,6 +203,7 @@ class OpenAIStream:
         self._usage = request.include_usage
         self._choice = choice
         self._templates: dict[int, tuple[bytes, bytes]] = {}
+        self._plain = request.logprobs is None
 
     def event(self, choice: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> bytes:
         body = envelope(self._id, self._obj, self._model, self._created)
@@ -169,13 +215,19 @@ class OpenAIStream:
     def opening(self, index: int) -> bytes:
         return b""
 
-    def token(self, index: int, piece: str) -> bytes:
+    def token(self, index: int, position: int, piece: str) -> bytes:
+        if not self._plain or self._generation.outputs[index].calls:
+            return self.event(self.token_choice(index, position, piece))
         template = self._templates.get(index)
         if template is None:
             head, tail = self.event(self._choice(index, self._MARK, None)).split(
                 encode_basestring_ascii(self._MARK).encode())
             template = self._templates[index] = (head, tail)
         return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+
+    def token_choice(self, index: int, position: int, piece: str) -> dict[str, Any]:
+        """The choice of a token event that is not plain text (subclasses add tool calls, logprobs)."""
+        return self._choice(index, piece, None)
 
     def finish(self, index: int) -> bytes:
         return self.event(self._choice(index, "", self._generation.outputs[index].finish_reason))
@@ -189,4 +241,4 @@ class OpenAIStream:
         return sse(openai_error_body(error))
 
     def malformed(self) -> bytes:
-        return self.token(0, "")[:-12] + b"\n\n"
+        return self.event(self._choice(0, "", None))[:-12] + b"\n\n"

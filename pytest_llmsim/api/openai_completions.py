@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, invalid
-from .openai_common import OpenAIErrors, OpenAIStream, common_fields, envelope, generation_usage
+from .openai_common import (
+    OpenAIErrors,
+    OpenAIStream,
+    common_fields,
+    completion_logprobs,
+    envelope,
+    generation_usage,
+)
 from .validation import expect_object, is_int, optional
 
 if TYPE_CHECKING:
@@ -61,10 +68,24 @@ def _choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
 
 
 class _CompletionStream(OpenAIStream):
+    def __init__(self, generation: Generation, response_id: str) -> None:
+        super().__init__(generation, response_id, "text_completion", _choice)
+        self._offsets: dict[int, tuple[int, int]] = {}  # choice -> (next position, its text offset)
+
     def opening(self, index: int) -> bytes:
         """The echoed prompt, when ``echo`` asks for it."""
         prefix = self._generation.echo_prefixes[index]
         return self.event(_choice(index, prefix, None)) if prefix else b""
+
+    def token_choice(self, index: int, position: int, piece: str) -> dict[str, Any]:
+        generation = self._generation
+        choice = _choice(index, piece, None)
+        known, offset = self._offsets.get(index, (0, len(generation.echo_prefixes[index])))
+        pieces = generation.outputs[index].pieces
+        offset += sum(len(p) for p in pieces[known:position])  # tokens go out in order: this is short
+        choice["logprobs"] = completion_logprobs(generation.logprobs(index, position, position + 1), offset)
+        self._offsets[index] = (position + 1, offset + len(piece))
+        return choice
 
 
 class OpenAICompletions(OpenAIErrors):
@@ -78,15 +99,18 @@ class OpenAICompletions(OpenAIErrors):
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         body = envelope(response_id, "text_completion", generation.request.model, None)
+        want_logprobs = generation.request.logprobs is not None
         body["choices"] = [
-            {"text": text, "index": i, "logprobs": None, "finish_reason": output.finish_reason}
+            {"text": text, "index": i, "finish_reason": output.finish_reason,
+             "logprobs": completion_logprobs(generation.logprobs(i, 0, output.length),
+                                             len(generation.echo_prefixes[i])) if want_logprobs else None}
             for i, (text, output) in enumerate(zip(generation.texts(), generation.outputs))
         ]
         body["usage"] = generation_usage(generation)
         return body
 
     def stream(self, generation: Generation, response_id: str) -> _CompletionStream:
-        return _CompletionStream(generation, response_id, "text_completion", _choice)
+        return _CompletionStream(generation, response_id)
 
 
 OPENAI_COMPLETIONS = OpenAICompletions()

@@ -7,9 +7,11 @@ Parse: ``input`` as a string or a list of items (messages with
 ``max_output_tokens``; ``stream``; ``store`` (default true) and
 ``previous_response_id``, whose stored conversation goes in front of the
 input (so it counts in ``input_tokens`` and in the prefix cache); an unknown
-id answers 400 with ``param: "previous_response_id"``. ``text.format`` is
-accepted (structured output comes later); function ``tools`` are counted as
-their JSON text; ``tool_choice`` other than ``auto``/``none`` is refused.
+id answers 400 with ``param: "previous_response_id"``. ``text.format``
+``json_object``/``json_schema`` asks for JSON; function ``tools`` are
+counted as their JSON text and answered by the shared tool rules as
+``function_call`` output items (streamed as ``output_item.added``,
+``function_call_arguments.delta``/``.done``, ``output_item.done``).
 
 Render: the response object the ``openai`` SDK's types require; streams as
 the event sequence its ``responses.stream()`` reads, each event with a rising
@@ -24,7 +26,9 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid
+from ..tokens import PlannedCall
 from .openai_common import OpenAIErrors, model_field
+from .tool_fields import openai_tool_use, responses_output_format
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -105,21 +109,16 @@ def parse_responses(body: Any) -> GenerationRequest:
     previous = optional(body, "previous_response_id", lambda v: isinstance(v, str), "a string")
     temperature = ranged(body, "temperature", 0.0, 2.0)
     top_p = ranged(body, "top_p", 0.0, 1.0)
-    tools = optional(body, "tools", lambda v: isinstance(v, list), "an array") or []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
-            raise invalid(f"Invalid 'tools[{i}]': only function tools ({{'type': 'function', 'name': ...}}) are "
-                          "simulated.", f"tools[{i}]", "unsupported_value")
+    tool_use = openai_tool_use(body, flat=True)
+    tools = body.get("tools") or []
     tool_choice = body.get("tool_choice", "auto")
-    if tool_choice not in ("auto", "none"):
-        raise invalid("Only tool_choice 'auto' and 'none' are simulated; pytest-llmsim answers with text.",
-                      "tool_choice", "unsupported_value")
     text = optional(body, "text", lambda v: isinstance(v, dict), "an object") or {}
     text_format = text.get("format") or {"type": "text"}
     if not isinstance(text_format, dict) or text_format.get("type") not in TEXT_FORMATS:
         raise invalid(f"Invalid 'text.format': expected a type among {', '.join(TEXT_FORMATS)}.", "text.format",
                       "invalid_value")
-    parallel = optional(body, "parallel_tool_calls", lambda v: isinstance(v, bool), "a boolean")
+    parallel = body.get("parallel_tool_calls")
+    output_format = responses_output_format(text_format)
     wire = {"created_at": int(time.time()), "instructions": instructions, "max_output_tokens": max_tokens,
             "previous_response_id": previous, "store": store is not False, "temperature": temperature,
             "top_p": top_p, "tools": tools, "tool_choice": tool_choice, "text": {"format": text_format},
@@ -129,7 +128,7 @@ def parse_responses(body: Any) -> GenerationRequest:
                              n=1, stops=[], seed=None, messages=[*preamble, *messages],
                              tools_text=json.dumps(tools) if tools else "", max_tokens_param="max_output_tokens",
                              previous_id=previous, store=store is not False, preamble=len(preamble),
-                             prompt_param="input", wire=wire)
+                             prompt_param="input", tool_use=tool_use, output_format=output_format, wire=wire)
 
 
 def _item_id(response_id: str) -> str:
@@ -144,6 +143,12 @@ def _usage(generation: Generation) -> dict[str, Any]:
             "total_tokens": prompt + output}
 
 
+def _function_call(call: PlannedCall, status: str, arguments: str | None = None) -> dict[str, Any]:
+    """A ``function_call`` output item (``fc_…`` id; ``call_id`` is what the tool's output refers to)."""
+    return {"id": "fc_" + call.key, "type": "function_call", "call_id": "call_" + call.key, "name": call.name,
+            "arguments": call.arguments if arguments is None else arguments, "status": status}
+
+
 def _text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
@@ -153,8 +158,11 @@ def response_object(generation: Generation, response_id: str, done: bool = True)
     wire = generation.request.wire
     incomplete = done and generation.outputs[0].finish_reason == "length"
     status = "in_progress" if not done else ("incomplete" if incomplete else "completed")
-    output = []
-    if done:
+    output: list[dict[str, Any]] = []
+    calls = generation.outputs[0].calls
+    if done and calls:
+        output = [_function_call(call, "incomplete" if incomplete else "completed") for call in calls]
+    elif done:
         output = [{"id": _item_id(response_id), "type": "message", "role": "assistant",
                    "status": "incomplete" if incomplete else "completed",
                    "content": [_text_part(generation.texts()[0])]}]
@@ -197,13 +205,35 @@ class _ResponsesStream:
 
     def opening(self, index: int) -> bytes:
         started = response_object(self._generation, self._id, done=False)
+        head = (self._event({"type": "response.created", "response": started})
+                + self._event({"type": "response.in_progress", "response": started}))
+        if self._generation.outputs[0].calls:
+            return head  # each call's item opens with its first token
         item = {"id": self._item, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-        return (self._event({"type": "response.created", "response": started})
-                + self._event({"type": "response.in_progress", "response": started})
-                + self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
+        return (head + self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
                 + self._event(self._located("response.content_part.added", part=_text_part(""))))
 
-    def token(self, index: int, piece: str) -> bytes:
+    def _call_done(self, number: int, call: PlannedCall, status: str) -> bytes:
+        return (self._event({"type": "response.function_call_arguments.done", "item_id": "fc_" + call.key,
+                             "output_index": number, "name": call.name, "arguments": call.arguments})
+                + self._event({"type": "response.output_item.done", "output_index": number,
+                               "item": _function_call(call, status)}))
+
+    def _call_token(self, position: int, piece: str) -> bytes:
+        calls = self._generation.outputs[0].calls
+        number, call = self._generation.outputs[0].call_at(position)
+        start = b""
+        if position == call.start:  # the previous call is done; this one's item opens
+            if number:
+                start = self._call_done(number - 1, calls[number - 1], "completed")
+            start += self._event({"type": "response.output_item.added", "output_index": number,
+                                  "item": _function_call(call, "in_progress", arguments="")})
+        return start + self._event({"type": "response.function_call_arguments.delta", "item_id": "fc_" + call.key,
+                                    "output_index": number, "delta": piece})
+
+    def token(self, index: int, position: int, piece: str) -> bytes:
+        if self._generation.outputs[0].calls:
+            return self._call_token(position, piece)
         template = self._template
         if template is None:
             body = self._located("response.output_text.delta", delta=self._PIECE, logprobs=[])
@@ -219,8 +249,11 @@ class _ResponsesStream:
                                 template[2])
 
     def finish(self, index: int) -> bytes:
-        text = self._generation.texts()[0]
         final = response_object(self._generation, self._id)
+        calls = self._generation.outputs[0].calls
+        if calls:
+            return self._call_done(len(calls) - 1, calls[-1], final["output"][-1]["status"])
+        text = self._generation.texts()[0]
         return (self._event(self._located("response.output_text.done", text=text, logprobs=[]))
                 + self._event(self._located("response.content_part.done", part=_text_part(text)))
                 + self._event({"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]}))
@@ -235,7 +268,7 @@ class _ResponsesStream:
                             "param": error.param})
 
     def malformed(self) -> bytes:
-        return self.token(0, "")[:-12] + b"\n\n"
+        return self._event(self._located("response.output_text.delta", delta="", logprobs=[]))[:-12] + b"\n\n"
 
 
 class OpenAIResponses(OpenAIErrors):

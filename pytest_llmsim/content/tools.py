@@ -49,7 +49,7 @@ class ToolUse:
     function: str | None = None
     parallel: bool = True
 
-    def named(self, name: str) -> ToolSpec | None:
+    def named(self, name: object) -> ToolSpec | None:
         return next((tool for tool in self.tools if tool.name == name), None)
 
 
