@@ -24,6 +24,7 @@ from typing import Any
 
 from .backend import LLMBackend
 from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
+from .content.replies import Rule, load_conversation
 from .faults import Fault, FaultError
 
 __all__ = ["main"]
@@ -87,10 +88,32 @@ def load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[st
         kind = "rate_limit"
         times = 2
 
-    Raises ValueError naming what is wrong (an unknown setting, a bad fault).
+        [[rules]]
+        prompt = "weather"
+        tool_call = { name = "get_weather", arguments = { city = "Paris" } }
+
+    Raises ValueError naming what is wrong (an unknown setting, a bad fault or rule).
     """
+    return _load_config_file(path)[:2]
+
+
+def load_config_rules(path: str) -> list[Rule]:
+    """The ``[[rules]]`` tables of a TOML config file (see :meth:`Rule.from_json` for their keys)."""
+    return _load_config_file(path)[2]
+
+
+def _load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[Rule]]:
     with open(path, "rb") as handle:
         data = tomllib.load(handle)
+    rules_data = data.pop("rules", [])
+    if not isinstance(rules_data, list):
+        raise ValueError("'rules' must be an array of tables ([[rules]])")
+    rules = []
+    for number, table in enumerate(rules_data, 1):
+        try:
+            rules.append(Rule.from_json(table))
+        except ValueError as error:
+            raise ValueError(f"rules #{number}: {error}") from None
     faults_data = data.pop("faults", [])
     if not isinstance(faults_data, list) or not all(isinstance(f, dict) and "kind" in f for f in faults_data):
         raise ValueError("'faults' must be an array of tables, each with a 'kind'")
@@ -100,7 +123,7 @@ def load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[st
         params = {key: value for key, value in fault.items() if key != "kind"}
         Fault.build(fault["kind"], **params)  # FaultError (a ValueError) names the problem
         faults.append((fault["kind"], params))
-    return data, faults
+    return data, faults, rules
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8000, help="Port to listen on, 0 to 65535; 0 picks a "
                                                                 "free one (default: 8000)")
     serve.add_argument("--config", default=None, metavar="FILE",
-                       help="TOML file of settings and [[faults]]; flags win over it")
+                       help="TOML file of settings, [[faults]] and [[rules]]; flags win over it")
+    serve.add_argument("--replay", dest="replays", action="append", default=[], metavar="FILE.jsonl",
+                       help="Answer as a recorded conversation did: one rule per JSONL line "
+                            "({'messages': [...], 'reply': ...}) (repeatable)")
     serve.add_argument("--control-token", default=None, metavar="TOKEN",
                        help="Require 'Authorization: Bearer TOKEN' on the control API (/llmsim/v1/...)")
     serve.add_argument("--fault", dest="faults", action="append", default=[], type=_fault, metavar="KIND[:K=V,...]",
@@ -131,11 +157,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     file_settings: dict[str, Any] = {}
     file_faults: list[tuple[str, dict[str, Any]]] = []
+    rules: list[Rule] = []
     if args.config is not None:
         try:
-            file_settings, file_faults = load_config_file(args.config)
+            file_settings, file_faults, rules = _load_config_file(args.config)
         except (OSError, ValueError) as error:
             parser.error(f"--config {args.config}: {error}")
+    for replay in args.replays:
+        try:
+            rules.extend(load_conversation(replay))
+        except (OSError, ValueError) as error:
+            parser.error(f"--replay {replay}: {error}")
     flags = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
     try:
         config = SimConfig().replace(**{**file_settings, **flags})  # flags win over the file
@@ -144,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token)
     for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)
+    for rule in rules:
+        backend.add_rule(rule)
     try:
         backend.start()
     except OSError as error:  # its message names the address

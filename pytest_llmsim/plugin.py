@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 
 from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
+from .content.replies import Rule, normalize_reply
 from .faults import Fault, FaultError
 from .isolation import ProcessBackend, spawn_backend
 from .pool import BackendPool
@@ -188,6 +190,8 @@ MARKERS = {
     "llm_fault": "llm_fault(kind, **params): arm a fault on the llm_backend (repeatable; closest first), "
                  "e.g. llm_fault('rate_limit', times=2, retry_after=0.1)",
     "llm_realtime": "llm_realtime: run this test's llm_backend at speed 1 whatever --llmsim-speed says",
+    "llm_reply": "llm_reply(*replies, prompt=, model=, tool=, api=, times=): scripted replies (text, dict, "
+                 "ToolCall, ErrorReply); with a matcher or times, a rule, else queued in order (repeatable)",
 }
 
 
@@ -252,6 +256,40 @@ def faults_from_markers(item: pytest.Item) -> list[tuple[str, dict[str, Any]]]:
     return faults
 
 
+_RULE_KEYS = ("prompt", "model", "tool", "api", "times")
+
+
+def replies_from_markers(item: pytest.Item) -> list[Rule | tuple[Any, ...]]:
+    """Every ``llm_reply`` marker, farthest first: a :class:`Rule` when it has a matcher or ``times``,
+    else the replies to queue."""
+    scripted: list[Rule | tuple[Any, ...]] = []
+    for marker in reversed(list(item.iter_markers("llm_reply"))):
+        unknown = sorted(set(marker.kwargs) - set(_RULE_KEYS))
+        if unknown or not marker.args:
+            raise pytest.UsageError(f"@pytest.mark.llm_reply takes replies as positional arguments and "
+                                    f"{', '.join(_RULE_KEYS)} as keywords; got {marker.args!r}, {marker.kwargs!r}")
+        try:
+            if marker.kwargs:
+                scripted.append(Rule(tuple(marker.args), **marker.kwargs))
+            else:
+                scripted.append(tuple(normalize_reply(reply) for reply in marker.args))
+        except (TypeError, re.error) as error:
+            raise pytest.UsageError(f"@pytest.mark.llm_reply: {error}") from None
+    return scripted
+
+
+def _arm(backend: AnyBackend, faults: list[tuple[str, dict[str, Any]]],
+         scripted: list[Rule | tuple[Any, ...]]) -> None:
+    """Arm a backend with the faults and scripted replies of a test's markers."""
+    for kind, params in faults:
+        backend.add_fault(kind, **params)
+    for item in scripted:
+        if isinstance(item, Rule):
+            backend.add_rule(Rule(item.replies, item.prompt, item.model, item.tool, item.api, item.times))
+        else:
+            backend.reply_with(*item)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     s = config.stash[_SETTINGS_KEY]
     isolation = "" if s.isolation == "thread" else f", isolation={s.isolation}"
@@ -314,8 +352,7 @@ def llm_backend(llmsim_session_backend: AnyBackend, llmsim_config: SimConfig,
     """
     backend = llmsim_session_backend
     backend.reset(llmsim_config.replace(**settings_from_markers(request.node)))
-    for kind, params in faults_from_markers(request.node):
-        backend.add_fault(kind, **params)
+    _arm(backend, faults_from_markers(request.node), replies_from_markers(request.node))
     yield backend
     _record_for_report(request, backend)
     warn_if_lagging(backend)
@@ -338,6 +375,7 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     host = llmsim_listen_address[0]
     from_markers = settings_from_markers(request.node)
     faults = faults_from_markers(request.node)
+    scripted = replies_from_markers(request.node)
     default_isolation = request.config.stash[_SETTINGS_KEY].isolation
 
     def factory(isolation: str | None = None, **settings: Any) -> AnyBackend:
@@ -346,8 +384,7 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
         mode = _parse_isolation(isolation or default_isolation)
         backend: AnyBackend = (spawn_backend(config, host) if mode == "process"
                                else LLMBackend(config, host=host).start())
-        for kind, params in faults:
-            backend.add_fault(kind, **params)
+        _arm(backend, faults, scripted)
         started.append(backend)
         return backend
 

@@ -124,7 +124,8 @@ def reply_from_json(data: Any) -> Reply:
         calls = [data["tool_call"]] if "tool_call" in data else data["tool_calls"]
         if not isinstance(calls, list) or not calls or not all(isinstance(call, dict) for call in calls):
             raise ValueError("'tool_calls' must be a non-empty list of {'name', 'arguments'} objects")
-        return [ToolCall(call.get("name", ""), call.get("arguments", {})) for call in calls]
+        built = [ToolCall(call.get("name", ""), call.get("arguments", {})) for call in calls]
+        return built[0] if len(built) == 1 else built
     except TypeError as error:
         raise ValueError(str(error)) from None
 
