@@ -102,7 +102,8 @@ class SimSequence:
     ``output_length`` tokens are emitted unless the sequence is cancelled.
     ``latency_scale`` stretches this sequence's own steps (a slow fault).
     ``owner`` and ``index`` are the caller's (the runtime keeps its ticket in
-    ``owner``; the server keeps the choice index in ``index``).
+    ``owner``; the server keeps the choice index in ``index``). ``adapter``
+    names the LoRA adapter it runs with (None: the base model).
     """
 
     prompt_tokens: TokenIds[int]
@@ -110,6 +111,7 @@ class SimSequence:
     latency_scale: float = 1.0
     index: int = 0
     owner: Any = None
+    adapter: str | None = None
     state: SeqState = SeqState.PENDING
     arrival: float = math.nan
     admitted_at: float | None = None
@@ -188,6 +190,9 @@ class Engine:
         self.max_running = 0
         self._running: set[SimSequence] = set()
         self._waiting: deque[SimSequence] = deque()
+        # LoRA adapters in the batch (name -> running sequences) and waiting sequences that name one
+        self._active_adapters: dict[str, int] = {}
+        self._adapter_waiting = 0
         self._events: list[tuple[float, int, int, SimSequence]] = []
         self._serial = itertools.count()
 
@@ -202,6 +207,12 @@ class Engine:
     def waiting_count(self) -> int:
         """Sequences queued for a batch slot."""
         return len(self._waiting)
+
+    def adapters(self) -> tuple[list[str], list[str]]:
+        """LoRA adapters of the running batch and of the waiting queue (sorted names)."""
+        waiting = ({seq.adapter for seq in self._waiting if seq.adapter is not None}
+                   if self._adapter_waiting else set())
+        return sorted(self._active_adapters), sorted(waiting)
 
     def next_event_time(self) -> float | None:
         """Virtual time of the next event, or None when idle."""
@@ -243,6 +254,8 @@ class Engine:
         """
         if seq.state is SeqState.WAITING:
             self._waiting.remove(seq)
+            if seq.adapter is not None:
+                self._adapter_waiting -= 1
             self._finish(seq, SeqState.CANCELLED)
         elif seq.state is SeqState.PENDING:
             seq.arrival = self.now
@@ -284,9 +297,17 @@ class Engine:
     def _push(self, when: float, kind: int, seq: SimSequence) -> None:
         heapq.heappush(self._events, (when, next(self._serial), kind, seq))
 
+    def _adapter_fits(self, seq: SimSequence) -> bool:
+        """Whether ``seq``'s LoRA adapter can join the batch: it is active, or fewer than max_loras are."""
+        adapter = seq.adapter
+        return (adapter is None or adapter in self._active_adapters
+                or len(self._active_adapters) < self.config.max_loras)
+
     def _arrive(self, seq: SimSequence, at: float) -> bool:
         seq.arrival = at
-        if len(self._running) < self.config.max_batch_size and not self._waiting:
+        # A queue holding only sequences blocked on the LoRA limit does not hold back others.
+        queue_blocks = bool(self._waiting) and self._adapter_waiting < len(self._waiting)
+        if len(self._running) < self.config.max_batch_size and not queue_blocks and self._adapter_fits(seq):
             self._admit(seq, at)
             return True
         if len(self._waiting) >= self.config.max_waiting:
@@ -294,11 +315,15 @@ class Engine:
             return False
         seq.state = SeqState.WAITING
         self._waiting.append(seq)
+        if seq.adapter is not None:
+            self._adapter_waiting += 1
         return True
 
     def _admit(self, seq: SimSequence, at: float) -> None:
         seq.state = SeqState.RUNNING
         seq.admitted_at = at
+        if seq.adapter is not None:
+            self._active_adapters[seq.adapter] = self._active_adapters.get(seq.adapter, 0) + 1
         self._running.add(seq)
         self.max_running = max(self.max_running, len(self._running))
         prompt = seq.prompt_tokens
@@ -374,10 +399,30 @@ class Engine:
         seq.finished_at = self.now
         if was_running:
             self._running.discard(seq)
+            if seq.adapter is not None:
+                left = self._active_adapters[seq.adapter] - 1
+                if left:
+                    self._active_adapters[seq.adapter] = left
+                else:
+                    del self._active_adapters[seq.adapter]
         self.listener.on_finish(seq, self.now)
         if was_running:
             self._fill_slots()
 
     def _fill_slots(self) -> None:
+        if not self._adapter_waiting:  # plain FCFS
+            while self._waiting and len(self._running) < self.config.max_batch_size:
+                self._admit(self._waiting.popleft(), self.now)
+            return
+        # As vLLM: a request whose adapter cannot join (max_loras active) is skipped, not a barrier.
+        skipped: deque[SimSequence] = deque()
         while self._waiting and len(self._running) < self.config.max_batch_size:
-            self._admit(self._waiting.popleft(), self.now)
+            seq = self._waiting.popleft()
+            if self._adapter_fits(seq):
+                if seq.adapter is not None:
+                    self._adapter_waiting -= 1
+                self._admit(seq, self.now)
+            else:
+                skipped.append(seq)
+        skipped.extend(self._waiting)
+        self._waiting = skipped

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -184,6 +185,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._stats: dict[str, _ModelStats] = {}
         self._gauges = (0, 0)
+        self._lora: tuple[list[str], list[str], int] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a Collector by shape: collect() yields families
 
@@ -237,6 +239,12 @@ class Metrics:
             gauge_running.add_metric([self.model], running)
             gauge_waiting.add_metric([self.model], waiting)
             families: list[Metric] = [gauge_running, gauge_waiting]
+            if self._lora is not None:  # as vLLM: only when LoRA is on; the value is a timestamp
+                active, queued, max_lora = self._lora
+                info = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on LoRA requests",
+                                         labels=["running_lora_adapters", "waiting_lora_adapters", "max_lora"])
+                info.add_metric([",".join(active), ",".join(queued), str(max_lora)], time.time())
+                families.append(info)
             for key, name, doc in _COUNTERS:
                 counter = CounterMetricFamily(name, doc, labels=labels)
                 for model, stats in self._stats.items():
@@ -264,10 +272,14 @@ class Metrics:
                 families.append(histogram)
         yield from families
 
-    def render(self, running: int, waiting: int) -> bytes:
-        """Prometheus text exposition, gauges set from the engine's state now."""
+    def render(self, running: int, waiting: int, lora: tuple[list[str], list[str], int] | None = None) -> bytes:
+        """Prometheus text exposition, gauges set from the engine's state now.
+
+        ``lora``: adapters running, adapters waiting and ``max_loras``, when the backend serves adapters.
+        """
         with self._lock:
             self._gauges = (running, waiting)
+            self._lora = lora
         return generate_latest(self.registry)
 
     # --- Python ---

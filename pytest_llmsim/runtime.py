@@ -316,6 +316,11 @@ class Runtime:
         with self._cond:
             return self.engine.running_count, self.engine.waiting_count
 
+    def adapters(self) -> tuple[list[str], list[str]]:
+        """LoRA adapters of the running batch and of the waiting queue."""
+        with self._cond:
+            return self.engine.adapters()
+
     def max_running(self) -> int:
         with self._cond:
             return self.engine.max_running

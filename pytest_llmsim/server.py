@@ -2,13 +2,16 @@
 
 Built on pytest-httpserver's ``HTTPServer(threaded=True)`` for its lifecycle
 and ``url_for``, and so a test can still add its own ``expect_request(...)``
-handlers for routes the simulator does not serve. Everything here translates
+handlers: one that matches a request answers it, on the simulator's routes
+too (it wins over the simulator). Everything here translates
 HTTP to :class:`~pytest_llmsim.simulator.Simulator` calls and back.
 
 Routes: the generation routes of :data:`GENERATION_ROUTES` (OpenAI chat,
 completions and Responses, Anthropic Messages), ``POST /v1/messages/count_tokens``,
 ``GET``/``DELETE /v1/responses/{id}``, ``GET /v1/models``,
-``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``.
+``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``, and vLLM's
+``POST /tokenize``, ``/detokenize``, ``/v1/load_lora_adapter`` and
+``/v1/unload_lora_adapter``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_RESPONSES, WireAPI
+from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
 from .api.anthropic_messages import parse_messages
 from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
+from .api.vllm_extras import detokenize_tokens, lora_fields, tokenize_fields
 from .control import CONTROL_PREFIX, ControlAPI
 from .faults import HTTP_FAULTS
 from .keepalive import KeepAlivePolicy
@@ -69,6 +73,7 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/v1/completions": OPENAI_COMPLETIONS,
     "/v1/messages": ANTHROPIC_MESSAGES,
     "/v1/responses": OPENAI_RESPONSES,
+    "/v1/embeddings": OPENAI_EMBEDDINGS,
 }
 # Whose error shape each path answers in; paths outside any API get OpenAI's.
 API_OF_PATH: dict[str, WireAPI] = {**GENERATION_ROUTES, "/v1/messages/count_tokens": ANTHROPIC_MESSAGES}
@@ -125,6 +130,10 @@ class SimulatorServer(HTTPServer):
                for path, api in GENERATION_ROUTES.items()},
             "/v1/messages/count_tokens": (("POST",), self._count_tokens),
             "/v1/models": (("GET",), self._models),
+            "/v1/load_lora_adapter": (("POST",), functools.partial(self._lora, load=True)),
+            "/v1/unload_lora_adapter": (("POST",), functools.partial(self._lora, load=False)),
+            "/tokenize": (("POST",), self._tokenize),
+            "/detokenize": (("POST",), self._detokenize),
             "/health": (("GET",), self._health),
             "/metrics": (("GET",), self._metrics),
         }
@@ -213,6 +222,8 @@ class SimulatorServer(HTTPServer):
         path = request.path
         if path.startswith(CONTROL_PREFIX):
             return self.control.handle(request)
+        if (self.ordered_handlers or self.oneshot_handlers or self.handlers) and self._test_handler_matches(request):
+            return self._fallback(request)  # a test's own expect_request() wins, on any path
         template, route = path, self._routes.get(path)
         if route is None:
             for prefix, (prefix_template, prefix_route) in self._prefix_routes.items():
@@ -255,6 +266,13 @@ class SimulatorServer(HTTPServer):
         record.status = response.status_code
         self.simulator.finish(record)
         return response
+
+    def _test_handler_matches(self, request: Request) -> bool:
+        """Whether one of the test's ``expect_request`` handlers would answer ``request``."""
+        request.get_data()  # matchers may compare the body: keep it for the handler
+        if self.oneshot_handlers.match(request) or self.handlers.match(request):
+            return True
+        return bool(self.ordered_handlers) and self.ordered_handlers[0].matcher.match(request)
 
     def _fallback(self, request: Request) -> Response:
         """A test's own ``expect_request`` handlers, else an OpenAI-shaped 404."""
@@ -371,20 +389,72 @@ class SimulatorServer(HTTPServer):
         return json_response(stored.body)
 
     def _models(self, request: Request) -> Response:
-        return json_response({"object": "list", "data": [self._model_card()]})
+        """Every served name: the base model, ``served_models``, then LoRA adapters (``parent`` the base)."""
+        return json_response({"object": "list", "data": [self._model_card(name)
+                                                         for name in self.simulator.served_models()]})
 
     def _model(self, request: Request) -> Response:
         model_id = request.path[len("/v1/models/"):]
-        if model_id != self.simulator.config.model:
+        if model_id not in self.simulator.served_models():
             error = SimError(404, f"The model `{model_id}` does not exist.", code="model_not_found",
                              param="model")
             return self._api_error(request, error)
-        return json_response(self._model_card())
+        return json_response(self._model_card(model_id))
 
-    def _model_card(self) -> dict[str, Any]:
+    def _model_card(self, name: str) -> dict[str, Any]:
         config = self.simulator.config
-        return {"id": config.model, "object": "model", "created": 0, "owned_by": "pytest-llmsim",
-                "max_model_len": config.max_model_len}
+        adapter_path = self.simulator.adapters.get(name)
+        return {"id": name, "object": "model", "created": 0, "owned_by": "pytest-llmsim",
+                "root": (adapter_path or name) if adapter_path is not None else config.model,
+                "parent": config.model if adapter_path is not None else None,
+                "max_model_len": config.max_model_len, "permission": []}
+
+    # --- vLLM's extras ---
+
+    def _lora(self, request: Request, load: bool) -> Response:
+        """Load or unload a LoRA adapter; 200 with vLLM's plain-text line."""
+        record = self._new_record(request, None)
+        try:
+            body, data = self._read_json(request)
+            record.keep_body(body, data, self.simulator.config.max_log_body_bytes)
+            name, path = lora_fields(body, need_path=load)
+            if load:
+                self.simulator.load_adapter(name, path)
+            else:
+                self.simulator.unload_adapter(name)
+        except SimError as error:
+            return self._api_error(request, error, record)
+        record.status = 200
+        self.simulator.finish(record)
+        verb = "added" if load else "removed"
+        return Response(f"Success: LoRA adapter '{name}' {verb} successfully.", status=200,
+                        content_type="text/plain; charset=utf-8")
+
+    def _tokenize(self, request: Request) -> Response:
+        try:
+            body, _ = self._read_json(request)
+            prompt, messages, with_strings = tokenize_fields(body)
+        except SimError as error:
+            return self._api_error(request, error)
+        tokenizer = self.simulator.tokenizer
+        ids = tokenizer.encode(prompt) if prompt is not None else tokenizer.chat_prompt(messages or [])
+        strings = [tokenizer.encoding.decode_single_token_bytes(t).decode("utf-8", errors="replace")
+                   for t in ids] if with_strings else None
+        return json_response({"count": len(ids), "max_model_len": self.simulator.config.max_model_len,
+                              "tokens": ids, "token_strs": strings})
+
+    def _detokenize(self, request: Request) -> Response:
+        try:
+            body, _ = self._read_json(request)
+            tokens = detokenize_tokens(body)
+            tokenizer = self.simulator.tokenizer
+            bad = next((t for t in tokens if not tokenizer.valid_token_id(t)), None)
+            if bad is not None:
+                raise SimError(400, f"Token id {bad} is not in this model's vocabulary ({tokenizer.name}).",
+                               param="tokens", code="invalid_value")
+        except SimError as error:
+            return self._api_error(request, error)
+        return json_response({"prompt": tokenizer.encoding.decode(tokens)})
 
     def _health(self, request: Request) -> Response:
         return Response("", status=200)

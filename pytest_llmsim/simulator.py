@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from .config import SimConfig
+from .content.embeddings import embed
 from .content.logprobs import LogprobSource, TokenLogprob
 from .content.planner import ContentPlanner
 from .content.replies import Rule, Script
@@ -68,6 +69,8 @@ class Generation:
     rate_limit: RateLimitStatus | None
     marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
     logprob_source: LogprobSource | None = None  # set when the request asks for logprobs
+    embedding_size: int = 0  # the backend's vector length, for embedding requests
+    seed: int = 0
     # Wall seconds each write of tokens left after they were due (one sample per write, capped).
     emit_lags: list[float] = field(default_factory=list)
 
@@ -78,6 +81,11 @@ class Generation:
     @property
     def prompt_tokens(self) -> int:
         return sum(self.prompt_lengths)
+
+    def embeddings(self) -> list[list[float]]:
+        """One unit vector per prompt of an embedding request (see :mod:`pytest_llmsim.content.embeddings`)."""
+        size, dimensions = self.embedding_size, self.request.dimensions
+        return [embed(seq.prompt_tokens, size, dimensions, self.seed) for seq in self.sequences]
 
     def logprobs(self, index: int, start: int, end: int) -> list[TokenLogprob]:
         """Simulated logprobs of choice ``index``'s tokens ``start`` to ``end`` (the request asked for them)."""
@@ -137,6 +145,10 @@ class Generation:
         return [run for seq in self.sequences for run in seq.gaps.runs()]
 
 
+MAX_EMBEDDING_INPUT_TOKENS = 8192  # OpenAI's limits for text-embedding-3
+MAX_EMBEDDING_REQUEST_TOKENS = 300_000
+
+
 def _queue_full(config: SimConfig) -> SimError:
     return SimError(503, f"The server is overloaded: the waiting queue is full "
                          f"(max_waiting={config.max_waiting}). Please retry later.",
@@ -158,6 +170,7 @@ class Simulator:
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self.planner = ContentPlanner(self.tokenizer, self._filler, self.config)
         self.script = Script()
+        self.adapters: dict[str, str] = dict.fromkeys(self.config.lora_adapters, "")  # LoRA name -> path
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
         self.faults = FaultInjector(self.config.seed)
         self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
@@ -186,6 +199,7 @@ class Simulator:
             self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
             self.conversations = ConversationStore(config.max_stored_responses)
             self.script.clear()
+            self.adapters = dict.fromkeys(config.lora_adapters, "")
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
             self._limiter = RateLimiter(config.rpm, config.tpm)
@@ -202,6 +216,8 @@ class Simulator:
         if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
             self._limiter = RateLimiter(config.rpm, config.tpm)
         self.planner = ContentPlanner(self.tokenizer, self._filler, config)
+        if config.lora_adapters != self.config.lora_adapters:
+            self.adapters = {name: self.adapters.get(name, "") for name in config.lora_adapters}
         self.faults.seed = config.seed
         self.conversations.max_entries = config.max_stored_responses
         if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
@@ -216,6 +232,38 @@ class Simulator:
     def add_rule(self, rule: Rule) -> Rule:
         """Answer the requests ``rule`` matches with its replies (first matching rule wins)."""
         return self.script.add_rule(rule)
+
+    # --- models and LoRA adapters ---
+
+    def served_models(self) -> list[str]:
+        """Every model name this backend answers to: the base, ``served_models``, loaded adapters."""
+        config = self.config
+        return list(dict.fromkeys([config.model, *config.served_models, *self.adapters]))
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load a LoRA adapter (vLLM's ``/v1/load_lora_adapter``); 400 if one of that name is loaded."""
+        with self._lock:
+            if name in self.adapters:
+                raise SimError(400, f"The lora adapter '{name}' has already been loaded.", param="lora_name",
+                               code="lora_adapter_exists")
+            self.adapters[name] = path
+
+    def unload_adapter(self, name: str) -> None:
+        """Unload a LoRA adapter; 404 when none of that name is loaded."""
+        with self._lock:
+            if name not in self.adapters:
+                raise SimError(404, f"The lora adapter '{name}' cannot be found.", param="lora_name",
+                               code="lora_adapter_not_found")
+            del self.adapters[name]
+
+    def _check_model(self, request: GenerationRequest) -> str | None:
+        """The LoRA adapter a request names (None: the base model); 404 for an unknown model when strict."""
+        if request.model in self.adapters:
+            return request.model
+        if self.config.strict_models and request.model not in self.served_models():
+            raise SimError(404, f"The model `{request.model}` does not exist.", param="model",
+                           code="model_not_found")
+        return None
 
     def stop(self) -> None:
         """Stop the engine thread; stalled handlers and in-flight requests end now."""
@@ -276,8 +324,11 @@ class Simulator:
         planned, so a refused request costs no more than its prompt's tokens.
         """
         config, tokenizer = self.config, self.tokenizer
+        adapter = self._check_model(request)
         self._continue(request)
         prompts, echo_sources = self._prompts(request, tokenizer)
+        if request.kind == "embedding":
+            self._check_embedding(request, prompts)
         limit = config.max_model_len
         budgets: list[int] = []  # max_tokens of each prompt's choices
         for ids in prompts:
@@ -313,7 +364,7 @@ class Simulator:
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
-                                             index=prompt_index * request.n + choice))
+                                             index=prompt_index * request.n + choice, adapter=adapter))
         ticket = self.runtime.submit(sequences, arrived_at, wants_tokens=request.stream)
         if not ticket.accepted:
             ticket.wait()
@@ -325,7 +376,8 @@ class Simulator:
             marked = min(len(prompts[0]), self.tokenizer.chat_prefix_length(marked_messages))
         logprobs = LogprobSource(tokenizer, config.seed) if request.logprobs is not None else None
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
-                          echo_prefixes, self._epoch, rate_limit, marked, logprobs)
+                          echo_prefixes, self._epoch, rate_limit, marked, logprobs, config.embedding_size,
+                          config.seed)
 
     def _continue(self, request: GenerationRequest) -> None:
         """Put the stored conversation a request continues in front of its own messages."""
@@ -353,6 +405,22 @@ class Simulator:
         self._continue(request)
         prompts, _ = self._prompts(request, self.tokenizer)
         return sum(len(ids) for ids in prompts)
+
+    def _check_embedding(self, request: GenerationRequest, prompts: list[list[int]]) -> None:
+        """OpenAI's embedding limits: tokens per input and per request; ``dimensions`` within the vector."""
+        for i, ids in enumerate(prompts):
+            if len(ids) > MAX_EMBEDDING_INPUT_TOKENS:
+                raise invalid(f"Invalid 'input[{i}]': this model's maximum input length is "
+                              f"{MAX_EMBEDDING_INPUT_TOKENS} tokens, but the input has {len(ids)}.", "input",
+                              "context_length_exceeded")
+        total = sum(len(ids) for ids in prompts)
+        if total > MAX_EMBEDDING_REQUEST_TOKENS:
+            raise invalid(f"Requested {total} tokens, max {MAX_EMBEDDING_REQUEST_TOKENS} tokens per request.",
+                          "input", "max_tokens_per_request")
+        size = self.config.embedding_size
+        if request.dimensions is not None and request.dimensions > size:
+            raise invalid(f"Invalid 'dimensions': {request.dimensions} is larger than this model's embedding "
+                          f"size ({size}).", "dimensions", "integer_above_max_value")
 
     def _check_work(self, request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> None:
         """Refuse a request whose total work (prompt tokens plus every choice's max_tokens) is over the cap."""
@@ -428,4 +496,8 @@ class Simulator:
 
     def prometheus_text(self) -> bytes:
         running, waiting = self.runtime.running_and_waiting()
-        return self.metrics.render(running, waiting)
+        lora = None
+        if self.adapters:
+            active, queued = self.runtime.adapters()
+            lora = (active, queued, self.config.max_loras)
+        return self.metrics.render(running, waiting, lora)

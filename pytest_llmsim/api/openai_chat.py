@@ -48,7 +48,8 @@ def _message_text(content: Any, param: str) -> str:
                   param, "invalid_type")
 
 
-def _chat_message(i: int, message: Any) -> ChatMessage:
+def chat_message(i: int, message: Any) -> ChatMessage:
+    """One chat message checked and reduced to role, text and name (``i`` is its place, for errors)."""
     param = f"messages[{i}]"
     if not isinstance(message, dict):
         raise invalid(f"Invalid type for '{param}': expected an object.", param, "invalid_type")
@@ -82,7 +83,7 @@ def parse_chat(body: Any) -> GenerationRequest:
     if not messages:
         raise invalid("Invalid 'messages': empty array. Expected an array with minimum length 1.",
                       "messages", "empty_array")
-    parsed_messages = [_chat_message(i, m) for i, m in enumerate(messages)]
+    parsed_messages = [chat_message(i, m) for i, m in enumerate(messages)]
     tool_use = openai_tool_use(body, flat=False)
     output_format = openai_output_format(body)
     common = common_fields(body, "chat")

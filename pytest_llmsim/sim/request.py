@@ -87,6 +87,8 @@ class GenerationRequest:
     stored). ``tool_use``: the tools offered and how they may be used;
     ``output_format``: structured output asked for; ``logprobs``: None, or
     how many alternatives each token's logprobs list (0: only the chosen).
+    ``kind`` ``"embedding"`` reads ``prompts`` like a completion and
+    generates nothing; ``dimensions`` shortens its vectors.
     ``api`` names the wire API (``openai.chat``…), for rules that match on
     it; ``rule`` is set to the scripted rule that answered, if one did.
     ``wire`` holds fields the API echoes back in its answers; the simulator
@@ -115,6 +117,7 @@ class GenerationRequest:
     tool_use: ToolUse | None = None
     output_format: OutputFormat | None = None
     logprobs: int | None = None
+    dimensions: int | None = None
     api: str = ""
     rule: str | None = None
     wire: dict[str, Any] = field(default_factory=dict)
@@ -129,7 +132,7 @@ class GenerationRequest:
         if self.kind == "chat":
             users = [m.content for m in self.messages if m.role == "user"]
             return users[-1] if users else (self.messages[-1].content if self.messages else "")
-        return next((p for p in self.prompts if isinstance(p, str)), "")
+        return next((p for p in self.prompts if isinstance(p, str)), "")  # completions, embeddings
 
     def __post_init__(self) -> None:
         if not self.prompt_param:

@@ -1,0 +1,60 @@
+"""vLLM's own routes: ``POST /tokenize``, ``POST /detokenize`` (at the root, not under ``/v1``) and
+``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``.
+
+Bodies and answers as vLLM's OpenAI-compatible server has them: tokenize
+takes ``model`` and ``prompt`` or ``messages`` (chat prompts are framed as
+the chat routes count them, with the reply priming), ``add_special_tokens``
+and ``return_token_strs``, and answers ``count``, ``max_model_len``,
+``tokens``, ``token_strs``; detokenize takes ``tokens`` and answers
+``prompt``. Loading an adapter takes ``lora_name`` and ``lora_path`` and
+answers 200 with vLLM's plain-text success line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..sim import ChatMessage, invalid
+from .openai_chat import chat_message
+from .validation import describe, expect_object, is_int
+
+__all__ = ["detokenize_tokens", "lora_fields", "tokenize_fields"]
+
+
+def tokenize_fields(body: Any) -> tuple[str | None, list[ChatMessage] | None, bool]:
+    """``(prompt, messages, return_token_strs)`` of a ``/tokenize`` body: exactly one of prompt or messages."""
+    body = expect_object(body)
+    prompt, messages = body.get("prompt"), body.get("messages")
+    if (prompt is None) == (messages is None):
+        raise invalid("Either 'prompt' or 'messages' must be given (not both).", "prompt",
+                      "missing_required_parameter")
+    if prompt is not None and not isinstance(prompt, str):
+        raise invalid(f"Invalid type for 'prompt': expected a string, but got {describe(prompt)}.", "prompt",
+                      "invalid_type")
+    parsed = None
+    if messages is not None:
+        if not isinstance(messages, list) or not messages:
+            raise invalid("Invalid 'messages': expected a non-empty array.", "messages", "invalid_type")
+        parsed = [chat_message(i, message) for i, message in enumerate(messages)]
+    return prompt, parsed, body.get("return_token_strs") is True
+
+
+def detokenize_tokens(body: Any) -> list[int]:
+    """The ``tokens`` of a ``/detokenize`` body."""
+    tokens = expect_object(body).get("tokens")
+    if not isinstance(tokens, list) or not all(is_int(t) for t in tokens):
+        raise invalid("Invalid 'tokens': expected an array of token ids.", "tokens", "invalid_type")
+    return list(tokens)
+
+
+def lora_fields(body: Any, need_path: bool) -> tuple[str, str]:
+    """``(lora_name, lora_path)`` of a load (``need_path``) or unload body."""
+    body = expect_object(body)
+    name, path = body.get("lora_name"), body.get("lora_path")
+    if need_path and (not isinstance(name, str) or not name or not isinstance(path, str) or not path):
+        raise invalid("Both 'lora_name' and 'lora_path' must be provided.", "lora_name",
+                      "missing_required_parameter")
+    if not isinstance(name, str) or not name:
+        raise invalid("'lora_name' needs to be provided to unload a LoRA adapter.", "lora_name",
+                      "missing_required_parameter")
+    return name, path if isinstance(path, str) else ""
