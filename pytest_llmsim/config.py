@@ -44,6 +44,7 @@ class SimConfig:
     block_size: int = 16
     cache_capacity_blocks: int = 65536
     cache_hit_rate: float | None = None
+    kv_cache_blocks: int | None = None
     output: str = "filler"
     answer_length: int | tuple[int, int] | None = None
     default_max_tokens: int = 16
@@ -198,6 +199,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "block_size": _integer(1),
     "cache_capacity_blocks": _integer(0),
     "cache_hit_rate": _optional_rate,
+    "kv_cache_blocks": _optional_limit,
     "output": _output_mode,
     "answer_length": _answer_length,
     "default_max_tokens": _integer(1),
@@ -239,6 +241,8 @@ SETTING_HELP: dict[str, str] = {
     "block_size": "Prefix-cache block size in tokens",
     "cache_capacity_blocks": "Prefix-cache capacity in blocks (LRU eviction)",
     "cache_hit_rate": "Force this fraction of prompt tokens to be cached",
+    "kv_cache_blocks": "KV-cache capacity in blocks of block_size tokens: a sequence waits for room for its "
+                       "prompt, and a full cache preempts the latest admitted sequence; unset means unbounded",
     "output": "Generated content: filler (seeded) or echo (last user message)",
     "answer_length": "Answer length in tokens: N or MIN-MAX (seeded); unset runs to max_tokens",
     "default_max_tokens": "max_tokens when a request gives none",
@@ -280,7 +284,8 @@ def parse_setting(name: str, text: str) -> Any:
     raw = text.strip()
     value: Any
     try:
-        if name in ("cache_hit_rate", "answer_length", "rpm", "tpm", "keepalive_max_requests") and \
+        if name in ("cache_hit_rate", "answer_length", "rpm", "tpm", "keepalive_max_requests",
+                    "kv_cache_blocks") and \
                 raw.lower() in ("", "none"):
             value = None
         elif isinstance(default, bool):
@@ -294,7 +299,7 @@ def parse_setting(name: str, text: str) -> Any:
             value = (int(low), int(high)) if high else int(low)
         elif name == "cache_hit_rate" or isinstance(default, float):
             value = float(raw)
-        elif name in ("rpm", "tpm", "keepalive_max_requests") or isinstance(default, int):
+        elif name in ("rpm", "tpm", "keepalive_max_requests", "kv_cache_blocks") or isinstance(default, int):
             value = int(raw)
         else:
             value = raw

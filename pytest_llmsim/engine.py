@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from .config import SimConfig
+from .kv_blocks import KVBlocks
 from .latency import LatencyModel
 from .prefix_cache import PrefixCache, block_hashes
 
@@ -112,6 +113,11 @@ class SimSequence:
     index: int = 0
     owner: Any = None
     adapter: str | None = None
+    preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
+    kv_private: int = 0  # KV blocks held that no other sequence shares
+    kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)
+    step_serial: int = -1  # serial of its pending step event; older ones are stale
+    admission: int = 0  # order of its latest admission
     state: SeqState = SeqState.PENDING
     arrival: float = math.nan
     admitted_at: float | None = None
@@ -193,6 +199,9 @@ class Engine:
         # LoRA adapters in the batch (name -> running sequences) and waiting sequences that name one
         self._active_adapters: dict[str, int] = {}
         self._adapter_waiting = 0
+        self.kv = KVBlocks(config.kv_cache_blocks, config.block_size)
+        self.preemptions = 0
+        self._admissions = itertools.count()  # preemption picks the latest admitted
         self._events: list[tuple[float, int, int, SimSequence]] = []
         self._serial = itertools.count()
 
@@ -244,6 +253,8 @@ class Engine:
         if (config.block_size, config.cache_capacity_blocks) != (
                 self.config.block_size, self.config.cache_capacity_blocks):
             self.cache = PrefixCache(config.block_size, config.cache_capacity_blocks)
+        self.kv.capacity = config.kv_cache_blocks  # a smaller cache preempts at the next new block
+        # (a new block size applies to sequences admitted from now on)
         self.config = config
         self.latency = LatencyModel(config, self.latency.rng)
 
@@ -276,12 +287,12 @@ class Engine:
             if budget <= 0:
                 return False
             budget -= 1
-            when, _, kind, seq = heapq.heappop(events)
+            when, serial, kind, seq = heapq.heappop(events)
             if kind == _ARRIVE:
                 if seq.state is SeqState.PENDING:
                     self.now = when
                     self._arrive(seq, when)
-            elif seq.state is SeqState.RUNNING:  # a cancelled sequence's step is skipped
+            elif seq.state is SeqState.RUNNING and serial == seq.step_serial:  # cancelled, preempted: stale
                 self.now = when
                 self._step(seq)
         if to > self.now and not math.isinf(to):
@@ -295,7 +306,19 @@ class Engine:
     # --- internals ---
 
     def _push(self, when: float, kind: int, seq: SimSequence) -> None:
-        heapq.heappush(self._events, (when, next(self._serial), kind, seq))
+        serial = next(self._serial)
+        if kind == _STEP:
+            seq.step_serial = serial
+        heapq.heappush(self._events, (when, serial, kind, seq))
+
+    def _kv_fits(self, seq: SimSequence) -> bool:
+        """Whether ``seq``'s blocks fit in the KV cache now (always, without a capacity)."""
+        kv = self.kv
+        if kv.capacity is None:
+            return True
+        if seq.block_hashes is None and self.config.cache_hit_rate is None:
+            seq.block_hashes = block_hashes(seq.prompt_tokens, self.cache.block_size)
+        return kv.admission_need(seq) <= kv.free
 
     def _adapter_fits(self, seq: SimSequence) -> bool:
         """Whether ``seq``'s LoRA adapter can join the batch: it is active, or fewer than max_loras are."""
@@ -307,7 +330,8 @@ class Engine:
         seq.arrival = at
         # A queue holding only sequences blocked on the LoRA limit does not hold back others.
         queue_blocks = bool(self._waiting) and self._adapter_waiting < len(self._waiting)
-        if len(self._running) < self.config.max_batch_size and not queue_blocks and self._adapter_fits(seq):
+        if (len(self._running) < self.config.max_batch_size and not queue_blocks and self._adapter_fits(seq)
+                and self._kv_fits(seq)):
             self._admit(seq, at)
             return True
         if len(self._waiting) >= self.config.max_waiting:
@@ -321,23 +345,51 @@ class Engine:
 
     def _admit(self, seq: SimSequence, at: float) -> None:
         seq.state = SeqState.RUNNING
-        seq.admitted_at = at
+        resumed = seq.first_token_at is not None  # preempted after its first token: recompute, keep its TTFT
+        if not resumed:
+            seq.admitted_at = at
         if seq.adapter is not None:
             self._active_adapters[seq.adapter] = self._active_adapters.get(seq.adapter, 0) + 1
         self._running.add(seq)
+        seq.admission = next(self._admissions)
         self.max_running = max(self.max_running, len(self._running))
         prompt = seq.prompt_tokens
         forced_rate = self.config.cache_hit_rate
         if forced_rate is None:
-            seq.block_hashes = block_hashes(prompt, self.cache.block_size)
-            seq.cached_tokens = self.cache.lookup(prompt, seq.block_hashes)
+            if seq.block_hashes is None:
+                seq.block_hashes = block_hashes(prompt, self.cache.block_size)
+            cached = self.cache.lookup(prompt, seq.block_hashes)
         else:
-            seq.cached_tokens = int(forced_rate * len(prompt))
-            self.cache.record(len(prompt), seq.cached_tokens)
-        uncached = len(prompt) - seq.cached_tokens
+            cached = int(forced_rate * len(prompt))
+            self.cache.record(len(prompt), cached)
+        self.kv.take(seq)
+        if not seq.preemptions:
+            seq.cached_tokens = cached
+        # A recomputed sequence prefills its prompt (less what is cached) and what it had generated.
+        uncached = len(prompt) - cached + seq.emitted
         delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale)
-        seq.prefill_delay = delay
+        if resumed:
+            assert seq.last_token_at is not None
+            seq.step_delay = max(at + delay, self.now) - seq.last_token_at  # the pause shows in the next gap
+        else:
+            seq.prefill_delay = delay
         self._push(max(self.now, at + delay), _STEP, seq)
+
+    def _preempt(self, requester: SimSequence) -> bool:
+        """Free a block for ``requester`` by sending the latest admitted sequence back to wait (True),
+        or preempt ``requester`` itself when it is the latest (False: it must not step now)."""
+        victim = max(self._running, key=lambda s: s.admission)
+        self.preemptions += 1
+        victim.preemptions += 1
+        self._running.discard(victim)
+        self._release_adapter(victim)
+        self.kv.release(victim)
+        victim.state = SeqState.WAITING
+        victim.step_serial = -1  # its pending step is stale
+        self._waiting.appendleft(victim)  # first in line when blocks free up
+        if victim.adapter is not None:
+            self._adapter_waiting += 1
+        return victim is not requester
 
     def _step(self, seq: SimSequence) -> None:
         now = self.now
@@ -346,10 +398,16 @@ class Engine:
             self._emit_rest_now(seq, now)
             return
         events = self._events
+        kv = self.kv
         while True:
             if seq.first_token_at is None:
                 self._prefill_done(seq, now)
             if seq.emitted < seq.output_length:
+                if kv.needs_block(seq):  # tracked without a capacity too: the usage metric reads it
+                    while kv.free < 1:
+                        if not self._preempt(seq):
+                            return
+                    kv.grow(seq)
                 if seq.last_token_at is not None:
                     seq.gaps.add(seq.step_delay)
                 seq.emitted += 1
@@ -399,24 +457,31 @@ class Engine:
         seq.finished_at = self.now
         if was_running:
             self._running.discard(seq)
-            if seq.adapter is not None:
-                left = self._active_adapters[seq.adapter] - 1
-                if left:
-                    self._active_adapters[seq.adapter] = left
-                else:
-                    del self._active_adapters[seq.adapter]
+            self._release_adapter(seq)
+            self.kv.release(seq)
         self.listener.on_finish(seq, self.now)
         if was_running:
             self._fill_slots()
 
+    def _release_adapter(self, seq: SimSequence) -> None:
+        if seq.adapter is not None:
+            left = self._active_adapters[seq.adapter] - 1
+            if left:
+                self._active_adapters[seq.adapter] = left
+            else:
+                del self._active_adapters[seq.adapter]
+
     def _fill_slots(self) -> None:
-        if not self._adapter_waiting:  # plain FCFS
-            while self._waiting and len(self._running) < self.config.max_batch_size:
+        if not self._adapter_waiting:  # plain FCFS; the head waits for KV blocks (no one overtakes it)
+            while (self._waiting and len(self._running) < self.config.max_batch_size
+                   and self._kv_fits(self._waiting[0])):
                 self._admit(self._waiting.popleft(), self.now)
             return
         # As vLLM: a request whose adapter cannot join (max_loras active) is skipped, not a barrier.
         skipped: deque[SimSequence] = deque()
         while self._waiting and len(self._running) < self.config.max_batch_size:
+            if not self._kv_fits(self._waiting[0]):
+                break
             seq = self._waiting.popleft()
             if self._adapter_fits(seq):
                 if seq.adapter is not None:

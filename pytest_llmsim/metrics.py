@@ -120,6 +120,7 @@ class MetricsSnapshot:
     e2e: Distribution
     queue_time: Distribution
     emit_lag: Distribution
+    preemptions: int = 0  # sequences sent back to wait because the KV cache was full (kv_cache_blocks)
 
     def __repr__(self) -> str:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(self.requests_by_status.items()))
@@ -130,7 +131,8 @@ class MetricsSnapshot:
             f"cached_tokens={self.cached_tokens}, "
             f"cache_hit_rate={self.cache_hit_rate:.3f}, cancelled={self.cancelled}, "
             f"max_running={self.max_running}, faults={self.faults!r}, ttft={self.ttft!r}, itl={self.itl!r}, "
-            f"e2e={self.e2e!r}, queue_time={self.queue_time!r}, emit_lag={self.emit_lag!r})"
+            f"e2e={self.e2e!r}, queue_time={self.queue_time!r}, emit_lag={self.emit_lag!r}, "
+            f"preemptions={self.preemptions})"
         )
 
 
@@ -186,6 +188,7 @@ class Metrics:
         self._stats: dict[str, _ModelStats] = {}
         self._gauges = (0, 0)
         self._lora: tuple[list[str], list[str], int] | None = None
+        self._kv = (0.0, 0)  # KV-cache usage (0 to 1) and preemptions, from the engine at render time
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a Collector by shape: collect() yields families
 
@@ -239,6 +242,14 @@ class Metrics:
             gauge_running.add_metric([self.model], running)
             gauge_waiting.add_metric([self.model], waiting)
             families: list[Metric] = [gauge_running, gauge_waiting]
+            usage, preemptions = self._kv
+            kv_usage = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent",
+                                         labels=labels)
+            kv_usage.add_metric([self.model], usage)
+            preempted = CounterMetricFamily("vllm:num_preemptions", "Cumulative number of preemptions",
+                                            labels=labels)
+            preempted.add_metric([self.model], preemptions)
+            families += [kv_usage, preempted]
             if self._lora is not None:  # as vLLM: only when LoRA is on; the value is a timestamp
                 active, queued, max_lora = self._lora
                 info = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on LoRA requests",
@@ -272,19 +283,22 @@ class Metrics:
                 families.append(histogram)
         yield from families
 
-    def render(self, running: int, waiting: int, lora: tuple[list[str], list[str], int] | None = None) -> bytes:
+    def render(self, running: int, waiting: int, lora: tuple[list[str], list[str], int] | None = None,
+               kv: tuple[float, int] = (0.0, 0)) -> bytes:
         """Prometheus text exposition, gauges set from the engine's state now.
 
-        ``lora``: adapters running, adapters waiting and ``max_loras``, when the backend serves adapters.
+        ``lora``: adapters running, adapters waiting and ``max_loras``, when the backend serves adapters;
+        ``kv``: KV-cache usage (0 to 1) and preemptions so far.
         """
         with self._lock:
             self._gauges = (running, waiting)
             self._lora = lora
+            self._kv = kv
         return generate_latest(self.registry)
 
     # --- Python ---
 
-    def snapshot(self, max_running: int) -> MetricsSnapshot:
+    def snapshot(self, max_running: int, preemptions: int = 0) -> MetricsSnapshot:
         """Python values of the same numbers (all model names together)."""
         with self._lock:
             totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
@@ -317,4 +331,5 @@ class Metrics:
             e2e=Distribution.of(samples["e2e"]),
             queue_time=Distribution.of(samples["queue_time"]),
             emit_lag=Distribution.of(samples["emit_lag"]),
+            preemptions=preemptions,
         )

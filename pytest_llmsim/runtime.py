@@ -321,6 +321,11 @@ class Runtime:
         with self._cond:
             return self.engine.adapters()
 
+    def kv_state(self) -> tuple[int, int]:
+        """KV-cache blocks held by the batch now, and preemptions since the last reset."""
+        with self._cond:
+            return self.engine.kv.used, self.engine.preemptions
+
     def max_running(self) -> int:
         with self._cond:
             return self.engine.max_running

@@ -341,6 +341,12 @@ class Simulator:
                     request.prompt_param, "context_length_exceeded")
             budgets.append(request.max_tokens if request.max_tokens is not None
                            else min(config.default_max_tokens, limit - len(ids)))
+            blocks = config.kv_cache_blocks
+            if blocks is not None and len(ids) + budgets[-1] > blocks * config.block_size:
+                raise invalid(f"This request needs {len(ids) + budgets[-1]} tokens of KV cache ({len(ids)} in the "
+                              f"{request.prompt_param}, {budgets[-1]} to generate); this backend's KV cache holds "
+                              f"{blocks * config.block_size} (kv_cache_blocks={blocks} x block_size="
+                              f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
         self._check_work(request, prompts, budgets)
         sequence_count = len(prompts) * request.n
         if not self.runtime.can_admit(sequence_count):
@@ -492,7 +498,7 @@ class Simulator:
     # --- reading ---
 
     def snapshot(self) -> MetricsSnapshot:
-        return self.metrics.snapshot(self.runtime.max_running())
+        return self.metrics.snapshot(self.runtime.max_running(), self.runtime.kv_state()[1])
 
     def prometheus_text(self) -> bytes:
         running, waiting = self.runtime.running_and_waiting()
@@ -500,4 +506,7 @@ class Simulator:
         if self.adapters:
             active, queued = self.runtime.adapters()
             lora = (active, queued, self.config.max_loras)
-        return self.metrics.render(running, waiting, lora)
+        used, preemptions = self.runtime.kv_state()
+        capacity = self.config.kv_cache_blocks or self.config.cache_capacity_blocks
+        return self.metrics.render(running, waiting, lora, (min(used / capacity, 1.0) if capacity else 0.0,
+                                                            preemptions))

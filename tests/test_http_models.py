@@ -199,3 +199,38 @@ def test_tokenize_and_detokenize(llm_backend: LLMBackend) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
     neither = httpx.post(llm_backend.root_url + "/tokenize", json={"model": "m"})
     assert neither.status_code == 400
+
+
+# --- KV cache ---
+
+@pytest.mark.llm_config(block_size=4, kv_cache_blocks=8, ttft=0.1, itl=0.05, speed=5, cache_capacity_blocks=0)
+def test_kv_cache_full_preempts_and_everyone_finishes(llm_backend: LLMBackend) -> None:
+    answers: list[int] = []
+
+    def ask(i: int) -> None:
+        completion = oai(llm_backend).chat.completions.create(
+            model="m", max_tokens=12, messages=[{"role": "user", "content": f"question number {i}"}])
+        answers.append(completion.usage.completion_tokens)  # type: ignore[union-attr]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    usage_seen = 0.0
+    while any(thread.is_alive() for thread in threads):
+        for line in llm_backend.prometheus_text().splitlines():
+            if line.startswith("vllm:kv_cache_usage_perc{"):
+                usage_seen = max(usage_seen, float(line.rsplit(" ", 1)[1]))
+        time.sleep(0.002)
+    assert answers == [12, 12, 12]
+    assert 0.5 <= usage_seen <= 1.0
+    assert llm_backend.metrics.preemptions >= 1
+    text = llm_backend.prometheus_text()
+    assert f'vllm:num_preemptions_total{{model_name="llmsim"}} {float(llm_backend.metrics.preemptions)}' in text
+    assert 'vllm:kv_cache_usage_perc{model_name="llmsim"} 0.0' in text  # all blocks free again
+
+
+@pytest.mark.llm_config(block_size=4, kv_cache_blocks=4)
+def test_request_larger_than_the_kv_cache_is_a_400(llm_backend: LLMBackend) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai(llm_backend).chat.completions.create(model="m", max_tokens=20, messages=[{"role": "user", "content": "x"}])
+    assert caught.value.code == "context_length_exceeded"  # type: ignore[attr-defined]

@@ -1,0 +1,103 @@
+"""KV-cache blocks held by the running batch: what load-aware routers and admission control key on.
+
+A running sequence holds the blocks of its prompt and of the tokens it has
+generated (``ceil(tokens / block_size)``). Full prompt blocks are shared: two
+sequences with the same prefix hold its blocks once (counted by reference,
+by their chained hashes, as vLLM's block pool does); the rest is private.
+
+With a capacity (``kv_cache_blocks``), the engine asks this ledger before
+admitting a sequence (it waits, head of the queue first, until its prompt
+fits) and before each decode step that starts a new block (when none is free,
+the most recently admitted sequence is preempted: its blocks are freed and
+it waits to be recomputed, as vLLM's V1 scheduler does). Without one,
+nothing is refused, and :func:`usage_of` reports what the batch holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import SimSequence
+
+__all__ = ["KVBlocks", "blocks_held", "usage_of"]
+
+
+def blocks_held(seq: SimSequence, block_size: int, tokens: int | None = None) -> tuple[list[int], int]:
+    """``(shared prompt block hashes, private block count)`` of ``seq`` holding ``tokens`` tokens
+    (default: its prompt, what it generated, and room for the token it computes next)."""
+    if tokens is None:
+        tokens = len(seq.prompt_tokens) + seq.emitted + 1
+    shared = list(seq.block_hashes or ())
+    return shared, max(0, math.ceil(tokens / block_size) - len(shared))
+
+
+def usage_of(running: Iterable[SimSequence], block_size: int) -> int:
+    """Blocks the running sequences hold now, shared prompt blocks once (what the ledger's ``used`` tracks
+    step by step; this recounts it, for checks)."""
+    shared: set[int] = set()
+    private = 0
+    for seq in running:
+        hashes, own = blocks_held(seq, block_size)
+        shared.update(hashes)
+        private += own
+    return len(shared) + private
+
+
+class KVBlocks:
+    """The ledger of a KV cache of ``capacity`` blocks (None: unbounded)."""
+
+    def __init__(self, capacity: int | None, block_size: int) -> None:
+        self.capacity = capacity
+        self.block_size = block_size
+        self.used = 0
+        self._refs: dict[int, int] = {}
+
+    @property
+    def free(self) -> float:
+        return math.inf if self.capacity is None else self.capacity - self.used
+
+    def admission_need(self, seq: SimSequence) -> int:
+        """New blocks ``seq`` takes when admitted: its prompt, what it generated, room for one more token."""
+        shared, private = blocks_held(seq, self.block_size, len(seq.prompt_tokens) + seq.emitted + 1)
+        return sum(1 for h in shared if h not in self._refs) + private
+
+    def take(self, seq: SimSequence) -> None:
+        """``seq`` is admitted: it holds its blocks from now on."""
+        shared, private = blocks_held(seq, self.block_size, len(seq.prompt_tokens) + seq.emitted + 1)
+        for block_hash in shared:
+            count = self._refs.get(block_hash, 0)
+            if not count:
+                self.used += 1
+            self._refs[block_hash] = count + 1
+        seq.kv_private = private
+        seq.kv_shared = len(shared)
+        self.used += private
+
+    def needs_block(self, seq: SimSequence) -> bool:
+        """Whether emitting its next token leaves ``seq`` without room for the one after (O(1): per decode step).
+
+        A running sequence holds room for its prompt, its tokens and the token it computes next.
+        """
+        tokens = len(seq.prompt_tokens) + seq.emitted + 2
+        if (tokens - 1) % self.block_size:
+            return False  # inside a block it holds
+        return math.ceil(tokens / self.block_size) - seq.kv_shared > seq.kv_private
+
+    def grow(self, seq: SimSequence) -> None:
+        seq.kv_private += 1
+        self.used += 1
+
+    def release(self, seq: SimSequence) -> None:
+        """``seq`` left the batch (finished, cancelled or preempted): its blocks are free."""
+        for block_hash in seq.block_hashes or ():
+            count = self._refs.get(block_hash, 0) - 1
+            if count > 0:
+                self._refs[block_hash] = count
+            elif count == 0:
+                del self._refs[block_hash]
+                self.used -= 1
+        self.used -= seq.kv_private
+        seq.kv_private = 0

@@ -1,0 +1,85 @@
+"""The KV-cache ledger and the LoRA limit in virtual time: waiting for blocks, preemption and recompute."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmsim.engine import SeqState, SimSequence
+from pytest_llmsim.kv_blocks import usage_of
+
+from test_engine import gaps, make_engine, prompt
+
+
+def test_blocks_count_prompt_and_generated_tokens_and_share_prefixes() -> None:
+    engine, _ = make_engine(ttft=1.0, itl=0.1, block_size=4, kv_cache_blocks=100)
+    shared = prompt(8)
+    first, second = SimSequence(shared, output_length=10), SimSequence(shared + [1], output_length=10, index=1)
+    engine.submit(first)
+    engine.submit(second)
+    # 8 prompt tokens = 2 shared blocks; first: room for 1 more token = 1 private; second: 9+1 tokens = 1 private
+    assert engine.kv.used == 2 + 1 + 1 == usage_of(engine._running, 4)
+    engine.advance(1.35)  # four decode steps each: 4 and 4 tokens generated
+    assert engine.kv.used == usage_of(engine._running, 4)
+    engine.run_until_idle()
+    assert engine.kv.used == 0 and engine.preemptions == 0
+
+
+def test_a_sequence_waits_until_its_prompt_fits() -> None:
+    engine, _ = make_engine(ttft=1.0, itl=0.1, block_size=4, kv_cache_blocks=6)
+    big = SimSequence(prompt(16), output_length=2)  # 16 + 1 tokens: 5 blocks
+    small = SimSequence(prompt(8, start=5000), output_length=2, index=1)  # 3 blocks: waits for big
+    engine.submit(big)
+    engine.submit(small)
+    assert (engine.running_count, engine.waiting_count) == (1, 1)
+    engine.run_until_idle()
+    assert small.queue_time == pytest.approx(1.1)  # big's TTFT plus one decode step
+    assert engine.preemptions == 0
+
+
+def test_a_full_cache_preempts_the_latest_admitted_and_it_recomputes() -> None:
+    engine, rec = make_engine(ttft=1.0, itl=0.1, prefill_per_token=0.01, block_size=4, kv_cache_blocks=6,
+                              cache_capacity_blocks=0)
+    old = SimSequence(prompt(4), output_length=12)  # 4 + 1 tokens: 2 blocks, grows to 4
+    new = SimSequence(prompt(4, start=5000), output_length=12, index=1)
+    engine.submit(old)
+    engine.advance(0.5)
+    engine.submit(new)  # 2 blocks: 4 of 6 used
+    engine.run_until_idle()
+    assert engine.preemptions >= 1 and new.preemptions >= 1 and old.preemptions == 0
+    assert old.state is SeqState.FINISHED and new.state is SeqState.FINISHED
+    assert len(rec.tokens[0]) == 12 and len(rec.tokens[1]) == 12
+    # the old one never paused; the new one paused while it waited and recomputed (a gap beyond one step)
+    assert max(gaps(rec.tokens[0])) == pytest.approx(0.1)
+    assert max(gaps(rec.tokens[1])) > 0.1 + 1.0
+    assert new.gaps.total() == pytest.approx(rec.tokens[1][-1] - rec.tokens[1][0])
+    assert engine.kv.used == 0
+
+
+def test_a_request_bigger_than_the_cache_is_refused() -> None:
+    from pytest_llmsim.sim import SimError
+    from pytest_llmsim.simulator import Simulator
+
+    from pytest_llmsim.api.openai_completions import parse_completion
+
+    simulator = Simulator(make_engine(kv_cache_blocks=2, block_size=4)[0].config)
+    try:
+        with pytest.raises(SimError) as caught:
+            simulator.start(parse_completion({"model": "m", "prompt": "one two three four five six", "max_tokens": 8}))
+        assert caught.value.code == "context_length_exceeded" and "kv_cache_blocks=2" in caught.value.message
+    finally:
+        simulator.stop()
+
+
+def test_lora_limit_skips_blocked_requests_and_keeps_fcfs_otherwise() -> None:
+    engine, _ = make_engine(ttft=1.0, itl=0.1, max_loras=1, max_batch_size=8)
+    a = SimSequence(prompt(4), output_length=2, adapter="a")
+    b = SimSequence(prompt(4), output_length=2, index=1, adapter="b")
+    a2 = SimSequence(prompt(4), output_length=2, index=2, adapter="a")
+    base = SimSequence(prompt(4), output_length=2, index=3)
+    for seq in (a, b, a2, base):
+        engine.submit(seq)
+    assert engine.adapters() == (["a"], ["b"])
+    assert (a.state, b.state, a2.state, base.state) == (SeqState.RUNNING, SeqState.WAITING, SeqState.RUNNING,
+                                                        SeqState.RUNNING)
+    engine.run_until_idle()
+    assert b.queue_time == pytest.approx(1.1) and engine.adapters() == ([], [])
