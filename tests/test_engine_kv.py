@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from pytest_llmsim.engine import SeqState, SimSequence
+from pytest_llmsim.config import SimConfig
+from pytest_llmsim.engine import Engine, SeqState, SimSequence
 from pytest_llmsim.kv_blocks import usage_of
 
-from test_engine import gaps, make_engine, prompt
+
+class Recorder:
+    def __init__(self) -> None:
+        self.tokens: dict[int, list[float]] = {}
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        self.tokens.setdefault(seq.index, []).append(now)
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        pass
+
+
+def make_engine(**settings: Any) -> tuple[Engine, Recorder]:
+    recorder = Recorder()
+    return Engine(SimConfig().replace(**settings), recorder), recorder
+
+
+def prompt(length: int, start: int = 1000) -> list[int]:
+    return list(range(start, start + length))
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:])]
 
 
 def test_blocks_count_prompt_and_generated_tokens_and_share_prefixes() -> None:
     engine, _ = make_engine(ttft=1.0, itl=0.1, block_size=4, kv_cache_blocks=100)
     shared = prompt(8)
-    first, second = SimSequence(shared, output_length=10), SimSequence(shared + [1], output_length=10, index=1)
+    first, second = SimSequence(shared, output_length=10), SimSequence([*shared, 1], output_length=10, index=1)
     engine.submit(first)
     engine.submit(second)
     # 8 prompt tokens = 2 shared blocks; first: room for 1 more token = 1 private; second: 9+1 tokens = 1 private
@@ -56,10 +81,9 @@ def test_a_full_cache_preempts_the_latest_admitted_and_it_recomputes() -> None:
 
 
 def test_a_request_bigger_than_the_cache_is_refused() -> None:
+    from pytest_llmsim.api.openai_completions import parse_completion
     from pytest_llmsim.sim import SimError
     from pytest_llmsim.simulator import Simulator
-
-    from pytest_llmsim.api.openai_completions import parse_completion
 
     simulator = Simulator(make_engine(kv_cache_blocks=2, block_size=4)[0].config)
     try:
