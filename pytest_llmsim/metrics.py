@@ -168,6 +168,9 @@ class _Histogram:
         return out
 
 
+ENGINE = "0"  # the ``engine`` label value: vLLM numbers its engine cores from 0
+
+
 class _ModelStats:
     """Everything counted for one ``model_name`` label value."""
 
@@ -234,21 +237,21 @@ class Metrics:
         """prometheus_client Collector protocol: the families, built from our state."""
         with self._lock:
             running, waiting = self._gauges
-            labels = ["model_name"]
+            labels = ["engine", "model_name"]  # as vLLM V1 labels them; one engine here
             gauge_running = GaugeMetricFamily("vllm:num_requests_running", "Requests in the running batch",
                                               labels=labels)
             gauge_waiting = GaugeMetricFamily("vllm:num_requests_waiting",
                                               "Requests waiting for a batch slot", labels=labels)
-            gauge_running.add_metric([self.model], running)
-            gauge_waiting.add_metric([self.model], waiting)
+            gauge_running.add_metric([ENGINE, self.model], running)
+            gauge_waiting.add_metric([ENGINE, self.model], waiting)
             families: list[Metric] = [gauge_running, gauge_waiting]
             usage, preemptions = self._kv
             kv_usage = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent",
                                          labels=labels)
-            kv_usage.add_metric([self.model], usage)
+            kv_usage.add_metric([ENGINE, self.model], usage)
             preempted = CounterMetricFamily("vllm:num_preemptions", "Cumulative number of preemptions",
                                             labels=labels)
-            preempted.add_metric([self.model], preemptions)
+            preempted.add_metric([ENGINE, self.model], preemptions)
             families += [kv_usage, preempted]
             if self._lora is not None:  # as vLLM: only when LoRA is on; the value is a timestamp
                 active, queued, max_lora = self._lora
@@ -259,7 +262,7 @@ class Metrics:
             for key, name, doc in _COUNTERS:
                 counter = CounterMetricFamily(name, doc, labels=labels)
                 for model, stats in self._stats.items():
-                    counter.add_metric([model], stats.totals[key])
+                    counter.add_metric([ENGINE, model], stats.totals[key])
                 families.append(counter)
             success = CounterMetricFamily("vllm:request_success", "Requests finished, by finish reason",
                                           labels=[*labels, "finished_reason"])
@@ -269,17 +272,17 @@ class Metrics:
                                          labels=[*labels, "kind"])
             for model, stats in self._stats.items():
                 for reason, count in stats.success.items():
-                    success.add_metric([model, reason], count)
+                    success.add_metric([ENGINE, model, reason], count)
                 for (path, status), count in stats.requests.items():
-                    requests.add_metric([model, path, str(status)], count)
+                    requests.add_metric([ENGINE, model, path, str(status)], count)
                 for kind, count in stats.faults.items():
-                    faults.add_metric([model, kind], count)
+                    faults.add_metric([ENGINE, model, kind], count)
             families += [success, requests, faults]
             for key, name, doc, _ in _HISTOGRAMS:
                 histogram = HistogramMetricFamily(name, doc, labels=labels)
                 for model, stats in self._stats.items():
                     h = stats.histograms[key]
-                    histogram.add_metric([model], h.cumulative(), sum_value=h.total)
+                    histogram.add_metric([ENGINE, model], h.cumulative(), sum_value=h.total)
                 families.append(histogram)
         yield from families
 

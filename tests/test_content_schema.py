@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -125,3 +126,22 @@ def test_malformed_schema_is_refused() -> None:
         check_schema({"type": "objekt"})
     with pytest.raises(SchemaError, match="must be an object"):
         check_schema("string")
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(SCHEMAS.filter(lambda s: s.get("type") == "object"))
+def test_structured_output_over_http_is_an_instance(llm_backend: Any, schema: dict[str, Any]) -> None:
+    """Through the server: ``response_format`` json_schema and a tool's arguments both validate."""
+    import httpx
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}}
+    answer = httpx.post(llm_backend.url_for("/v1/chat/completions"), json=body).json()
+    jsonschema.validate(json.loads(answer["choices"][0]["message"]["content"]), schema, format_checker=CHECKER)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    called = httpx.post(llm_backend.url_for("/v1/chat/completions"), json={
+        "model": "m", "messages": [{"role": "user", "content": "go"}], "tools": tools,
+        "tool_choice": "required"}).json()
+    arguments = called["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    jsonschema.validate(json.loads(arguments), schema, format_checker=CHECKER)

@@ -390,7 +390,7 @@ def test_completion_tokens_are_what_the_client_received(llm_backend: LLMBackend)
     assert (metrics.completion_tokens, metrics.generated_tokens) == (record.completion_tokens,
                                                                      record.generated_tokens)
     text = llm_backend.prometheus_text()
-    assert f'vllm:generation_tokens_total{{model_name="llmsim"}} {float(record.generated_tokens)}' in text
+    assert f'vllm:generation_tokens_total{{engine="0",model_name="llmsim"}} {float(record.generated_tokens)}' in text
 
 
 # --- no 500 for bad input ---

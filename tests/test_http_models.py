@@ -225,8 +225,8 @@ def test_kv_cache_full_preempts_and_everyone_finishes(llm_backend: LLMBackend) -
     assert 0.5 <= usage_seen <= 1.0
     assert llm_backend.metrics.preemptions >= 1
     text = llm_backend.prometheus_text()
-    assert f'vllm:num_preemptions_total{{model_name="llmsim"}} {float(llm_backend.metrics.preemptions)}' in text
-    assert 'vllm:kv_cache_usage_perc{model_name="llmsim"} 0.0' in text  # all blocks free again
+    assert f'vllm:num_preemptions_total{{engine="0",model_name="llmsim"}} {float(llm_backend.metrics.preemptions)}' in text
+    assert 'vllm:kv_cache_usage_perc{engine="0",model_name="llmsim"} 0.0' in text  # all blocks free again
 
 
 @pytest.mark.llm_config(block_size=4, kv_cache_blocks=4)

@@ -97,8 +97,8 @@ def test_client_disconnect_mid_stream_frees_the_slot(llm_backend: LLMBackend) ->
     assert response.status_code == 200
     assert llm_backend.requests[-1].queue_time == 0.0
     text = llm_backend.prometheus_text()
-    assert 'llmsim:requests_cancelled_total{model_name="llmsim"} 1.0' in text
-    assert 'vllm:num_requests_running{model_name="llmsim"} 0.0' in text
+    assert 'llmsim:requests_cancelled_total{engine="0",model_name="llmsim"} 1.0' in text
+    assert 'vllm:num_requests_running{engine="0",model_name="llmsim"} 0.0' in text
 
 
 def test_client_timeout_before_the_first_token_is_cancelled(llm_backend: LLMBackend) -> None:

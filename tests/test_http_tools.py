@@ -326,3 +326,12 @@ def test_anthropic_bad_tools_answer_400(llm_backend: LLMBackend, body: dict[str,
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert param in response.json()["error"]["message"] or param.split(".")[0] in response.json()["error"]["message"]
+
+
+def test_tool_call_tokens_take_decode_time(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.2, itl=0.01, speed=math.inf)
+    completion = oai(llm_backend).chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                                          tool_choice="required")
+    tokens = completion.usage.completion_tokens  # type: ignore[union-attr]
+    record = llm_backend.requests[-1]
+    assert tokens > 10 and record.e2e == pytest.approx(0.2 + (tokens - 1) * 0.01)
