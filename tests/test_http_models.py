@@ -225,7 +225,8 @@ def test_kv_cache_full_preempts_and_everyone_finishes(llm_backend: LLMBackend) -
     assert 0.5 <= usage_seen <= 1.0
     assert llm_backend.metrics.preemptions >= 1
     text = llm_backend.prometheus_text()
-    assert f'vllm:num_preemptions_total{{engine="0",model_name="llmsim"}} {float(llm_backend.metrics.preemptions)}' in text
+    preempted = float(llm_backend.metrics.preemptions)
+    assert f'vllm:num_preemptions_total{{engine="0",model_name="llmsim"}} {preempted}' in text
     assert 'vllm:kv_cache_usage_perc{engine="0",model_name="llmsim"} 0.0' in text  # all blocks free again
 
 

@@ -155,7 +155,8 @@ def test_metrics_endpoint_shows_the_counts_just_produced(client: openai.OpenAI,
     assert samples[("vllm:generation_tokens_total", model)] == 4 + 5 + 6
     assert samples[("vllm:time_to_first_token_seconds_count", model)] == 3
     assert samples[("vllm:e2e_request_latency_seconds_count", model)] == 3
-    assert samples[("vllm:request_success_total", (("engine", "0"), ("finished_reason", "length"), ("model_name", "llmsim")))] == 3
+    success = (("engine", "0"), ("finished_reason", "length"), ("model_name", "llmsim"))
+    assert samples[("vllm:request_success_total", success)] == 3
     assert samples[("vllm:num_requests_running", model)] == 0
     assert samples[("vllm:prefix_cache_queries_total", model)] == sum(u.prompt_tokens for u in usages)
     endpoint = ("endpoint", "/v1/chat/completions")
