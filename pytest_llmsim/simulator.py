@@ -353,8 +353,7 @@ class Simulator:
             raise _queue_full(config)
         rate_limit = None
         if self._limiter.active:  # charged as OpenAI estimates: prompt plus max_tokens
-            charged = sum(len(ids) for ids in prompts) + request.n * len(prompts) * (
-                request.max_tokens or config.default_max_tokens)
+            charged = sum(len(ids) for ids in prompts) + request.n * sum(budgets)
             rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
         reply, request.rule = self.script.next_reply(request)
         outputs: list[PlannedOutput] = []

@@ -62,7 +62,7 @@ def test_a_remote_backend_is_driven_like_a_local_one(served: tuple[str, subproce
     assert failed.fault == "server_error"
     remote.assert_requests(2, path="/v1/chat/completions")
     remote.assert_ttft(p50_at_most=0.25)
-    assert 'vllm:time_to_first_token_seconds_count{model_name="remote-m"} 1.0' in remote.prometheus_text()
+    assert 'vllm:time_to_first_token_seconds_count{engine="0",model_name="remote-m"} 1.0' in remote.prometheus_text()
     remote.check()
     remote.clear_faults()
     assert remote.faults == []

@@ -54,6 +54,8 @@ class ContentPlanner:
         if isinstance(reply, ErrorReply):
             raise SimError(reply.status, reply.message, type=reply.type or _error_type(reply.status),
                            code=reply.code)
+        if request.kind == "embedding":
+            return PlannedOutput([], [], "stop")  # nothing is generated: the answer is the vectors
         limit = budget if request.max_tokens is not None else room  # a model-ended answer: only the room
         if isinstance(reply, (ToolCall, list)):
             calls = [reply] if isinstance(reply, ToolCall) else reply
