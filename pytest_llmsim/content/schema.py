@@ -26,6 +26,7 @@ depth 3.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -47,16 +48,29 @@ class SchemaError(ValueError):
 
 
 def check_schema(schema: Any) -> None:
-    """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema (its draft's metaschema)."""
+    """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema (its draft's metaschema).
+
+    Verdicts are cached by the schema's JSON text: agents send the same tools
+    with every request, and a metaschema check costs about a millisecond.
+    """
     if not isinstance(schema, (dict, bool)):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")
+    problem = _schema_problem(json.dumps(schema, sort_keys=True))
+    if problem is not None:
+        raise SchemaError(problem)
+
+
+@functools.lru_cache(maxsize=512)
+def _schema_problem(text: str) -> str | None:
     import jsonschema  # deferred: its import costs ~50 ms, only requests with schemas pay it
 
+    schema = json.loads(text)
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)  # type: ignore[arg-type]
+        jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as error:
         where = "/".join(str(p) for p in error.path)
-        raise SchemaError(f"invalid JSON Schema{' at ' + where if where else ''}: {error.message}") from None
+        return f"invalid JSON Schema{' at ' + where if where else ''}: {error.message}"
+    return None
 
 
 def generate_instance(schema: Any, rng: random.Random) -> Any:
