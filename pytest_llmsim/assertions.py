@@ -26,7 +26,18 @@ def _listing(records: Sequence[RequestRecord], title: str) -> str:
 
 
 class BackendAssertions:
-    """``assert_*`` helpers; the host class provides ``metrics`` and ``requests``."""
+    """``assert_*`` helpers; the host class provides ``metrics`` and ``requests``.
+
+    ``trace_path``, set by the plugin under ``--llmsim-trace``, is where this
+    backend's trace is written when the test ends; failures name it.
+    """
+
+    trace_path: str | None = None
+
+    def _listing(self, records: Sequence[RequestRecord], title: str) -> str:
+        where = f"\nbackend timeline: {self.trace_path} (and .svg; written when the test ends)" \
+            if self.trace_path else ""
+        return _listing(records, title) + where
 
     @property
     def metrics(self) -> MetricsSnapshot:
@@ -48,7 +59,7 @@ class BackendAssertions:
                                 (("path", path), ("status", status), ("model", model)) if v is not None)
             raise AssertionError(
                 f"expected {count} request(s){' with ' + filters if filters else ''}, "
-                f"saw {len(matching)}" + _listing(records, "requests received"))
+                f"saw {len(matching)}" + self._listing(records, "requests received"))
         return matching
 
     def assert_no_errors(self) -> None:
@@ -56,7 +67,7 @@ class BackendAssertions:
         bad = [r for r in self.requests if not r.ok]
         if bad:
             raise AssertionError(f"expected no failed or cancelled requests, saw {len(bad)}"
-                                 + _listing(bad, "failed or cancelled requests"))
+                                 + self._listing(bad, "failed or cancelled requests"))
 
     def assert_cache_hit_rate(self, *, at_least: float | None = None,
                               at_most: float | None = None) -> None:
@@ -69,7 +80,7 @@ class BackendAssertions:
             raise AssertionError(
                 f"expected a prefix-cache hit rate {bounds}, saw {rate:.3f} "
                 f"({m.cached_tokens} cached of the prompt tokens queried)"
-                + _listing(self.requests, "requests received"))
+                + self._listing(self.requests, "requests received"))
 
     def assert_ttft(self, *, p50_at_most: float | None = None, p90_at_most: float | None = None,
                     p99_at_most: float | None = None, max_at_most: float | None = None) -> None:
@@ -85,7 +96,7 @@ class BackendAssertions:
 
     def _assert_distribution(self, name: str, dist: Distribution, **limits: float | None) -> None:
         if dist.count == 0:
-            raise AssertionError(f"expected {name} samples, saw none" + _listing(self.requests, "requests"))
+            raise AssertionError(f"expected {name} samples, saw none" + self._listing(self.requests, "requests"))
         over = [(stat, getattr(dist, stat), limit) for stat, limit in limits.items()
                 if limit is not None and getattr(dist, stat) > limit]
         if over:
@@ -94,4 +105,4 @@ class BackendAssertions:
             slowest = sorted((r for r in self.requests if getattr(r, name, None) is not None),
                              key=lambda r: getattr(r, name), reverse=True)
             raise AssertionError(f"expected {detail} ({dist!r})"
-                                 + _listing(slowest[:_SHOWN_REQUESTS], f"slowest requests by {name}"))
+                                 + self._listing(slowest[:_SHOWN_REQUESTS], f"slowest requests by {name}"))

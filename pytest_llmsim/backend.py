@@ -14,6 +14,7 @@ from .metrics import MetricsSnapshot
 from .records import RequestRecord
 from .server import SimulatorServer
 from .simulator import Simulator
+from .trace_svg import timeline_svg
 
 __all__ = ["LLMBackend"]
 
@@ -144,6 +145,23 @@ class LLMBackend(BackendAssertions):
     def add_rule(self, rule: Rule) -> Rule:
         """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""
         return self._simulator.add_rule(rule)
+
+    def trace(self) -> dict[str, Any]:
+        """What the backend did since the last reset, as Chrome trace-event JSON (Perfetto, chrome://tracing).
+
+        One track per request (queued, prefill and decode spans; faults, errors and hang-ups as
+        instants), counter tracks for the batch and the prefix-cache hit rate; simulated time.
+        """
+        return self._simulator.trace.chrome_trace(self.label)
+
+    def trace_svg(self, title: str = "") -> str:
+        """The same as an SVG timeline: requests as bars coloured by phase, the batch under them."""
+        return timeline_svg(self._simulator.trace, self.label, title)
+
+    @property
+    def label(self) -> str:
+        """``model:port``, how reports and trace files name this backend."""
+        return f"{self.config.model}:{self.port}"
 
     @property
     def rules(self) -> list[Rule]:

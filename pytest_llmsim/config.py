@@ -61,6 +61,7 @@ class SimConfig:
     keepalive: bool = True
     keepalive_max_requests: int | None = None
     max_stored_responses: int = 1000
+    max_trace_requests: int = 10_000
     tool_call_rate: float = 1.0
     tool_calls_per_reply: int = 1
     embedding_size: int = 1536
@@ -214,6 +215,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_request_tokens": _integer(1),
     "keepalive_timeout": _number(0.0, low_inclusive=False),
     "max_stored_responses": _integer(0),
+    "max_trace_requests": _integer(0),
     "keepalive": _boolean,
     "keepalive_max_requests": _optional_limit,
     "tool_call_rate": _number(0.0, high=1.0),
@@ -262,6 +264,7 @@ SETTING_HELP: dict[str, str] = {
     "keepalive_max_requests": "Close a kept-alive connection after this many requests, without telling the "
                               "client first; unset means no limit",
     "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
+    "max_trace_requests": "Requests the backend's trace keeps (oldest dropped first); 0 turns recording off",
     "tool_call_rate": "Under tool_choice auto, the seeded chance that a reply calls a tool (0 to 1)",
     "tool_calls_per_reply": "Tool calls in a reply that calls tools (1 when the request disables parallel calls)",
     "embedding_size": "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)",

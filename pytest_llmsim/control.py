@@ -37,6 +37,7 @@ from .content.replies import Rule, reply_from_json
 from .faults import Fault, FaultError
 from .metrics import Distribution, MetricsSnapshot
 from .records import RequestRecord
+from .trace_svg import timeline_svg
 
 if TYPE_CHECKING:
     from .server import SimulatorServer
@@ -109,6 +110,7 @@ class ControlAPI:
             ("GET", "requests"): self._requests,
             ("POST", "wait-idle"): self._wait_idle,
             ("GET", "errors"): self._errors,
+            ("GET", "trace"): self._trace,
         }
 
     def handle(self, request: Request) -> Response:
@@ -203,6 +205,15 @@ class ControlAPI:
         while runtime.in_flight and time.monotonic() < deadline:
             time.sleep(0.002)
         return _json({"idle": runtime.in_flight == 0})
+
+    def _trace(self, request: Request) -> Response:
+        """The trace as Chrome trace-event JSON (``?format=svg``: the SVG timeline)."""
+        simulator = self._simulator
+        label = f"{simulator.config.model}:{self._server.port}"
+        if request.args.get("format") == "svg":
+            return Response(timeline_svg(simulator.trace, label, request.args.get("title", "")),
+                            content_type="image/svg+xml")
+        return _json(simulator.trace.chrome_trace(label))
 
     def _errors(self, request: Request) -> Response:
         return _json([f"{type(error).__name__}: {error}" for error in self._server.handler_errors])

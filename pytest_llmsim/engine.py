@@ -27,7 +27,7 @@ import math
 import random
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as TokenIds
 from dataclasses import dataclass, field
 from enum import Enum
@@ -202,6 +202,8 @@ class Engine:
         self.kv = KVBlocks(config.kv_cache_blocks, config.block_size)
         self.preemptions = 0
         self._admissions = itertools.count()  # preemption picks the latest admitted
+        # Told (now, running, waiting) whenever the batch or the queue changes (the trace's counter track).
+        self.on_counts: Callable[[float, int, int], None] | None = None
         self._events: list[tuple[float, int, int, SimSequence]] = []
         self._serial = itertools.count()
 
@@ -341,6 +343,7 @@ class Engine:
         self._waiting.append(seq)
         if seq.adapter is not None:
             self._adapter_waiting += 1
+        self._note_counts()
         return True
 
     def _admit(self, seq: SimSequence, at: float) -> None:
@@ -352,6 +355,7 @@ class Engine:
             self._active_adapters[seq.adapter] = self._active_adapters.get(seq.adapter, 0) + 1
         self._running.add(seq)
         seq.admission = next(self._admissions)
+        self._note_counts()
         self.max_running = max(self.max_running, len(self._running))
         prompt = seq.prompt_tokens
         forced_rate = self.config.cache_hit_rate
@@ -389,6 +393,7 @@ class Engine:
         self._waiting.appendleft(victim)  # first in line when blocks free up
         if victim.adapter is not None:
             self._adapter_waiting += 1
+        self._note_counts()
         return victim is not requester
 
     def _step(self, seq: SimSequence) -> None:
@@ -459,9 +464,14 @@ class Engine:
             self._running.discard(seq)
             self._release_adapter(seq)
             self.kv.release(seq)
+        self._note_counts()
         self.listener.on_finish(seq, self.now)
         if was_running:
             self._fill_slots()
+
+    def _note_counts(self) -> None:
+        if self.on_counts is not None:
+            self.on_counts(self.now, len(self._running), len(self._waiting))
 
     def _release_adapter(self, seq: SimSequence) -> None:
         if seq.adapter is not None:

@@ -27,6 +27,7 @@ from .faults import Fault, FaultError
 from .isolation import ProcessBackend, spawn_backend
 from .pool import BackendPool
 from .report import Reporter, summary_row, warn_if_lagging
+from .trace_files import TraceFiles, attach_to_html_report, keep_report
 
 # A backend in the test's process, or one in its own (``--llmsim-isolation=process``).
 AnyBackend = LLMBackend | ProcessBackend
@@ -45,6 +46,10 @@ REPORT_HELP = "Show a summary of what the backend served in each test"
 ISOLATION_HELP = ("Where backends run: thread (in the test process, the default) or process "
                   "(each an llmsim serve subprocess, driven over its control API)")
 ISOLATION_MODES = ("thread", "process")
+TRACE_HELP = ("Write each test's backend traces (Chrome trace JSON and an SVG timeline) into this directory, "
+              "named by test id and backend")
+TRACE_ON_HELP = "Which tests' traces --llmsim-trace writes: all (the default) or failed"
+TRACE_ON = ("all", "failed")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -83,6 +88,13 @@ def _parse_isolation(text: str) -> str:
     return mode
 
 
+def _parse_trace_on(text: str) -> str:
+    value = text.strip().lower()
+    if value not in TRACE_ON:
+        raise ValueError(f"expected one of {', '.join(TRACE_ON)}")
+    return value
+
+
 def _parse_flag(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
@@ -108,6 +120,8 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("host", HOST_HELP, _parse_text, "127.0.0.1"),
     _Option("report", REPORT_HELP, _parse_flag, False, is_flag=True),
     _Option("isolation", ISOLATION_HELP, _parse_isolation, "thread"),
+    _Option("trace", TRACE_HELP, _parse_text, None),
+    _Option("trace_on", TRACE_ON_HELP, _parse_trace_on, "all"),
 )
 
 
@@ -121,6 +135,8 @@ class OptionSettings:
     host: str
     report: bool
     isolation: str = "thread"
+    trace: str | None = None
+    trace_on: str = "all"
 
 
 def resolve_options(cli: Mapping[str, Any], env: Mapping[str, str],
@@ -132,7 +148,7 @@ def resolve_options(cli: Mapping[str, Any], env: Mapping[str, str],
     """
     values: dict[str, Any] = {}
     for option in OPTIONS:
-        flag = f"--llmsim-{option.name}"
+        flag = f"--llmsim-{option.name.replace('_', '-')}"
         env_name = f"PYTEST_LLMSIM_{option.name.upper()}"
         sources = [
             (cli.get(option.name), flag),
@@ -161,12 +177,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("llmsim", "simulated LLM backend (pytest-llmsim)")
     for option in OPTIONS:
         if option.is_flag:
-            group.addoption(f"--llmsim-{option.name}", action="store_true", default=None,
+            group.addoption(f"--llmsim-{option.name.replace('_', '-')}", action="store_true", default=None,
                             dest=f"llmsim_{option.name}", help=option.help)
             # a plain string, parsed by us, so a bad value is named like the others
             parser.addini(f"llmsim_{option.name}", option.help, default=None)
         else:
-            group.addoption(f"--llmsim-{option.name}", action="store", default=None,
+            group.addoption(f"--llmsim-{option.name.replace('_', '-')}", action="store", default=None,
                             dest=f"llmsim_{option.name}", metavar=option.name.upper(), help=option.help)
             parser.addini(f"llmsim_{option.name}", option.help, default=None)
 
@@ -204,6 +220,33 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS_KEY] = settings
     if settings.report:
         config.pluginmanager.register(Reporter(), "llmsim-reporter")
+    if settings.trace:
+        config.stash[_TRACE_KEY] = TraceFiles(settings.trace, only_failed=settings.trace_on == "failed")
+
+
+_TRACE_KEY = pytest.StashKey[TraceFiles]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's outcome (traces of failed tests only) and attach timelines to pytest-html."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if _TRACE_KEY in item.config.stash:
+        keep_report(item, report)
+        attach_to_html_report(item, report)
+
+
+def _trace_before(request: pytest.FixtureRequest, backend: AnyBackend) -> None:
+    files = request.config.stash.get(_TRACE_KEY, None)
+    if files is not None:
+        files.prepare(request.node.nodeid, backend)
+
+
+def _trace_after(request: pytest.FixtureRequest, backend: AnyBackend) -> None:
+    files = request.config.stash.get(_TRACE_KEY, None)
+    if files is not None:
+        files.write(request.node, backend)
 
 
 def _ini_value(config: pytest.Config, option: _Option) -> str | None:
@@ -353,7 +396,9 @@ def llm_backend(llmsim_session_backend: AnyBackend, llmsim_config: SimConfig,
     backend = llmsim_session_backend
     backend.reset(llmsim_config.replace(**settings_from_markers(request.node)))
     _arm(backend, faults_from_markers(request.node), replies_from_markers(request.node))
+    _trace_before(request, backend)
     yield backend
+    _trace_after(request, backend)
     _record_for_report(request, backend)
     warn_if_lagging(backend)
     backend.check()
@@ -385,11 +430,13 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
         backend: AnyBackend = (spawn_backend(config, host) if mode == "process"
                                else LLMBackend(config, host=host).start())
         _arm(backend, faults, scripted)
+        _trace_before(request, backend)
         started.append(backend)
         return backend
 
     yield factory
     for backend in started:
+        _trace_after(request, backend)
         _record_for_report(request, backend)
         warn_if_lagging(backend)
         backend.stop()
@@ -432,9 +479,12 @@ def _llmsim_pools(request: pytest.FixtureRequest) -> Iterator[None]:
         markers, faults = settings_from_markers(request.node), faults_from_markers(request.node)
         for pool in pools:
             pool.prepare(markers, faults)
+            for backend in pool:
+                _trace_before(request, backend)
     yield
     for pool in pools:
         for backend in pool:
+            _trace_after(request, backend)
             _record_for_report(request, backend)
             warn_if_lagging(backend)
             backend.check()

@@ -47,7 +47,7 @@ class RemoteBackend(BackendAssertions):
 
     # --- transport ---
 
-    def _call(self, method: str, name: str, body: Any = None, query: str = "") -> Any:
+    def _call(self, method: str, name: str, body: Any = None, query: str = "", raw: bool = False) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"{self._root}{CONTROL_PREFIX}{name}{query}", data=data, method=method)
         request.add_header("Content-Type", "application/json")
@@ -55,7 +55,8 @@ class RemoteBackend(BackendAssertions):
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                return json.loads(response.read())
+                data = response.read()
+                return data.decode() if raw else json.loads(data)
         except urllib.error.HTTPError as error:
             try:
                 message = json.loads(error.read())["error"]["message"]
@@ -129,6 +130,20 @@ class RemoteBackend(BackendAssertions):
     def add_rule(self, rule: Rule) -> Rule:
         """Add a rule on the remote backend; returns it as the backend stored it (named)."""
         return Rule.from_json(self._call("POST", "rules", rule.to_json()))
+
+    def trace(self) -> dict[str, Any]:
+        """The remote backend's trace as Chrome trace-event JSON (see ``LLMBackend.trace``)."""
+        return dict(self._call("GET", "trace"))
+
+    def trace_svg(self, title: str = "") -> str:
+        """The remote backend's SVG timeline (see ``LLMBackend.trace_svg``)."""
+        return str(self._call("GET", "trace", query="?" + urllib.parse.urlencode({"format": "svg", "title": title}),
+                              raw=True))
+
+    @property
+    def label(self) -> str:
+        """``model:port``, how reports and trace files name this backend."""
+        return f"{self.config.model}:{self.port}"
 
     @property
     def rules(self) -> list[Rule]:

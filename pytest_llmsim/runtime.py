@@ -149,10 +149,11 @@ class _TicketListener:
 class Runtime:
     """Owns the engine, its clock and its thread."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, on_counts: Callable[[float, int, int], None] | None = None) -> None:
         self._cond = threading.Condition()
         self._stopping = False
         self._listener = _TicketListener()
+        self._on_counts = on_counts  # every engine tells it when its batch or queue changes
         self._live: set[Ticket] = set()
         self.config = config
         self.engine = self._new_engine(config)
@@ -163,7 +164,9 @@ class Runtime:
         self._thread.start()
 
     def _new_engine(self, config: SimConfig) -> Engine:
-        return Engine(config, self._listener, random.Random(f"latency:{config.seed}"))
+        engine = Engine(config, self._listener, random.Random(f"latency:{config.seed}"))
+        engine.on_counts = self._on_counts
+        return engine
 
     # --- clock ---
 

@@ -36,6 +36,7 @@ from .sim import (
     invalid,
 )
 from .tokens import PlannedOutput, Tokenizer, load_encoding
+from .trace import TraceRecorder
 
 __all__ = ["Generation", "Outcome", "Simulator"]
 
@@ -162,7 +163,8 @@ class Simulator:
         self._lock = threading.Lock()
         self._base = config or SimConfig()
         self.config = self._base
-        self.runtime = Runtime(self.config)
+        self.trace = TraceRecorder(self.config.max_trace_requests)
+        self.runtime = Runtime(self.config, self.trace.sample)
         self.metrics = Metrics(self.config.model)
         self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
         self.conversations = ConversationStore(self.config.max_stored_responses)
@@ -199,6 +201,7 @@ class Simulator:
             self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
             self.conversations = ConversationStore(config.max_stored_responses)
             self.script.clear()
+            self.trace.clear(config.max_trace_requests)
             self.adapters = dict.fromkeys(config.lora_adapters, "")
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
@@ -220,6 +223,8 @@ class Simulator:
             self.adapters = {name: self.adapters.get(name, "") for name in config.lora_adapters}
         self.faults.seed = config.seed
         self.conversations.max_entries = config.max_stored_responses
+        if config.max_trace_requests != self.config.max_trace_requests:
+            self.trace.clear(config.max_trace_requests)
         if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
                                                               self.config.max_log_bytes):
             self.log.max_entries, self.log.max_bytes = config.max_log_entries, config.max_log_bytes
@@ -493,6 +498,9 @@ class Simulator:
             lags = generation.emit_lags
         self.metrics.observe(record, gaps, queried, lags)
         self.log.append(record)
+        if self.trace.enabled:
+            self.trace.request(record, generation.sequences if generation is not None else [],
+                               self.runtime.virtual_now())
 
     # --- reading ---
 

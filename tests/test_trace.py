@@ -1,0 +1,144 @@
+"""The backend's timeline: Chrome trace events, the SVG picture, and --llmsim-trace files."""
+
+from __future__ import annotations
+
+import json
+import threading
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_llmsim import LLMBackend, RemoteBackend
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+
+def spans(trace: dict[str, Any], tid: int) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in trace["traceEvents"] if e.get("tid") == tid and e["ph"] == "X"}
+
+
+def test_each_request_is_a_track_with_its_phases(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.2, itl=0.01, max_batch_size=1, speed=float("inf"))
+    for _ in range(2):
+        httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT)
+    trace = llm_backend.trace()
+    assert trace["displayTimeUnit"] == "ms" and trace["otherData"]["requests"] == 2
+    for event in trace["traceEvents"]:
+        assert {"name", "ph", "pid", "tid"} <= set(event)
+        assert event["ph"] in "MXiC" and (event["ph"] == "M" or "ts" in event)
+        assert event.get("dur", 0) >= 0
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"#1 POST openai.chat -> 200", "#2 POST openai.chat -> 200", "batch"} <= names
+    first = spans(trace, 32)
+    assert first["prefill"]["dur"] == pytest.approx(200_000) and first["decode"]["dur"] == pytest.approx(40_000)
+    assert first["decode"]["args"]["tokens"] == 5
+    batch = [e["args"] for e in trace["traceEvents"] if e["name"] == "batch" and e["ph"] == "C"]
+    assert {"running": 1, "waiting": 0} in batch and batch[-1] == {"running": 0, "waiting": 0}
+    assert any(e["name"] == "prefix cache hit rate" for e in trace["traceEvents"])
+
+
+def test_faults_errors_and_hangups_are_instants(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=5.0, speed=10)
+    llm_backend.add_fault("rate_limit", times=1)
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT)
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), json={"model": "m"})
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT, timeout=0.05)
+    assert llm_backend.wait_idle()
+    instants = [(e["name"], e["tid"]) for e in llm_backend.trace()["traceEvents"] if e["ph"] == "i"]
+    assert ("fault: rate_limit", 32) in instants and ("429 rate_limit_exceeded", 32) in instants
+    assert ("400 missing_required_parameter", 64) in instants
+    assert ("client hung up", 96) in instants
+
+
+def test_the_trace_is_bounded_and_says_what_it_dropped(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(max_trace_requests=3)
+    for _ in range(5):
+        httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT)
+    trace = llm_backend.trace()
+    assert (trace["otherData"]["requests"], trace["otherData"]["dropped_requests"]) == (3, 2)
+    assert any("2 older request(s) dropped" in e["name"] for e in trace["traceEvents"])
+    llm_backend.configure(max_trace_requests=0)
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT)
+    assert llm_backend.trace()["otherData"]["requests"] == 0
+
+
+def test_svg_timeline_is_well_formed(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.05, itl=0.01, max_batch_size=2, speed=20)
+    threads = [threading.Thread(target=httpx.post, args=(llm_backend.url_for("/v1/chat/completions"),),
+                                kwargs={"json": CHAT}) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    svg = llm_backend.trace_svg(title="a <test>")
+    root = ElementTree.fromstring(svg)
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "a <test>" in texts and sum("openai.chat -> 200" in t for t in texts) == 4
+    rects = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#b8b8b8"]
+    assert len(rects) >= 2  # a legend swatch, and at least one request waited for a slot
+
+
+def test_remote_backend_reads_the_trace(llm_backend: LLMBackend) -> None:
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT)
+    remote = RemoteBackend(llm_backend.root_url)
+    assert remote.trace()["otherData"]["requests"] == 1
+    assert remote.trace_svg().startswith("<svg")
+
+
+PLUGIN_TESTS = """
+import httpx
+
+def test_passes(llm_backend):
+    httpx.post(llm_backend.url_for("/v1/chat/completions"),
+               json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+
+def test_fails(llm_backend):
+    httpx.post(llm_backend.url_for("/v1/chat/completions"), json={"model": "m"})
+    llm_backend.assert_no_errors()
+
+def test_two_backends(llm_backend_factory):
+    first, second = llm_backend_factory(model="a"), llm_backend_factory(model="b")
+    for backend in (first, second):
+        httpx.post(backend.url_for("/v1/completions"), json={"model": "x", "prompt": "hi", "max_tokens": 2})
+"""
+
+
+def test_trace_option_writes_files_per_test_and_backend(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_traced=PLUGIN_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--llmsim-trace=traces")
+    result.assert_outcomes(passed=2, failed=1)
+    files = sorted(p.name for p in Path(pytester.path, "traces").iterdir())
+    assert len(files) == 8  # 4 backends (1 + 1 + 2), a .trace.json and a .svg each
+    assert any(f.startswith("test_traced.py_test_two_backends--a-") for f in files)
+    passed = next(Path(pytester.path, "traces").glob("test_traced.py_test_passes--*.trace.json"))
+    assert json.loads(passed.read_text())["otherData"]["requests"] == 1
+    result.stdout.fnmatch_lines(["*backend timeline: traces/test_traced.py_test_fails--llmsim-*.trace.json*"])
+
+
+def test_trace_on_failed_writes_only_failed_tests(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_traced=PLUGIN_TESTS)
+    monkeypatch.setenv("PYTEST_LLMSIM_TRACE_ON", "failed")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--llmsim-trace=out")
+    result.assert_outcomes(passed=2, failed=1)
+    files = sorted(p.name for p in Path(pytester.path, "out").iterdir())
+    assert len(files) == 2 and all(f.startswith("test_traced.py_test_fails--") for f in files)
+
+
+def test_bad_trace_on_value_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_traced=PLUGIN_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--llmsim-trace=out", "--llmsim-trace-on=sometimes")
+    result.stderr.fnmatch_lines(["*invalid --llmsim-trace-on 'sometimes': expected one of all, failed*"])
+
+
+def test_timeline_is_attached_to_pytest_html(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_html")
+    pytester.makepyfile(test_traced=PLUGIN_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--llmsim-trace=traces", "--html=report.html",
+                                "--self-contained-html")
+    result.assert_outcomes(passed=2, failed=1)
+    report = Path(pytester.path, "report.html").read_text()
+    assert report.count("llmsim-timeline") >= 3
