@@ -23,6 +23,8 @@ else:  # pragma: no cover - Python 3.10
 from typing import Any
 
 from .backend import LLMBackend
+from .calibration import SweepRow, calibrate, read_sweep, render_profile, render_table
+from .calibration import predict as predict_sweep
 from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from .content.replies import Rule, load_conversation
 from .faults import Fault, FaultError
@@ -148,13 +150,86 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
                            default=None, metavar=name.upper(),
                            help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)})")
+    calibrate = commands.add_parser("calibrate", help="Fit step costs to a measured load sweep; print a profile")
+    calibrate.add_argument("sweep", metavar="SWEEP", help="CSV (concurrency or rate, input_tokens, output_tokens, "
+                           "ttft_p50_ms, itl_p50_ms, req_per_s, e2e_p50_ms) or vllm bench serve --save-result JSON")
+    calibrate.add_argument("--output", "-o", metavar="PROFILE.toml", help="also write the profile to this file")
+    predict = commands.add_parser("predict", help="Predict a load sweep in virtual time (no HTTP, no waiting)")
+    predict.add_argument("--config", metavar="PROFILE", default=None,
+                         help="settings: a preset name (e.g. qwen2.5-0.5b-l4) or a TOML file")
+    loads = predict.add_mutually_exclusive_group(required=True)
+    loads.add_argument("--concurrency", type=_int_list, help="closed-loop clients, e.g. 1,2,4,8")
+    loads.add_argument("--rate", type=_float_list, help="open-loop Poisson arrivals per second, e.g. 1,5,10")
+    predict.add_argument("--input", type=int, required=True, metavar="N", help="prompt tokens per request")
+    predict.add_argument("--output", type=int, required=True, metavar="M", help="generated tokens per request")
+    predict.add_argument("--compare", metavar="SWEEP", help="a measured sweep: show each prediction's error")
     return parser
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        rows = read_sweep(args.sweep)
+    except (OSError, ValueError, KeyError) as error:
+        parser.error(f"{args.sweep}: {error}")
+    fit = calibrate(rows)
+    profile = render_profile(fit.config, f"fitted by llmsim calibrate {args.sweep} ({len(rows)} rows)")
+    print(profile)
+    print(render_table(fit.predicted, rows))
+    errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
+    print(f"\nmedian |error| per metric: {errors}")
+    if args.output:
+        with open(args.output, "w") as handle:
+            handle.write(profile)
+    return 0
+
+
+def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        config = SimConfig().replace(profile=args.config) if args.config else SimConfig()
+        compare = read_sweep(args.compare) if args.compare else None
+    except (ConfigError, OSError, ValueError) as error:
+        parser.error(str(error))
+    if args.input < 1 or args.output < 0:
+        parser.error("--input must be at least 1 and --output at least 0")
+    rows = ([SweepRow(c, None, args.input, args.output) for c in args.concurrency] if args.concurrency
+            else [SweepRow(None, r, args.input, args.output) for r in args.rate])
+    predicted = predict_sweep(config, rows)
+    measured = None
+    if compare is not None:
+        by_load = {(r.concurrency, r.rate): r for r in compare}
+        measured = [by_load.get((r.concurrency, r.rate), r) for r in rows]
+    print(render_table(predicted, measured))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llmsim`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "calibrate":
+        return _calibrate(args, parser)
+    if args.command == "predict":
+        return _predict(args, parser)
     file_settings: dict[str, Any] = {}
     file_faults: list[tuple[str, dict[str, Any]]] = []
     rules: list[Rule] = []

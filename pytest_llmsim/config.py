@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 __all__ = ["SETTING_HELP", "ConfigError", "SimConfig", "parse_setting"]
 
 OUTPUT_MODES = ("filler", "echo")
+SCHEDULERS = ("sequence", "step")
 
 
 class ConfigError(ValueError):
@@ -33,11 +41,19 @@ class SimConfig:
     """
 
     model: str = "llmsim"
+    profile: str | None = None
     ttft: float = 0.0
     itl: float = 0.0
     prefill_per_token: float = 0.0
     jitter: float = 0.0
     load_factor: float = 1.0
+    scheduler: str = "sequence"
+    step_base: float = 0.0
+    step_per_prefill_token: float = 0.0
+    step_per_decode_seq: float = 0.0
+    step_per_kv_token: float = 0.0
+    max_num_batched_tokens: int = 8192
+    request_overhead: float = 0.0
     max_batch_size: int = 256
     max_waiting: int = 1024
     max_model_len: int = 32768
@@ -82,6 +98,8 @@ class SimConfig:
                 f"unknown setting{'s' if len(unknown) > 1 else ''} "
                 f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}"
             )
+        if settings.get("profile") is not None:  # a preset's settings first; the call's own keys win
+            settings = {**load_profile(settings["profile"]), **settings}
         checked = {key: _VALIDATORS[key](key, value) for key, value in settings.items()}
         return dataclasses.replace(self, **checked)
 
@@ -152,6 +170,12 @@ def _output_mode(name: str, value: Any) -> str:
     return str(value)
 
 
+def _scheduler(name: str, value: Any) -> str:
+    if value not in SCHEDULERS:
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(SCHEDULERS)})")
+    return str(value)
+
+
 def _optional_rate(name: str, value: Any) -> float | None:
     if value is None:
         return None
@@ -162,6 +186,33 @@ def _optional_limit(name: str, value: Any) -> int | None:
     if value is None:
         return None
     return _integer(1)(name, value)
+
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+
+
+def profile_names() -> list[str]:
+    """The presets shipped with pytest-llmsim (``profile="NAME"``)."""
+    return sorted(path.stem for path in PROFILES_DIR.glob("*.toml"))
+
+
+def load_profile(name: Any) -> dict[str, Any]:
+    """A preset's settings (``pytest_llmsim/profiles/NAME.toml``), or a TOML file's when ``name`` is a path."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"invalid value for 'profile': {name!r} (expected a preset name or a .toml path)")
+    path = Path(name) if name.endswith(".toml") else PROFILES_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown profile {name!r}; presets: {', '.join(profile_names())} (or a .toml path)")
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    data.pop("profile", None)
+    return data
+
+
+def _profile(name: str, value: Any) -> str | None:
+    if value is not None:
+        load_profile(value)  # raises ConfigError naming the presets
+    return None if value is None else str(value)
 
 
 def _names(name: str, value: Any) -> tuple[str, ...]:
@@ -189,11 +240,19 @@ def _answer_length(name: str, value: Any) -> int | tuple[int, int] | None:
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "model": _text,
+    "profile": _profile,
     "ttft": _number(0.0),
     "itl": _number(0.0),
     "prefill_per_token": _number(0.0),
     "jitter": _number(0.0, high=1.0),
     "load_factor": _number(1.0),
+    "scheduler": _scheduler,
+    "step_base": _number(0.0),
+    "step_per_prefill_token": _number(0.0),
+    "step_per_decode_seq": _number(0.0),
+    "step_per_kv_token": _number(0.0),
+    "max_num_batched_tokens": _integer(1),
+    "request_overhead": _number(0.0),
     "max_batch_size": _integer(1),
     "max_waiting": _integer(0),
     "max_model_len": _integer(1),
@@ -232,11 +291,21 @@ assert set(SETTING_NAMES) == set(_VALIDATORS), "every setting needs a validator"
 
 SETTING_HELP: dict[str, str] = {
     "model": "Model name the backend serves and reports",
+    "profile": "A preset of settings (e.g. qwen2.5-0.5b-l4: step costs fitted to a real vLLM sweep) or a "
+               ".toml file; settings given beside it win",
     "ttft": "Base time to first token, simulated seconds",
     "itl": "Inter-token latency (one decode step), simulated seconds",
     "prefill_per_token": "Prefill cost per uncached prompt token, simulated seconds",
     "jitter": "Relative standard deviation of seeded latency noise (0 to 1)",
     "load_factor": "Step-time multiplier when the batch is full (>= 1)",
+    "scheduler": "sequence (each sequence keeps its own step clock: ttft, itl, load_factor) or step (one step "
+                 "clock for the batch, costs by composition: step_* settings)",
+    "step_base": "step mode: fixed cost of every step, simulated seconds",
+    "step_per_prefill_token": "step mode: cost per prefill token in a step, simulated seconds",
+    "step_per_decode_seq": "step mode: cost per decoding sequence in a step, simulated seconds",
+    "step_per_kv_token": "step mode: cost per context token the step's decodes attend, simulated seconds",
+    "max_num_batched_tokens": "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",
+    "request_overhead": "step mode: the API server's own time before a request reaches the scheduler, seconds",
     "max_batch_size": "Sequences decoded concurrently",
     "max_waiting": "Waiting-queue capacity; a full queue answers 503",
     "max_model_len": "Context length: prompt plus max_tokens",
@@ -288,14 +357,14 @@ def parse_setting(name: str, text: str) -> Any:
     value: Any
     try:
         if name in ("cache_hit_rate", "answer_length", "rpm", "tpm", "keepalive_max_requests",
-                    "kv_cache_blocks") and \
+                    "kv_cache_blocks", "profile") and \
                 raw.lower() in ("", "none"):
             value = None
         elif isinstance(default, bool):
             lowered = raw.lower()
             value = True if lowered in ("1", "true", "yes", "on") else False if lowered in (
                 "0", "false", "no", "off") else text
-        elif name in ("served_models", "lora_adapters"):
+        elif name in ("served_models", "lora_adapters", "profile"):
             value = raw
         elif name == "answer_length":
             low, _, high = raw.partition("-")

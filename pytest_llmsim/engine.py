@@ -116,6 +116,8 @@ class SimSequence:
     preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
     kv_private: int = 0  # KV blocks held that no other sequence shares
     kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)
+    prefill_left: int = 0  # step-cost mode: prompt tokens still to compute
+    step_credit: float = 0.0  # step-cost mode: a slow sequence emits on every 1/latency_scale-th step
     step_serial: int = -1  # serial of its pending step event; older ones are stale
     admission: int = 0  # order of its latest admission
     state: SeqState = SeqState.PENDING
@@ -370,7 +372,10 @@ class Engine:
         if not seq.preemptions:
             seq.cached_tokens = cached
         # A recomputed sequence prefills its prompt (less what is cached) and what it had generated.
-        uncached = len(prompt) - cached + seq.emitted
+        self._schedule_prefill(seq, at, len(prompt) - cached + seq.emitted, resumed)
+
+    def _schedule_prefill(self, seq: SimSequence, at: float, uncached: int, resumed: bool) -> None:
+        """Plan the admitted ``seq``'s first token: its own prefill time from ``at`` (this mode's)."""
         delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale)
         if resumed:
             assert seq.last_token_at is not None

@@ -22,8 +22,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from .config import SimConfig
+from .config import ConfigError, SimConfig
 from .engine import Engine, SeqState, SimSequence
+from .step_engine import StepEngine
 
 __all__ = ["ClientGone", "Runtime", "Ticket"]
 
@@ -164,7 +165,8 @@ class Runtime:
         self._thread.start()
 
     def _new_engine(self, config: SimConfig) -> Engine:
-        engine = Engine(config, self._listener, random.Random(f"latency:{config.seed}"))
+        kind = StepEngine if config.scheduler == "step" else Engine
+        engine = kind(config, self._listener, random.Random(f"latency:{config.seed}"))
         engine.on_counts = self._on_counts
         return engine
 
@@ -286,6 +288,13 @@ class Runtime:
             now = self.virtual_now()
             self.engine.advance(now)
             self._anchor_virtual, self._anchor_wall = now, time.monotonic()
+            if config.scheduler != self.config.scheduler:  # another engine kind, on the same clock and cache
+                if self.engine.running_count or self.engine.waiting_count or self.engine.next_event_time() is not None:
+                    raise ConfigError("the scheduler can change only while the backend is idle "
+                                      "(no request in flight); or set it with reset()")
+                engine = self._new_engine(config)
+                engine.now, engine.cache = self.engine.now, self.engine.cache
+                self.engine = engine
             self.config = config
             self.engine.reconfigure(config)
             self._cond.notify()

@@ -185,8 +185,8 @@ class Simulator:
         """Change settings from now on (validated; raises ConfigError)."""
         with self._lock:
             config = self.config.replace(**settings)
+            self.runtime.update(config)  # first: it may refuse (a scheduler change with requests in flight)
             self._apply(config)
-            self.runtime.update(config)
             return config
 
     def reset(self, base: SimConfig | None = None) -> None:

@@ -1,0 +1,339 @@
+"""Predict a load sweep in virtual time, and fit step costs to a measured one.
+
+:func:`predict_row` runs one workload — ``concurrency`` closed-loop clients
+(each sends its next request as soon as one ends), or Poisson arrivals at
+``rate`` requests per simulated second — through the engine alone: no HTTP,
+no wall clock. Prompts are distinct token ids (no prefix-cache hits, as with
+``vllm bench serve``'s random prompts); every answer is ``output_tokens``
+long. The first ``concurrency`` requests warm the batch up and are not
+measured; the next ones are (``measured`` of them).
+
+:func:`calibrate` fits the step-cost settings (``scheduler="step"``) to a
+measured sweep by minimising the squared log-ratio of predicted to measured
+values (TTFT p50, ITL p50, req/s, E2E p50, whichever a row has) with a
+Nelder-Mead search over the logarithms of the costs, for each candidate
+token budget (``max_num_batched_tokens``). One request shape
+cannot separate every cost: what a sweep identifies is fitted, the rest
+stays at its prior (see :data:`FITTED` and :data:`PRIORS`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .config import SimConfig
+from .engine import Engine, SeqState, SimSequence
+from .step_engine import StepEngine
+
+__all__ = ["FITTED", "PRIORS", "Fit", "SweepRow", "calibrate", "predict", "predict_row", "read_sweep",
+           "render_profile"]
+
+METRICS = ("ttft_p50_ms", "itl_p50_ms", "req_per_s", "e2e_p50_ms")
+# Fitted from a sweep: what the rows identify. Kept at a prior: what one request shape cannot tell apart.
+FITTED = ("step_base", "step_per_prefill_token", "step_per_decode_seq", "request_overhead")
+# Chosen among powers of two by the fit (where TTFT bends as concurrency grows tells the token budget).
+BUDGETS = (512, 1024, 2048, 4096, 8192)
+PRIORS: dict[str, float] = {
+    "step_per_kv_token": 0.0,  # folded into step_per_decode_seq: one request shape cannot tell them apart
+    "jitter": 0.1,  # real step times vary; without it closed-loop clients stay in lockstep for ever
+}
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One load level of a sweep: the workload and (measured or predicted) latencies in milliseconds."""
+
+    concurrency: int | None
+    rate: float | None
+    input_tokens: int
+    output_tokens: int
+    ttft_p50_ms: float | None = None
+    itl_p50_ms: float | None = None
+    req_per_s: float | None = None
+    e2e_p50_ms: float | None = None
+
+    def workload(self) -> str:
+        return f"concurrency {self.concurrency}" if self.concurrency is not None else f"rate {self.rate}/s"
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.finished: list[SimSequence] = []
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        pass
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        self.finished.append(seq)
+
+
+def predict_row(config: SimConfig, row: SweepRow, measured: int | None = None, seed: int = 0) -> SweepRow:
+    """The row's workload run through ``config``'s engine in virtual time; the predicted latencies."""
+    if (row.concurrency is None) == (row.rate is None):
+        raise ValueError("a sweep row sets exactly one of concurrency or rate")
+    config = config.replace(max_batch_size=max(config.max_batch_size, row.concurrency or 1),
+                            max_waiting=max(config.max_waiting, 100_000), max_model_len=max(
+                                config.max_model_len, row.input_tokens + row.output_tokens + 1))
+    recorder = _Recorder()
+    engine: Engine = (StepEngine if config.scheduler == "step" else Engine)(
+        config, recorder, random.Random(f"latency:{config.seed}"))
+    warmup = row.concurrency or 0
+    if measured:
+        count = measured
+    elif row.concurrency is not None:
+        count = max(4 * row.concurrency, 16)
+    else:  # open loop: enough arrivals that the last one's latency is a small part of the span
+        count = min(max(64, int(10 * (row.rate or 0))), 2000)
+    total = warmup + count
+    prompts = iter(range(total))
+
+    def new_sequence(at: float) -> SimSequence:
+        k = next(prompts)
+        seq = SimSequence(range(10_000_000 + k * row.input_tokens, 10_000_000 + (k + 1) * row.input_tokens),
+                          row.output_tokens, index=k)
+        engine.submit(seq, at)
+        return seq
+
+    started: list[SimSequence] = []
+    if row.concurrency is not None:
+        started = [new_sequence(0.0) for _ in range(min(row.concurrency, total))]
+    else:
+        assert row.rate is not None
+        arrivals = random.Random(seed)
+        when = 0.0
+        for _ in range(total):
+            when += arrivals.expovariate(row.rate)
+            started.append(new_sequence(when))
+    seen = 0
+    while engine.next_event_time() is not None:
+        engine.advance(engine.next_event_time() or 0.0, max_events=1)
+        if row.concurrency is not None:
+            for _ in recorder.finished[seen:]:
+                if len(started) < total:
+                    started.append(new_sequence(engine.now))  # closed loop: the client's next request
+            seen = len(recorder.finished)
+    done = [seq for seq in started[warmup:] if seq.state is SeqState.FINISHED]
+    if not done:
+        raise ValueError(f"no request finished for {row.workload()}")
+    gaps = [gap for seq in done for gap, repeat in seq.gaps.runs() for _ in range(repeat)]
+    first_end = min(seq.finished_at or 0.0 for seq in done) if row.concurrency is None else max(
+        (seq.finished_at or 0.0) for seq in started[:warmup]) if warmup else 0.0
+    last_end = max(seq.finished_at or 0.0 for seq in done)
+    span = last_end - (first_end if row.concurrency is not None else min(seq.arrival for seq in done))
+    return replace(row,
+                   ttft_p50_ms=statistics.median(seq.ttft or 0.0 for seq in done) * 1000,
+                   itl_p50_ms=statistics.median(gaps) * 1000 if gaps else None,
+                   req_per_s=len(done) / span if span > 0 else math.inf,
+                   e2e_p50_ms=statistics.median(seq.e2e or 0.0 for seq in done) * 1000)
+
+
+def predict(config: SimConfig, rows: Sequence[SweepRow], measured: int | None = None) -> list[SweepRow]:
+    """:func:`predict_row` for each row (the rows' measured values are replaced by predictions)."""
+    return [predict_row(config, row, measured) for row in rows]
+
+
+def errors(predicted: SweepRow, measured: SweepRow) -> dict[str, float]:
+    """Relative error (predicted / measured - 1) of each metric the measured row has."""
+    out = {}
+    for name in METRICS:
+        real, guess = getattr(measured, name), getattr(predicted, name)
+        if real is not None and guess is not None and real > 0:
+            out[name] = guess / real - 1
+    return out
+
+
+@dataclass
+class Fit:
+    """A calibration's result: the profile, the predictions, and the errors per row and metric."""
+
+    config: SimConfig
+    rows: list[SweepRow]
+    predicted: list[SweepRow]
+    evaluations: int
+
+    def row_errors(self) -> list[dict[str, float]]:
+        return [errors(p, m) for p, m in zip(self.predicted, self.rows)]
+
+    def median_abs_error(self) -> dict[str, float]:
+        """Per metric, the median over rows of |predicted / measured - 1|."""
+        per_metric: dict[str, list[float]] = {}
+        for row in self.row_errors():
+            for name, value in row.items():
+                per_metric.setdefault(name, []).append(abs(value))
+        return {name: statistics.median(values) for name, values in per_metric.items()}
+
+
+def _loss(config: SimConfig, rows: Sequence[SweepRow], measured: int | None) -> tuple[float, list[SweepRow]]:
+    predicted = predict(config, rows, measured)
+    total = 0.0
+    for guess, real in zip(predicted, rows):
+        for name in METRICS:
+            value, target = getattr(guess, name), getattr(real, name)
+            if target is not None and target > 0:
+                ratio = math.log(max(value, 1e-12) / target) if value is not None and math.isfinite(value) else 10.0
+                total += min(ratio * ratio, 1.0 + abs(ratio))  # Huber-like: a noisy row does not dominate
+    return total, predicted
+
+
+def _initial(rows: Sequence[SweepRow]) -> dict[str, float]:
+    """A starting point from the lightest row: its ITL is mostly the base step, its TTFT the prefill."""
+    light = min(rows, key=lambda r: r.concurrency or 0)
+    itl = (light.itl_p50_ms or 10.0) / 1000
+    ttft = (light.ttft_p50_ms or 50.0) / 1000
+    return {"step_base": 0.9 * itl, "step_per_decode_seq": 0.02 * itl,
+            "step_per_prefill_token": max(ttft - itl, 1e-4) / 2 / max(light.input_tokens, 1),
+            "request_overhead": max(ttft - itl, 1e-4) / 2}
+
+
+def nelder_mead(loss: Callable[[list[float]], float], start: list[float], step: float = 0.5,
+                iterations: int = 160, tolerance: float = 1e-4) -> tuple[list[float], int]:
+    """Minimise ``loss`` from ``start`` (a small, dependency-free Nelder-Mead); returns the point and evaluations."""
+    size = len(start)
+    simplex = [list(start)] + [[x + (step if i == j else 0.0) for j, x in enumerate(start)] for i in range(size)]
+    values = [loss(p) for p in simplex]
+    evaluations = len(simplex)
+    for _ in range(iterations):
+        order = sorted(range(size + 1), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < tolerance:
+            break
+        centroid = [sum(p[j] for p in simplex[:-1]) / size for j in range(size)]
+        worst = simplex[-1]
+        reflected = [c + (c - w) for c, w in zip(centroid, worst)]
+        reflected_value = loss(reflected)
+        evaluations += 1
+        if reflected_value < values[0]:
+            expanded = [c + 2 * (c - w) for c, w in zip(centroid, worst)]
+            expanded_value = loss(expanded)
+            evaluations += 1
+            simplex[-1], values[-1] = ((expanded, expanded_value) if expanded_value < reflected_value
+                                       else (reflected, reflected_value))
+        elif reflected_value < values[-2]:
+            simplex[-1], values[-1] = reflected, reflected_value
+        else:
+            contracted = [c + 0.5 * (w - c) for c, w in zip(centroid, worst)]
+            contracted_value = loss(contracted)
+            evaluations += 1
+            if contracted_value < values[-1]:
+                simplex[-1], values[-1] = contracted, contracted_value
+            else:  # shrink towards the best
+                anchor = simplex[0]
+                simplex = [anchor] + [[b + 0.5 * (x - b) for b, x in zip(anchor, p)] for p in simplex[1:]]
+                values = [values[0]] + [loss(p) for p in simplex[1:]]
+                evaluations += size
+    winner = min(range(size + 1), key=values.__getitem__)
+    return simplex[winner], evaluations
+
+
+def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, measured: int | None = None,
+              budgets: Sequence[int] = BUDGETS) -> Fit:
+    """Fit :data:`FITTED` step costs and ``max_num_batched_tokens`` (one of ``budgets``) to ``rows``;
+    the others stay at :data:`PRIORS` (over ``base``). Returns the :class:`Fit`.
+
+    Each budget gets a short search; the best is then searched to convergence.
+    """
+    if not rows:
+        raise ValueError("a sweep needs at least one row")
+    base = (base or SimConfig()).replace(scheduler="step", **PRIORS)
+    start = [math.log(value) for value in (_initial(rows)[name] for name in FITTED)]
+    evaluations = 0
+
+    def search(budget: int, iterations: int, point: list[float]) -> tuple[float, list[float]]:
+        nonlocal evaluations
+        budgeted = base.replace(max_num_batched_tokens=budget)
+
+        def loss(candidate: list[float]) -> float:
+            return _loss(_with(budgeted, candidate), rows, measured)[0]
+
+        found, used = nelder_mead(loss, point, iterations=iterations)
+        evaluations += used
+        return loss(found), found
+
+    tried = {budget: search(budget, 25, start) for budget in budgets}
+    best = min(tried, key=lambda budget: tried[budget][0])
+    _, point = search(best, 160, tried[best][1])
+    config = _with(base.replace(max_num_batched_tokens=best), point)
+    return Fit(config, list(rows), predict(config, rows, measured), evaluations)
+
+
+def _with(config: SimConfig, point: list[float]) -> SimConfig:
+    return config.replace(**{name: math.exp(value) for name, value in zip(FITTED, point)})
+
+
+# --- sweep files ---
+
+def _number(value: Any) -> float | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return float(value)
+
+
+def read_sweep(path: str | Path) -> list[SweepRow]:
+    """A sweep from CSV (columns ``concurrency`` or ``rate``, ``input_tokens``, ``output_tokens`` and any of
+    ``ttft_p50_ms``, ``itl_p50_ms``, ``req_per_s``, ``e2e_p50_ms``) or from ``vllm bench serve
+    --save-result`` JSON files (one run per file, or a JSON list of runs)."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".json" or text.lstrip().startswith(("{", "[")):
+        data = json.loads(text)
+        return [_vllm_bench_row(run) for run in (data if isinstance(data, list) else [data])]
+    rows = []
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: the source
+    for number, record in enumerate(csv.DictReader(lines), 2):
+        try:
+            concurrency = _number(record.get("concurrency"))
+            rows.append(SweepRow(int(concurrency) if concurrency is not None else None, _number(record.get("rate")),
+                                 int(record["input_tokens"]), int(record["output_tokens"]),
+                                 *(_number(record.get(name)) for name in METRICS)))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}, line {number}: {error}") from None
+    return rows
+
+
+def _vllm_bench_row(run: dict[str, Any]) -> SweepRow:
+    """One ``vllm bench serve`` result: concurrency or rate, mean tokens per request, medians."""
+    completed = run.get("completed") or 1
+    concurrency = run.get("max_concurrency")
+    rate = run.get("request_rate")
+    rate = None if rate in (None, "inf") or (isinstance(rate, float) and math.isinf(rate)) else float(rate)
+    if concurrency is None and rate is None:
+        raise ValueError("a vllm bench result needs max_concurrency or a finite request_rate")
+    return SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
+                    round(run["total_input_tokens"] / completed), round(run["total_output_tokens"] / completed),
+                    run.get("median_ttft_ms"), run.get("median_itl_ms"), run.get("request_throughput"),
+                    run.get("median_e2el_ms"))
+
+
+def render_profile(config: SimConfig, source: str = "") -> str:
+    """The step-cost settings of ``config`` as TOML, loadable by ``llmsim serve --config`` and ``SimConfig``."""
+    lines = [f"# {source}" if source else "# fitted by llmsim calibrate", 'scheduler = "step"']
+    for name in (*FITTED, "max_num_batched_tokens", *PRIORS):
+        value = getattr(config, name)
+        note = "  # prior: not identified by one request shape" if name in PRIORS else ""
+        lines.append(f"{name} = {value:.6g}{note}" if isinstance(value, float) else f"{name} = {value}{note}")
+    return "\n".join(lines) + "\n"
+
+
+def render_table(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = None) -> str:
+    """A Markdown table of rows (with the error against ``measured`` per metric, when given)."""
+    header = "| workload | input | output | TTFT p50 ms | ITL p50 ms | req/s | E2E p50 ms |"
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    for index, row in enumerate(rows):
+        cells = []
+        for name in METRICS:
+            value = getattr(row, name)
+            cell = "-" if value is None else f"{value:.4g}"
+            if measured is not None:
+                err = errors(row, measured[index]).get(name)
+                cell += "" if err is None else f" ({err:+.0%})"
+            cells.append(cell)
+        lines.append(f"| {row.workload()} | {row.input_tokens} | {row.output_tokens} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""The step-cost scheduler (``scheduler="step"``): one step clock shared by the batch.
+
+Shaped as vLLM's V1 scheduler and Vidur model it. The engine runs steps back
+to back while there is work. A step is composed when it starts: every
+running sequence past its prefill decodes one token, then prefill chunks of
+the sequences still prefilling (oldest admitted first) fill what is left of
+the token budget ``max_num_batched_tokens`` (a decode counts one token). Its
+duration is a function of that composition::
+
+    step = step_base
+         + step_per_prefill_token * prefill tokens in the step
+         + step_per_decode_seq    * decoding sequences in the step
+         + step_per_kv_token      * context tokens those sequences attend
+
+(times ``1 + jitter * N(0, 1)``, clamped as in the default mode). At the
+step's end every decode in it emits its token, and a sequence whose last
+prefill chunk was in it emits its first token. A request that arrives while
+a step runs joins at the next one, so its first token waits for the step in
+flight; ``request_overhead`` (the API server's own time: parsing,
+tokenization) delays each arrival before it reaches the scheduler.
+
+``ttft``, ``itl``, ``prefill_per_token`` and ``load_factor`` are not used in
+this mode. A lone request with no jitter, prompt ``P`` (uncached, within the
+budget) sees::
+
+    TTFT = request_overhead + step_base + step_per_prefill_token * P
+    ITL  = step_base + step_per_decode_seq + step_per_kv_token * (P + tokens so far)
+
+so a simple profile maps as ``step_base + step_per_decode_seq = itl`` and
+``request_overhead + step_base + step_per_prefill_token * P = ttft``. The
+prefix cache, the KV cache (``kv_cache_blocks``: admission waits, a new block
+with none free preempts the latest admitted), LoRA limits, cancellation and
+the listener work as in the default mode. A ``slow`` fault's sequence emits
+on one step in ``factor`` (the step is shared, so it cannot be stretched for
+one sequence).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from .engine import Engine, SeqState, SimSequence
+
+__all__ = ["StepEngine"]
+
+_BATCH_STEP = 2  # event kind: the step in flight ends
+_STEP_START = 3  # event kind: compose and start a step (after every arrival of the same instant)
+
+
+class StepEngine(Engine):
+    """The batch advances in shared steps whose cost depends on what is in them."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._step_end: float | None = None  # when the step in flight ends
+        self._decoding: list[SimSequence] = []  # the step in flight's composition
+        self._prefilling: list[tuple[SimSequence, int]] = []
+        self._ending = False  # inside _end_step: admissions wait for the next step
+        self._start_pending = False
+        self.steps = 0
+
+    # --- arrivals: after the API server's own time ---
+
+    def submit(self, seq: SimSequence, at: float | None = None) -> bool:
+        overhead = self.config.request_overhead
+        if overhead > 0:
+            at = (self.now if at is None else at) + overhead
+        return super().submit(seq, at)
+
+    def _arrive(self, seq: SimSequence, at: float) -> bool:
+        accepted = super()._arrive(seq, at)
+        seq.arrival = at - self.config.request_overhead  # the overhead counts in its TTFT (and queue time)
+        return accepted
+
+    # --- the batch ---
+
+    def _schedule_prefill(self, seq: SimSequence, at: float, uncached: int, resumed: bool) -> None:
+        """An admitted sequence prefills in the next step (the one in flight is already composed)."""
+        seq.prefill_left = max(1, uncached)  # vLLM always computes at least the last prompt token
+        if resumed:
+            assert seq.last_token_at is not None
+        if self._step_end is None and not self._ending and not self._start_pending:
+            # Not composed at once: requests arriving at this same instant join the same step.
+            self._start_pending = True
+            self._push(max(self.now, at), _STEP_START, seq)
+
+    def _begin_step(self, start: float) -> None:
+        config = self.config
+        budget = config.max_num_batched_tokens
+        decoding, prefilling = [], []
+        kv_tokens = 0
+        by_admission = sorted(self._running, key=lambda s: s.admission)
+        for seq in by_admission:
+            if seq.prefill_left == 0 and seq.emitted < seq.output_length and budget > 0:
+                decoding.append(seq)
+                kv_tokens += len(seq.prompt_tokens) + seq.emitted
+                budget -= 1
+        prefill_tokens = 0
+        for seq in by_admission:
+            if seq.prefill_left > 0 and budget > 0:
+                chunk = min(seq.prefill_left, budget)
+                prefilling.append((seq, chunk))
+                prefill_tokens += chunk
+                budget -= chunk
+        if not decoding and not prefilling:
+            self._step_end = None
+            return
+        duration = (config.step_base + config.step_per_prefill_token * prefill_tokens
+                    + config.step_per_decode_seq * len(decoding) + config.step_per_kv_token * kv_tokens)
+        duration = self.latency._jittered(duration)
+        self._decoding, self._prefilling = decoding, prefilling
+        self._step_end = max(self.now, start + duration)
+        self.steps += 1
+        self._push(self._step_end, _BATCH_STEP, self._decoding[0] if decoding else prefilling[0][0])
+
+    def advance(self, to: float, max_events: int | None = None) -> bool:
+        events = self._events
+        budget = math.inf if max_events is None else max_events
+        while events and events[0][0] <= to:
+            if budget <= 0:
+                return False
+            budget -= 1
+            when, _, kind, seq = heapq.heappop(events)
+            self.now = max(self.now, when)
+            if kind == _BATCH_STEP:
+                self._end_step()
+            elif kind == _STEP_START:
+                self._start_pending = False
+                if self._step_end is None:
+                    self._begin_step(self.now)
+            elif seq.state is SeqState.PENDING:  # an arrival
+                self._arrive(seq, when)
+        if to > self.now and not math.isinf(to):
+            self.now = to
+        return True
+
+    def _end_step(self) -> None:
+        now = self.now
+        kv = self.kv
+        self._ending = True
+        self._step_end = None
+        try:
+            for seq in self._decoding:
+                if seq.state is not SeqState.RUNNING:
+                    continue  # cancelled or preempted while the step ran
+                seq.step_credit += 1.0 / seq.latency_scale
+                if seq.step_credit < 1.0 - 1e-9:
+                    continue  # a slow sequence skips this step's token
+                seq.step_credit -= 1.0
+                if kv.needs_block(seq):
+                    while kv.free < 1:
+                        if not self._preempt(seq):
+                            break
+                    if seq.state is not SeqState.RUNNING:
+                        continue
+                    kv.grow(seq)
+                self._emit(seq, now)
+            for seq, chunk in self._prefilling:
+                if seq.state is not SeqState.RUNNING:
+                    continue
+                seq.prefill_left -= chunk
+                if seq.prefill_left > 0:
+                    continue
+                if seq.first_token_at is None:
+                    self._prefill_done(seq, now)
+                    assert seq.admitted_at is not None
+                    seq.prefill_delay = now - seq.admitted_at
+                    if seq.output_length == 0:
+                        self._finish(seq, SeqState.FINISHED)
+                        continue
+                    seq.emitted = 1
+                    seq.last_token_at = now
+                    self.listener.on_token(seq, now)
+                    if seq.emitted >= seq.output_length:
+                        self._finish(seq, SeqState.FINISHED)
+                else:  # recomputed after a preemption: its next token comes with the next decode
+                    continue
+        finally:
+            self._ending = False
+        self._begin_step(now)
+
+    def _emit(self, seq: SimSequence, now: float) -> None:
+        assert seq.last_token_at is not None
+        seq.gaps.add(now - seq.last_token_at)
+        seq.emitted += 1
+        seq.last_token_at = now
+        self.listener.on_token(seq, now)
+        if seq.emitted >= seq.output_length:
+            self._finish(seq, SeqState.FINISHED)
