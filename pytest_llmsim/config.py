@@ -41,7 +41,6 @@ class SimConfig:
     """
 
     model: str = "llmsim"
-    profile: str | None = None
     ttft: float = 0.0
     itl: float = 0.0
     prefill_per_token: float = 0.0
@@ -85,6 +84,7 @@ class SimConfig:
     strict_models: bool = False
     lora_adapters: tuple[str, ...] = ()
     max_loras: int = 1
+    profile: str | None = None
 
     def replace(self, **settings: Any) -> SimConfig:
         """Return a copy with ``settings`` applied, each one validated.

@@ -1,0 +1,175 @@
+"""The step-cost scheduler in virtual time, and calibration against a real vLLM sweep."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_llmsim import ConfigError, LLMBackend, SimConfig
+from pytest_llmsim.calibration import SweepRow, calibrate, errors, predict, read_sweep
+from pytest_llmsim.cli import main
+from pytest_llmsim.config import PROFILES_DIR
+from pytest_llmsim.engine import SeqState, SimSequence
+from pytest_llmsim.step_engine import StepEngine
+
+COSTS: dict[str, Any] = {"scheduler": "step", "step_base": 0.004, "step_per_prefill_token": 0.00005,
+                         "step_per_decode_seq": 0.0001, "step_per_kv_token": 1e-7}
+DEV_SWEEP = PROFILES_DIR / "qwen2.5-0.5b-l4.csv"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.tokens: dict[int, list[float]] = {}
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        self.tokens.setdefault(seq.index, []).append(now)
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        pass
+
+
+def engine(**settings: Any) -> tuple[StepEngine, Recorder]:
+    recorder = Recorder()
+    return StepEngine(SimConfig().replace(**{**COSTS, **settings}), recorder), recorder
+
+
+def prompt(length: int, start: int = 1000) -> list[int]:
+    return list(range(start, start + length))
+
+
+def test_a_lone_request_follows_the_documented_formulas() -> None:
+    eng, _ = engine(request_overhead=0.01)
+    seq = SimSequence(prompt(256), 4)
+    eng.submit(seq)
+    eng.run_until_idle()
+    assert seq.ttft == pytest.approx(0.01 + 0.004 + 0.00005 * 256)
+    # each decode attends the prompt and the tokens so far
+    assert list(seq.gaps) == pytest.approx([0.004 + 0.0001 + 1e-7 * (256 + k) for k in (1, 2, 3)])
+
+
+def test_arrivals_of_one_instant_share_a_step_and_a_newcomer_waits_for_the_step_in_flight() -> None:
+    eng, _ = engine()
+    together = [SimSequence(prompt(100, 1000 * i), 3, index=i) for i in range(3)]
+    for seq in together:
+        eng.submit(seq)
+    eng.advance(0.001)
+    late = SimSequence(prompt(100, 9000), 2, index=3)
+    eng.submit(late)
+    eng.run_until_idle()
+    shared_step = 0.004 + 0.00005 * 300
+    assert [s.ttft for s in together] == pytest.approx([shared_step] * 3)
+    # the late one waits for the shared prefill step, then prefills in a step with three decodes
+    own_step = 0.004 + 0.00005 * 100 + 0.0001 * 3 + 1e-7 * 3 * 101
+    assert late.ttft == pytest.approx(shared_step - 0.001 + own_step)
+    assert eng.steps == 3  # shared prefill; newcomer prefill + three decodes; four decodes (everyone done)
+
+
+def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
+    eng, rec = engine(max_num_batched_tokens=64)
+    decoding = SimSequence(prompt(10), 20)
+    eng.submit(decoding)
+    eng.advance(0.005)  # its prefill step ended; it decodes from now on
+    long = SimSequence(prompt(200, 5000), 1, index=1)
+    eng.submit(long)
+    eng.run_until_idle()
+    # 200 prompt tokens in chunks of at most 63 (one budget token goes to the decode): 4 steps
+    chunked = 0.004 + 0.00005 * 63 + 0.0001 + 1e-7 * 11
+    assert long.first_token_at is not None and long.first_token_at > 3 * chunked
+    assert len(rec.tokens[0]) == 20 and decoding.state is SeqState.FINISHED
+
+
+def test_cancel_and_slow_sequences() -> None:
+    eng, rec = engine()
+    normal, slow, gone = (SimSequence(prompt(8, 100 * i), 6, index=i) for i in range(3))
+    slow.latency_scale = 2.0
+    for seq in (normal, slow, gone):
+        eng.submit(seq)
+    eng.advance(0.0045)
+    eng.cancel(gone)
+    eng.run_until_idle()
+    assert gone.state is SeqState.CANCELLED and normal.state is slow.state is SeqState.FINISHED
+    assert slow.e2e is not None and normal.e2e is not None and slow.e2e > 1.8 * normal.e2e - 0.01
+
+
+def test_scheduler_changes_only_when_idle(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(scheduler="step", step_base=0.01, speed=float("inf"))
+    httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m", "prompt": "hi", "max_tokens": 3})
+    assert llm_backend.requests[-1].itl == pytest.approx(0.01)
+    llm_backend.configure(scheduler="sequence", itl=0.02)
+    httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m", "prompt": "hi", "max_tokens": 3})
+    assert llm_backend.requests[-1].itl == pytest.approx(0.02)
+    llm_backend.configure(ttft=100.0, speed=1.0)
+    with httpx.Client() as client:
+        with client.stream("POST", llm_backend.url_for("/v1/completions"), json={
+                "model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}):
+            deadline = time.monotonic() + 5
+            while llm_backend.running == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert llm_backend.running == 1
+            with pytest.raises(ConfigError, match="only while the backend is idle"):
+                llm_backend.configure(scheduler="step")
+            assert llm_backend.config.scheduler == "sequence"
+
+
+# --- calibration ---
+
+def test_read_sweep_csv_and_vllm_bench_json(tmp_path: Path) -> None:
+    rows = read_sweep(DEV_SWEEP)
+    assert [r.concurrency for r in rows] == [1, 2, 4, 8, 16, 32] and rows[0].ttft_p50_ms == 27.0
+    run = {"max_concurrency": 8, "request_rate": "inf", "completed": 100, "total_input_tokens": 25600,
+           "total_output_tokens": 12800, "request_throughput": 10.2, "median_ttft_ms": 60.9,
+           "median_itl_ms": 5.5, "median_e2el_ms": 772.0}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(run))
+    assert read_sweep(path) == [SweepRow(8, None, 256, 128, 60.9, 5.5, 10.2, 772.0)]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("concurrency,input_tokens\n1,256\n")
+    with pytest.raises(ValueError, match="line 2"):
+        read_sweep(bad)
+
+
+def test_the_preset_reproduces_the_real_sweep() -> None:
+    """The shipped profile, predicted in virtual time: median |error| per metric at most 10 %."""
+    rows = read_sweep(DEV_SWEEP)
+    predicted = predict(SimConfig().replace(profile="qwen2.5-0.5b-l4"), rows)
+    per_row = [errors(p, m) for p, m in zip(predicted, rows)]
+    for metric in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"):
+        assert statistics.median(abs(e[metric]) for e in per_row) <= 0.10, (metric, per_row)
+
+
+def test_calibration_recovers_a_known_profile() -> None:
+    truth = SimConfig().replace(**COSTS, request_overhead=0.02, max_num_batched_tokens=2048, jitter=0.1)
+    rows = predict(truth, [SweepRow(c, None, 128, 32) for c in (1, 4, 16)])
+    fit = calibrate(rows, budgets=(2048,))
+    assert all(value <= 0.05 for value in fit.median_abs_error().values()), fit.median_abs_error()
+
+
+def test_predict_and_calibrate_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["predict", "--config", "qwen2.5-0.5b-l4", "--concurrency", "1,8", "--input", "256",
+                 "--output", "128", "--compare", str(DEV_SWEEP)]) == 0
+    out = capsys.readouterr().out
+    assert "| concurrency 8 | 256 | 128 |" in out and "%)" in out
+    assert main(["predict", "--rate", "2", "--input", "16", "--output", "4"]) == 0
+    assert "rate 2.0/s" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["calibrate", str(tmp_path / "missing.csv")])
+    assert "missing.csv" in capsys.readouterr().err
+
+
+def test_profile_setting_and_preset_over_http() -> None:
+    with pytest.raises(ConfigError, match="presets: qwen2.5-0.5b-l4"):
+        SimConfig().replace(profile="no-such-gpu")
+    config = SimConfig().replace(profile="qwen2.5-0.5b-l4", speed=float("inf"), jitter=0.0)
+    assert config.scheduler == "step" and config.jitter == 0.0  # settings beside the preset win
+    with LLMBackend(config) as backend:
+        httpx.post(backend.url_for("/v1/completions"), json={"model": "m", "prompt": [1] * 256, "max_tokens": 8})
+        record = backend.requests[-1]
+        expected = config.request_overhead + config.step_base + config.step_per_prefill_token * 256
+        assert record.ttft == pytest.approx(expected)
+        assert record.itl == pytest.approx(config.step_base + config.step_per_decode_seq, rel=1e-6)
