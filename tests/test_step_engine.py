@@ -105,16 +105,15 @@ def test_scheduler_changes_only_when_idle(llm_backend: LLMBackend) -> None:
     httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m", "prompt": "hi", "max_tokens": 3})
     assert llm_backend.requests[-1].itl == pytest.approx(0.02)
     llm_backend.configure(ttft=100.0, speed=1.0)
-    with httpx.Client() as client:
-        with client.stream("POST", llm_backend.url_for("/v1/completions"), json={
-                "model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}):
-            deadline = time.monotonic() + 5
-            while llm_backend.running == 0 and time.monotonic() < deadline:
-                time.sleep(0.005)
-            assert llm_backend.running == 1
-            with pytest.raises(ConfigError, match="only while the backend is idle"):
-                llm_backend.configure(scheduler="step")
-            assert llm_backend.config.scheduler == "sequence"
+    with httpx.Client() as client, client.stream("POST", llm_backend.url_for("/v1/completions"), json={
+            "model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}):
+        deadline = time.monotonic() + 5
+        while llm_backend.running == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert llm_backend.running == 1
+        with pytest.raises(ConfigError, match="only while the backend is idle"):
+            llm_backend.configure(scheduler="step")
+        assert llm_backend.config.scheduler == "sequence"
 
 
 # --- calibration ---
@@ -163,7 +162,7 @@ def test_predict_and_calibrate_commands(capsys: pytest.CaptureFixture[str], tmp_
 
 
 def test_profile_setting_and_preset_over_http() -> None:
-    with pytest.raises(ConfigError, match="presets: qwen2.5-0.5b-l4"):
+    with pytest.raises(ConfigError, match=r"presets: qwen2\.5-0\.5b-l4"):
         SimConfig().replace(profile="no-such-gpu")
     config = SimConfig().replace(profile="qwen2.5-0.5b-l4", speed=float("inf"), jitter=0.0)
     assert config.scheduler == "step" and config.jitter == 0.0  # settings beside the preset win
