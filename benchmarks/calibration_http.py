@@ -1,0 +1,56 @@
+"""Does the HTTP server reproduce the real vLLM sweep with the fitted preset?
+
+``llmsim serve --profile qwen2.5-0.5b-l4 --speed 1`` in its own process; a Node
+client in another drives closed-loop streams (each worker sends its next
+request when one ends; distinct 256-token prompts, 128 tokens each) at
+concurrency 1, 8 and 32, and measures TTFT and inter-chunk gaps itself. The
+figures are compared with the measured table (target: within 15 %) and with
+``llmsim predict`` (the same profile in virtual time).
+
+    python benchmarks/calibration_http.py [--seconds 10] [--concurrency 1,8,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+
+from common import HERE, llmsim_argv, server_process, wait_ready
+
+from pytest_llmsim import SimConfig
+from pytest_llmsim.calibration import SweepRow, predict_row, read_sweep
+from pytest_llmsim.config import PROFILES_DIR
+
+PROFILE = "qwen2.5-0.5b-l4"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--concurrency", default="1,8,32")
+    args = parser.parse_args()
+    measured = {row.concurrency: row for row in read_sweep(PROFILES_DIR / f"{PROFILE}.csv")}
+    config = SimConfig().replace(profile=PROFILE)
+    print("| concurrency | TTFT p50 ms: client / real (error) / predict | ITL p50 ms: client / real (error) / predict "
+          "| requests |\n|---|---|---|---|")
+    with server_process(llmsim_argv("--profile", PROFILE, "--speed", "1", "--max-batch-size", "256")) as (_, url):
+        wait_ready()
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(concurrency),
+                                  str(args.seconds), "256", "128"], capture_output=True, text=True, check=True).stdout
+            result = json.loads(out)
+            ttft = statistics.median(result["ttfts"]) * 1000
+            itl = statistics.median(result["gaps"]) * 1000
+            real = measured[concurrency]
+            guess = predict_row(config, SweepRow(concurrency, None, 256, 128))
+            assert real.ttft_p50_ms and real.itl_p50_ms and guess.ttft_p50_ms and guess.itl_p50_ms
+            print(f"| {concurrency} | {ttft:.1f} / {real.ttft_p50_ms:g} ({ttft / real.ttft_p50_ms - 1:+.1%}) / "
+                  f"{guess.ttft_p50_ms:.1f} | {itl:.2f} / {real.itl_p50_ms:g} ({itl / real.itl_p50_ms - 1:+.1%}) / "
+                  f"{guess.itl_p50_ms:.2f} | {result['completed']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

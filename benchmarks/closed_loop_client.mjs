@@ -1,0 +1,67 @@
+// Closed-loop streaming client (its own process): CONCURRENCY workers, each sending its next
+// request as soon as one ends, for SECONDS. Distinct prompts of PROMPT_TOKENS token ids (no
+// prefix-cache hits, like vllm bench serve's random prompts), MAX_TOKENS generated, streamed
+// completions. Prints JSON: time to first token and inter-chunk gaps (seconds), completed
+// requests and the measuring window. Each worker's first request warms up and is not measured.
+// Usage: node closed_loop_client.mjs ROOT_URL CONCURRENCY SECONDS PROMPT_TOKENS MAX_TOKENS
+import http from "node:http";
+
+const [root, concurrency, seconds, promptTokens, maxTokens] = [
+  process.argv[2], Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]),
+  Number(process.argv[6])];
+const target = new URL("/v1/completions", root);
+const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+let counter = 0;
+
+function oneRequest() {
+  const k = counter++;
+  const prompt = Array.from({ length: promptTokens }, (_, i) => 1000 + ((k * promptTokens + i) % 90000));
+  const body = JSON.stringify({ model: "llmsim", prompt, max_tokens: maxTokens, stream: true });
+  return new Promise((resolve, reject) => {
+    const arrivals = [];
+    let sent = process.hrtime.bigint();
+    const req = http.request({
+      host: target.hostname, port: target.port, path: target.pathname, method: "POST", agent,
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
+    }, (res) => {
+      let buffer = "";
+      res.setEncoding("utf8");
+      res.on("data", (data) => {
+        const now = process.hrtime.bigint();
+        buffer += data;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const event = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          if (event.startsWith("data: {")) {
+            const parsed = JSON.parse(event.slice(6));
+            if (parsed.choices && parsed.choices[0] && parsed.choices[0].text) arrivals.push(Number(now - sent) / 1e9);
+          }
+        }
+      });
+      res.on("end", () => resolve(arrivals));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.on("finish", () => { sent = process.hrtime.bigint(); });
+    req.end(body);
+  });
+}
+
+const ttfts = [], gaps = [];
+let completed = 0, windowStart = null, windowEnd = 0;
+const deadline = Date.now() + seconds * 1000;
+async function worker() {
+  let first = true;
+  while (Date.now() < deadline) {
+    const arrivals = await oneRequest();
+    if (first) { first = false; if (windowStart === null || Date.now() > windowStart) windowStart = Date.now(); continue; }
+    if (arrivals.length) ttfts.push(arrivals[0]);
+    for (let i = 1; i < arrivals.length; i++) gaps.push(arrivals[i] - arrivals[i - 1]);
+    completed++;
+    windowEnd = Date.now();
+  }
+}
+await Promise.all(Array.from({ length: concurrency }, worker));
+process.stdout.write(JSON.stringify({ ttfts, gaps, completed, window: (windowEnd - windowStart) / 1000 }));
+agent.destroy();
