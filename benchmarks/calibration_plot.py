@@ -28,12 +28,13 @@ def svg(rows: list[SweepRow], fits: list[list[SweepRow]]) -> str:
         values = [getattr(r, metric) for series in (rows, *fits) for r in series]
         top_value = max(values) * 1.1
 
-        def px(x: float, y: float) -> tuple[float, float]:
-            return (left + x / max(xs) * (width - pad - 15), height - pad + 20 - y / top_value * (height - pad - 10))
+        def px(x: float, y: float, left: float = left, top_value: float = top_value) -> tuple[float, float]:
+            return (left + x / max(xs) * (width - pad - 15),
+                    height - pad + 20 - y / top_value * (height - pad - 10))
 
         out.append(f'<text x="{left}" y="16" font-weight="bold">{title}</text>')
-        out.append(f'<line x1="{left}" y1="{height - pad + 20}" x2="{left + width - pad - 15}" y2="{height - pad + 20}" '
-                   'stroke="#444"/>')
+        axis_y = height - pad + 20
+        out.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + width - pad - 15}" y2="{axis_y}" stroke="#444"/>')
         out.append(f'<line x1="{left}" y1="{height - pad + 20}" x2="{left}" y2="26" stroke="#444"/>')
         for x, row in zip(xs, rows):
             tx, ty = px(x, 0)
@@ -42,7 +43,7 @@ def svg(rows: list[SweepRow], fits: list[list[SweepRow]]) -> str:
             value = top_value * tick / 4
             tx, ty = px(0, value)
             out.append(f'<text x="{tx - 4:.1f}" y="{ty + 4:.1f}" text-anchor="end">{value:.3g}</text>')
-        for (name, colour), series in zip(SERIES, (rows, *fits)):
+        for (_, colour), series in zip(SERIES, (rows, *fits)):
             points = [px(x, getattr(r, metric)) for x, r in zip(xs, series)]
             if series is rows:
                 out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"/>' for x, y in points]
@@ -77,7 +78,8 @@ def main() -> None:
     started = time.perf_counter()
     ends = calibrate([rows[0], rows[-1]])
     predicted_ends = predict(ends.config, rows)
-    print(f"\nfit on c=1 and c=32 ({time.perf_counter() - started:.1f} s, budget {ends.config.max_num_batched_tokens}):")
+    budget = ends.config.max_num_batched_tokens
+    print(f"\nfit on c=1 and c=32 ({time.perf_counter() - started:.1f} s, budget {budget}):")
     print(render_table(predicted_ends, rows))
     print("median |error| on the rows in between:", summary(predicted_ends[1:-1], rows[1:-1]))
     with open(args.out, "w") as handle:
