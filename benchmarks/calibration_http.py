@@ -5,7 +5,10 @@ client in another drives closed-loop streams (each worker sends its next
 request when one ends; distinct 256-token prompts, 128 tokens each) at
 concurrency 1, 8 and 32, and measures TTFT and inter-chunk gaps itself. The
 figures are compared with the measured table (target: within 15 %) and with
-``llmsim predict`` (the same profile in virtual time).
+``llmsim predict`` (the same profile in virtual time). Each concurrency runs
+``--repeat`` times (the table shows the median), each run with prompts of its
+own seed: a run that repeated an earlier run's prompts would hit the prefix
+cache and show a TTFT the real sweep (random prompts) never saw.
 
     python benchmarks/calibration_http.py [--seconds 10] [--concurrency 1,8,32]
 """
@@ -31,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per concurrency (the table shows their median)")
     args = parser.parse_args()
     measured = {row.concurrency: row for row in read_sweep(PROFILES_DIR / f"{PROFILE}.csv")}
     config = SimConfig().replace(profile=PROFILE)
@@ -39,17 +43,24 @@ def main() -> None:
     with server_process(llmsim_argv("--profile", PROFILE, "--speed", "1", "--max-batch-size", "256")) as (_, url):
         wait_ready()
         for concurrency in (int(c) for c in args.concurrency.split(",")):
-            out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(concurrency),
-                                  str(args.seconds), "256", "128"], capture_output=True, text=True, check=True).stdout
-            result = json.loads(out)
-            ttft = statistics.median(result["ttfts"]) * 1000
-            itl = statistics.median(result["gaps"]) * 1000
+            ttfts, itls, completed = [], [], 0
+            for run in range(args.repeat):
+                seed = str(concurrency * 100 + run + 1)  # fresh prompts: no prefix-cache hits across runs
+                out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(concurrency),
+                                      str(args.seconds), "256", "128", seed], capture_output=True, text=True,
+                                     check=True).stdout
+                result = json.loads(out)
+                ttfts.append(statistics.median(result["ttfts"]) * 1000)
+                itls.append(statistics.median(result["gaps"]) * 1000)
+                completed += result["completed"]
+            ttft, itl = statistics.median(ttfts), statistics.median(itls)
             real = measured[concurrency]
             guess = predict_row(config, SweepRow(concurrency, None, 256, 128))
             assert real.ttft_p50_ms and real.itl_p50_ms and guess.ttft_p50_ms and guess.itl_p50_ms
             print(f"| {concurrency} | {ttft:.1f} / {real.ttft_p50_ms:g} ({ttft / real.ttft_p50_ms - 1:+.1%}) / "
                   f"{guess.ttft_p50_ms:.1f} | {itl:.2f} / {real.itl_p50_ms:g} ({itl / real.itl_p50_ms - 1:+.1%}) / "
-                  f"{guess.itl_p50_ms:.2f} | {result['completed']} |", flush=True)
+                  f"{guess.itl_p50_ms:.2f} | {completed} (TTFT p50 per run: "
+                  f"{', '.join(f'{t:.0f}' for t in ttfts)}) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,19 +3,25 @@
 // prefix-cache hits, like vllm bench serve's random prompts), MAX_TOKENS generated, streamed
 // completions. Prints JSON: time to first token and inter-chunk gaps (seconds), completed
 // requests and the measuring window. Each worker's first request warms up and is not measured.
-// Usage: node closed_loop_client.mjs ROOT_URL CONCURRENCY SECONDS PROMPT_TOKENS MAX_TOKENS
+// Usage: node closed_loop_client.mjs ROOT_URL CONCURRENCY SECONDS PROMPT_TOKENS MAX_TOKENS [SEED]
+// (prompts are pseudo-random token ids from SEED: runs with different seeds share no prefix)
 import http from "node:http";
 
 const [root, concurrency, seconds, promptTokens, maxTokens] = [
   process.argv[2], Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]),
   Number(process.argv[6])];
+const seed = Number(process.argv[7] || 1);
 const target = new URL("/v1/completions", root);
 const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
 let counter = 0;
 
 function oneRequest() {
   const k = counter++;
-  const prompt = Array.from({ length: promptTokens }, (_, i) => 1000 + ((k * promptTokens + i) % 90000));
+  let x = (seed * 2654435761 + k * 40503 + 1) % 2147483648;
+  const prompt = Array.from({ length: promptTokens }, () => {
+    x = (x * 1103515245 + 12345) % 2147483648;  // an LCG: distinct prompts, no shared prefix
+    return 1000 + (x % 90000);
+  });
   const body = JSON.stringify({ model: "llmsim", prompt, max_tokens: maxTokens, stream: true });
   return new Promise((resolve, reject) => {
     const arrivals = [];
