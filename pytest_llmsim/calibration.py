@@ -278,12 +278,15 @@ def _number(value: Any) -> float | None:
 
 def read_sweep(path: str | Path) -> list[SweepRow]:
     """A sweep from CSV (columns ``concurrency`` or ``rate``, ``input_tokens``, ``output_tokens`` and any of
-    ``ttft_p50_ms``, ``itl_p50_ms``, ``req_per_s``, ``e2e_p50_ms``) or from ``vllm bench serve
-    --save-result`` JSON files (one run per file, or a JSON list of runs)."""
+    ``ttft_p50_ms``, ``itl_p50_ms``, ``req_per_s``, ``e2e_p50_ms``), from ``vllm bench serve
+    --save-result`` JSON files (one run per file, or a JSON list of runs), or from a guidellm report
+    (its ``benchmarks`` at fixed concurrency or rate)."""
     path = Path(path)
     text = path.read_text()
     if path.suffix == ".json" or text.lstrip().startswith(("{", "[")):
         data = json.loads(text)
+        if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+            return [_guidellm_row(benchmark) for benchmark in data["benchmarks"]]
         return [_vllm_bench_row(run) for run in (data if isinstance(data, list) else [data])]
     rows = []
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: the source
@@ -310,6 +313,37 @@ def _vllm_bench_row(run: dict[str, Any]) -> SweepRow:
                     round(run["total_input_tokens"] / completed), round(run["total_output_tokens"] / completed),
                     run.get("median_ttft_ms"), run.get("median_itl_ms"), run.get("request_throughput"),
                     run.get("median_e2el_ms"))
+
+
+def _successful(metrics: dict[str, Any], name: str, statistic: str = "median") -> float | None:
+    summary = metrics.get(name) or {}
+    part = summary.get("successful") or summary.get("total") or {}
+    value = part.get(statistic)
+    return None if value is None else float(value)
+
+
+def _guidellm_row(benchmark: dict[str, Any]) -> SweepRow:
+    """One benchmark of a guidellm report (``guidellm benchmark --output-path report.json``): its strategy
+    (``concurrent`` streams, or a ``constant``/``poisson`` rate) and the successful requests' statistics."""
+    strategy = (benchmark.get("config") or {}).get("strategy") or benchmark.get("args", {}).get("strategy") or {}
+    kind = strategy.get("type_") or strategy.get("type")
+    metrics = benchmark.get("metrics") or {}
+    latency = _successful(metrics, "request_latency")
+    prompt, output = _successful(metrics, "prompt_token_count", "mean"), _successful(metrics, "output_token_count",
+                                                                                     "mean")
+    if prompt is None or output is None:
+        raise ValueError("a guidellm benchmark needs prompt_token_count and output_token_count")
+    common = dict(input_tokens=round(prompt), output_tokens=round(output),
+                  ttft_p50_ms=_successful(metrics, "time_to_first_token_ms"),
+                  itl_p50_ms=_successful(metrics, "inter_token_latency_ms"),
+                  req_per_s=_successful(metrics, "requests_per_second", "mean"),
+                  e2e_p50_ms=None if latency is None else latency * 1000)
+    if kind == "concurrent" or kind == "synchronous":
+        return SweepRow(int(strategy.get("streams", 1)), None, **common)  # type: ignore[arg-type]
+    if kind in ("constant", "poisson") and strategy.get("rate"):
+        return SweepRow(None, float(strategy["rate"]), **common)  # type: ignore[arg-type]
+    raise ValueError(f"guidellm strategy {kind!r} is not a fixed concurrency or rate (sweep and throughput runs "
+                     "have no single load level)")
 
 
 def render_profile(config: SimConfig, source: str = "") -> str:

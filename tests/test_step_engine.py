@@ -127,6 +127,21 @@ def test_read_sweep_csv_and_vllm_bench_json(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(run))
     assert read_sweep(path) == [SweepRow(8, None, 256, 128, 60.9, 5.5, 10.2, 772.0)]
+    def summary(value: float) -> dict[str, Any]:
+        return {"successful": {"median": value, "mean": value}, "total": {"median": value, "mean": value}}
+
+    report = {"benchmarks": [
+        {"config": {"strategy": {"type_": "concurrent", "streams": 4}},
+         "metrics": {"time_to_first_token_ms": summary(50.1), "inter_token_latency_ms": summary(5.3),
+                     "requests_per_second": summary(5.4), "request_latency": summary(0.722),
+                     "prompt_token_count": summary(256.0), "output_token_count": summary(128.0)}},
+        {"config": {"strategy": {"type_": "poisson", "rate": 3.0}},
+         "metrics": {"time_to_first_token_ms": summary(30.0), "prompt_token_count": summary(100.4),
+                     "output_token_count": summary(20.0)}}]}
+    guidellm = tmp_path / "report.json"
+    guidellm.write_text(json.dumps(report))
+    assert read_sweep(guidellm) == [SweepRow(4, None, 256, 128, 50.1, 5.3, 5.4, pytest.approx(722.0)),
+                                    SweepRow(None, 3.0, 100, 20, 30.0, None, None, None)]
     bad = tmp_path / "bad.csv"
     bad.write_text("concurrency,input_tokens\n1,256\n")
     with pytest.raises(ValueError, match="line 2"):
