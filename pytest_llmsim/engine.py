@@ -116,6 +116,7 @@ class SimSequence:
     preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
     kv_private: int = 0  # KV blocks held that no other sequence shares
     kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)
+    kv_boundary: int = 0  # emitted tokens at which its blocks are full (see KVBlocks.needs_block)
     prefill_left: int = 0  # step-cost mode: prompt tokens still to compute
     step_credit: float = 0.0  # step-cost mode: a slow sequence emits on every 1/latency_scale-th step
     step_serial: int = -1  # serial of its pending step event; older ones are stale
@@ -413,7 +414,7 @@ class Engine:
             if seq.first_token_at is None:
                 self._prefill_done(seq, now)
             if seq.emitted < seq.output_length:
-                if kv.needs_block(seq):  # tracked without a capacity too: the usage metric reads it
+                if seq.emitted >= seq.kv_boundary:  # a new block (tracked without a capacity too: the metric)
                     while kv.free < 1:
                         if not self._preempt(seq):
                             return

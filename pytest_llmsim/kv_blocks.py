@@ -75,20 +75,25 @@ class KVBlocks:
         seq.kv_private = private
         seq.kv_shared = len(shared)
         self.used += private
+        self._set_boundary(seq)
 
     def needs_block(self, seq: SimSequence) -> bool:
-        """Whether emitting its next token leaves ``seq`` without room for the one after (O(1): per decode step).
+        """Whether emitting its next token leaves ``seq`` without room for the one after.
 
-        A running sequence holds room for its prompt, its tokens and the token it computes next.
+        A running sequence holds room for its prompt, its tokens and the token it computes next;
+        ``seq.kv_boundary`` (kept by :meth:`take` and :meth:`grow`) is the token count at which
+        that room runs out, so the decode step compares two integers.
         """
-        tokens = len(seq.prompt_tokens) + seq.emitted + 2
-        if (tokens - 1) % self.block_size:
-            return False  # inside a block it holds
-        return math.ceil(tokens / self.block_size) - seq.kv_shared > seq.kv_private
+        return seq.emitted >= seq.kv_boundary
 
     def grow(self, seq: SimSequence) -> None:
         seq.kv_private += 1
         self.used += 1
+        self._set_boundary(seq)
+
+    def _set_boundary(self, seq: SimSequence) -> None:
+        held_tokens = (seq.kv_shared + seq.kv_private) * self.block_size
+        seq.kv_boundary = held_tokens - len(seq.prompt_tokens) - 1
 
     def release(self, seq: SimSequence) -> None:
         """``seq`` left the batch (finished, cancelled or preempted): its blocks are free."""

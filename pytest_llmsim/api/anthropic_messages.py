@@ -190,6 +190,7 @@ class _MessagesStream:
         self._generation = generation
         self._id = response_id
         self._template: tuple[bytes, bytes] | None = None
+        self._calls = bool(generation.outputs[0].calls)  # tool_use blocks instead of text
 
     def opening(self, index: int) -> bytes:
         generation = self._generation
@@ -204,8 +205,8 @@ class _MessagesStream:
                 + _event("ping", {"type": "ping"}))
 
     def token(self, index: int, position: int, piece: str) -> bytes:
-        output = self._generation.outputs[0]
-        if output.calls:
+        if self._calls:
+            output = self._generation.outputs[0]
             number, call = output.call_at(position)
             start = b""
             if position == call.start:  # the previous block ends, this call's block opens

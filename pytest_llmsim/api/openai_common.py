@@ -203,7 +203,8 @@ class OpenAIStream:
         self._usage = request.include_usage
         self._choice = choice
         self._templates: dict[int, tuple[bytes, bytes]] = {}
-        self._plain = request.logprobs is None
+        # Per choice: plain text (the template path) unless it carries logprobs or tool calls.
+        self._plain = [request.logprobs is None and not output.calls for output in generation.outputs]
 
     def event(self, choice: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> bytes:
         body = envelope(self._id, self._obj, self._model, self._created)
@@ -216,7 +217,7 @@ class OpenAIStream:
         return b""
 
     def token(self, index: int, position: int, piece: str) -> bytes:
-        if not self._plain or self._generation.outputs[index].calls:
+        if not self._plain[index]:
             return self.event(self.token_choice(index, position, piece))
         template = self._templates.get(index)
         if template is None:

@@ -193,6 +193,7 @@ class _ResponsesStream:
         self._item = _item_id(response_id)
         self._sequence = 0
         self._template: tuple[bytes, bytes, bytes] | None = None
+        self._calls = bool(generation.outputs[0].calls)  # function_call items instead of a message
 
     def _event(self, body: dict[str, Any]) -> bytes:
         body["sequence_number"] = self._sequence
@@ -232,7 +233,7 @@ class _ResponsesStream:
                                     "output_index": number, "delta": piece})
 
     def token(self, index: int, position: int, piece: str) -> bytes:
-        if self._generation.outputs[0].calls:
+        if self._calls:
             return self._call_token(position, piece)
         template = self._template
         if template is None:
