@@ -1,0 +1,55 @@
+"""Streams at scale, closed loop: how close to its settings does the served timing stay?
+
+``llmsim serve --ttft 0.1 --itl 0.01 --max-batch-size N --speed 1`` in its own
+process; a Node client in another keeps N streams going (each worker sends
+its next request as soon as one ends, so new requests arrive while others
+stream, as in a gateway load test; distinct prompts; 50 tokens each) for
+``--seconds`` and measures TTFT and inter-chunk gaps itself. Reports, per
+stream count, the client's TTFT p50 against ``ttft`` and its gap p50/p99
+against ``itl`` (issue 11's targets: at 64 streams TTFT p50 within 2.5 % and
+gap p99 within 1.6x itl; at 256, 5 % and 2x).
+
+    python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+
+from common import HERE, llmsim_argv, server_process, wait_ready
+
+TTFT, ITL, TOKENS = 0.1, 0.01, 50
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--streams", default="64,256")
+    parser.add_argument("--seconds", type=float, default=8)
+    args = parser.parse_args()
+    print("| streams | requests | TTFT p50 ms (vs 100) | gap p50 ms | gap p99 ms (x itl) |\n|---|---|---|---|---|")
+    for streams in (int(s) for s in args.streams.split(",")):
+        flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", str(streams), "--speed", "1"]
+        with server_process(llmsim_argv(*flags)) as (_, url):
+            wait_ready()
+            out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(streams),
+                                  str(args.seconds), "16", str(TOKENS), str(streams)],
+                                 capture_output=True, text=True, check=True).stdout
+        result = json.loads(out)
+        ttft = statistics.median(result["ttfts"]) * 1000
+        gaps = result["gaps"]
+        p50, p99 = statistics.median(gaps) * 1000, percentile(gaps, 0.99) * 1000
+        print(f"| {streams} | {result['completed']} | {ttft:.1f} ({ttft / (TTFT * 1000) - 1:+.1%}) | {p50:.2f} | "
+              f"{p99:.2f} ({p99 / (ITL * 1000):.2f}x) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
