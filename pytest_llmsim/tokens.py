@@ -254,6 +254,10 @@ class Tokenizer:
     def _encode_short(self, text: str) -> tuple[int, ...]:
         return tuple(self.encoding.encode_ordinary(text))
 
+    @functools.lru_cache(maxsize=64)  # noqa: B019 - one Tokenizer per model; keys are whole tool lists
+    def _encode_repeated(self, text: str) -> tuple[int, ...]:
+        return tuple(self.encoding.encode_ordinary(text))
+
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
@@ -273,8 +277,8 @@ class Tokenizer:
             ids.append(IM_SEP)
             ids.extend(self.encode(message.content))
             ids.append(IM_END)
-        if extra:
-            ids.extend(self.encode(extra))
+        if extra:  # tool definitions: an agent sends the same ones with every request
+            ids.extend(self._encode_repeated(extra))
         ids.append(IM_START)
         ids.extend(self._encode_short("assistant"))
         ids.append(IM_SEP)
