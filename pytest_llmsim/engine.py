@@ -82,7 +82,10 @@ class Gaps:
         return list(zip(self._values, self._counts))
 
     def total(self) -> float:
-        return math.fsum(value * count for value, count in zip(self._values, self._counts))
+        values = self._values
+        if len(values) <= 1:  # the common case, a constant step: no sum to build
+            return values[0] * self._counts[0] if values else 0.0
+        return math.fsum(value * count for value, count in zip(values, self._counts))
 
     def __len__(self) -> int:
         return self.count

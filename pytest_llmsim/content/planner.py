@@ -64,6 +64,9 @@ class ContentPlanner:
             return self.tokenizer.plan(self.tokenizer.encode(_compact(reply)), limit, request.stops)
         if isinstance(reply, str):
             return self.tokenizer.plan(self.tokenizer.encode(reply), budget, request.stops)
+        if request.tool_use is None and request.output_format is None:  # the common case: no seeded draws
+            return self._filler(request, key, budget) if echo is None else self.tokenizer.plan(
+                echo, budget, request.stops)
         rng = random.Random(key)
         try:
             tools = choose_tools(request.tool_use, request.after_tool_result, rng, self.config.tool_call_rate,
