@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -28,6 +30,7 @@ from .calibration import predict as predict_sweep
 from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from .content.replies import Rule, load_conversation
 from .faults import Fault, FaultError
+from .isolation import die_with_parent
 
 __all__ = ["main"]
 
@@ -138,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "free one (default: 8000)")
     serve.add_argument("--config", default=None, metavar="FILE",
                        help="TOML file of settings, [[faults]] and [[rules]]; flags win over it")
+    serve.add_argument("--replicas", type=_replicas, default=1, metavar="N",
+                       help="Serve N independent backends, each in its own process (its own batch, queue, cache "
+                            "and metrics) on consecutive ports from --port (free ports with --port 0): a fleet for "
+                            "router tests (default: 1)")
     serve.add_argument("--replay", dest="replays", action="append", default=[], metavar="FILE.jsonl",
                        help="Answer as a recorded conversation did: one rule per JSONL line "
                             "({'messages': [...], 'reply': ...}) (repeatable)")
@@ -164,6 +171,67 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--output", type=int, required=True, metavar="M", help="generated tokens per request")
     predict.add_argument("--compare", metavar="SWEEP", help="a measured sweep: show each prediction's error")
     return parser
+
+
+def _replicas(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"expected a number of replicas from 1 to 64, got {text!r}")
+    return value
+
+
+def _replica_argv(argv: Sequence[str], port: int) -> list[str]:
+    """``llmsim serve`` arguments for one more replica: the same, on ``port``, as a single replica."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--port", "--replicas"):
+            skip = True
+            continue
+        if arg.startswith(("--port=", "--replicas=")):
+            continue
+        out.append(arg)
+    return [*out, "--port", str(port)]
+
+
+def _start_replicas(argv: Sequence[str], args: argparse.Namespace) -> list[tuple[subprocess.Popen[str], str]]:
+    """Replicas 2..N as ``llmsim serve`` processes that die with this one; their URLs (or OSError)."""
+    started: list[tuple[subprocess.Popen[str], str]] = []
+    for index in range(1, args.replicas):
+        port = args.port + index if args.port else 0
+        process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", *_replica_argv(argv, port)],
+                                   stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                   preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(r" at (http://\S+)", line)
+        if match is None:
+            process.kill()
+            process.wait()
+            _stop_replicas(started)
+            raise OSError(f"replica {index + 1} did not start on port {port}: {line.strip() or 'no output'}")
+        started.append((process, match.group(1)))
+    return started
+
+
+def _stop_replicas(replicas: list[tuple[subprocess.Popen[str], str]]) -> None:
+    for process, _ in replicas:
+        process.send_signal(signal.SIGINT)
+    for process, _ in replicas:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _int_list(text: str) -> list[int]:
@@ -225,6 +293,7 @@ def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llmsim`` console script."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "calibrate":
         return _calibrate(args, parser)
@@ -253,9 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.add_fault(kind, **params)
     for rule in rules:
         backend.add_rule(rule)
+    replicas: list[tuple[subprocess.Popen[str], str]] = []
     try:
         backend.start()
+        replicas = _start_replicas(argv[argv.index("serve") + 1:], args)
     except OSError as error:  # its message names the address
+        backend.stop()
         print(f"llmsim: {error.strerror or error}", file=sys.stderr)
         return 1
     stop = threading.Event()
@@ -268,8 +340,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)", flush=True)
+    for number, (_, url) in enumerate(replicas, 2):
+        print(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}", flush=True)
     while not stop.wait(0.5):
-        pass
+        if any(process.poll() is not None for process, _ in replicas):
+            print("llmsim: a replica exited; stopping the fleet", file=sys.stderr)
+            break
+    _stop_replicas(replicas)
     backend.stop()
     print("llmsim stopped", flush=True)
     return 0

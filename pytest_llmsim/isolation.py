@@ -29,7 +29,7 @@ STARTUP_TIMEOUT = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -70,7 +70,7 @@ def spawn_backend(config: SimConfig, host: str = "127.0.0.1") -> ProcessBackend:
         [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--host", host, "--port", "0",
          "--control-token", token, "--model", config.model],
         stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL, text=True, env=env,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     errors.close()  # the child has its own copy of the descriptor
     line = _first_line(process)
     match = re.search(r"(http://[^\s]+?)/v1", line)

@@ -199,3 +199,38 @@ def test_a_bad_config_file_is_a_usage_error(tmp_path: Any, capsys: pytest.Captur
         main(["serve", "--config", str(config), "--port", "0"])
     assert caught.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_serve_replicas_is_a_fleet_of_independent_backends() -> None:
+    """``--replicas 3``: three processes, each its own backend and metrics; they stop together."""
+    import signal as signals
+    import subprocess as sub
+    import sys as system
+
+    import httpx
+
+    process = sub.Popen([system.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "3",
+                         "--speed", "inf", "--model", "fleet-m"], stdout=sub.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]
+        urls = [line.split(" at ")[1].split()[0] for line in lines]
+        assert lines[1].startswith("llmsim replica 2 of 3 serving 'fleet-m'") and len(set(urls)) == 3
+        body = {"model": "fleet-m", "prompt": "hi", "max_tokens": 2}
+        for _ in range(2):
+            assert httpx.post(urls[1] + "/completions", json=body).status_code == 200
+        counts = [httpx.get(url.removesuffix("/v1") + "/llmsim/v1/metrics").json()["requests_total"] for url in urls]
+        assert counts == [0, 2, 0]
+    finally:
+        process.send_signal(signals.SIGINT)
+        process.wait(20)
+        if process.stdout is not None:
+            process.stdout.close()
+    for url in urls:  # every replica went with it
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url.removesuffix("/v1") + "/health", timeout=2)
+
+
+def test_replicas_are_checked() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--replicas", "0"])
