@@ -64,10 +64,17 @@ class ContentPlanner:
             return self.tokenizer.plan(self.tokenizer.encode(_compact(reply)), limit, request.stops)
         if isinstance(reply, str):
             return self.tokenizer.plan(self.tokenizer.encode(reply), budget, request.stops)
-        if request.tool_use is None and request.output_format is None:  # the common case: no seeded draws
-            return self._filler(request, key, budget) if echo is None else self.tokenizer.plan(
-                echo, budget, request.stops)
-        rng = random.Random(key)
+        if request.tool_use is not None or request.output_format is not None:
+            structured = self._structured(request, key, limit)
+            if structured is not None:
+                return structured
+        if echo is not None:
+            return self.tokenizer.plan(echo, budget, request.stops)
+        return self._filler(request, key, budget)
+
+    def _structured(self, request: GenerationRequest, key: int, limit: int) -> PlannedOutput | None:
+        """Tool calls, or JSON for a requested format, seeded by ``key``; None when the tool rules say text."""
+        rng = random.Random(key)  # only built here: plain answers draw nothing from it
         try:
             tools = choose_tools(request.tool_use, request.after_tool_result, rng, self.config.tool_call_rate,
                                  self.config.tool_calls_per_reply)
@@ -82,9 +89,7 @@ class ContentPlanner:
         except SchemaError as error:
             raise invalid(f"pytest-llmsim cannot generate an instance of the schema: {error}",
                           "tools" if request.tool_use else "response_format", "invalid_schema") from None
-        if echo is not None:
-            return self.tokenizer.plan(echo, budget, request.stops)
-        return self._filler(request, key, budget)
+        return None
 
     def _calls(self, calls: Sequence[tuple[str, str]], limit: int) -> PlannedOutput:
         """Tool calls whose arguments are the answer's tokens, cut at ``limit`` tokens."""
