@@ -216,7 +216,8 @@ class ControlAPI:
         return _json(simulator.trace.chrome_trace(label))
 
     def _errors(self, request: Request) -> Response:
-        return _json([f"{type(error).__name__}: {error}" for error in self._server.handler_errors])
+        errors = [*self._server.handler_errors, *self._simulator.runtime.errors]
+        return _json([f"{type(error).__name__}: {error}" for error in errors])
 
 
 def fault_from_json(data: dict[str, Any]) -> Fault:

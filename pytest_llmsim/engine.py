@@ -414,14 +414,16 @@ class Engine:
         events = self._events
         kv = self.kv
         while True:
+            # Room for the token first: a sequence preempted here (even before its first token)
+            # leaves no half-done step behind it.
+            if seq.emitted < seq.output_length and seq.emitted >= seq.kv_boundary:
+                while kv.free < 1:  # a new block (tracked without a capacity too: the usage metric)
+                    if not self._preempt(seq):
+                        return
+                kv.grow(seq)
             if seq.first_token_at is None:
                 self._prefill_done(seq, now)
             if seq.emitted < seq.output_length:
-                if seq.emitted >= seq.kv_boundary:  # a new block (tracked without a capacity too: the metric)
-                    while kv.free < 1:
-                        if not self._preempt(seq):
-                            return
-                    kv.grow(seq)
                 if seq.last_token_at is not None:
                     seq.gaps.add(seq.step_delay)
                 seq.emitted += 1

@@ -20,6 +20,7 @@ import queue
 import random
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 
 from .config import ConfigError, SimConfig
@@ -40,6 +41,7 @@ CLIENT_CHECK_INTERVAL = 0.05
 # of sequences due at one instant) is worked off in slices with the lock let go
 # between them, so other requests are never stalled behind it.
 SLICE_EVENTS = 2048
+MAX_ENGINE_ERRORS = 8  # engine defects kept for check(); more are dropped
 
 TOKEN = "token"
 FINISH = "finish"
@@ -155,6 +157,7 @@ class Runtime:
         self._stopping = False
         self._listener = _TicketListener()
         self._on_counts = on_counts  # every engine tells it when its batch or queue changes
+        self.errors: list[Exception] = []  # what the engine raised (a defect), for check()
         self._live: set[Ticket] = set()
         self.config = config
         self.engine = self._new_engine(config)
@@ -278,9 +281,28 @@ class Runtime:
         caller holds the lock for more than ``SLICE_EVENTS`` events, however
         many sequences fall due at one instant.
         """
-        if math.isinf(self.config.speed):
-            return self.engine.advance(math.inf, SLICE_EVENTS)
-        return self.engine.advance(self.virtual_now() + slack * self.config.speed, SLICE_EVENTS)
+        to = math.inf if math.isinf(self.config.speed) else self.virtual_now() + slack * self.config.speed
+        try:
+            return self.engine.advance(to, SLICE_EVENTS)
+        except Exception as error:  # a defect in the engine: never let it strand the requests in flight
+            self._fail(error)
+            return True
+
+    def _fail(self, error: Exception) -> None:
+        """The engine raised: keep the error (``check()`` raises it), end every request in flight as a
+        reset does (their handlers return), and go on with a fresh engine on the same clock and cache."""
+        if len(self.errors) < MAX_ENGINE_ERRORS:
+            traceback.clear_frames(error.__traceback__)
+            self.errors.append(error)
+        old = self.engine
+        for ticket in list(self._live):
+            for seq in ticket.sequences:
+                if seq.state in IN_ENGINE:
+                    seq.state = SeqState.CANCELLED
+                    ticket.post(FINISH, seq, seq.emitted, old.now)
+        self._live.clear()
+        self.engine = self._new_engine(self.config)
+        self.engine.now, self.engine.cache = old.now, old.cache
 
     def update(self, config: SimConfig) -> None:
         """Apply new settings from now on, keeping the cache, the batch and the clock."""

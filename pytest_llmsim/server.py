@@ -217,6 +217,14 @@ class SimulatorServer(HTTPServer):
     def clear(self) -> None:
         super().clear()
         self.internal_error_count = 0
+        self.simulator.runtime.errors.clear()
+
+    def check_handler_errors(self) -> None:
+        """Raise the first internal error: a handler's, or one the engine raised (its requests ended)."""
+        runtime_errors = self.simulator.runtime.errors
+        self.handler_errors.extend(runtime_errors)
+        runtime_errors.clear()
+        super().check_handler_errors()
 
     def _route(self, request: Request) -> Response:
         path = request.path

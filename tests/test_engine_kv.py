@@ -107,3 +107,30 @@ def test_lora_limit_skips_blocked_requests_and_keeps_fcfs_otherwise() -> None:
                                                         SeqState.RUNNING)
     engine.run_until_idle()
     assert b.queue_time == pytest.approx(1.1) and engine.adapters() == ([], [])
+
+
+def test_preemption_at_the_first_token_and_random_loads_never_strand_a_sequence() -> None:
+    """A sequence preempted before its first token is readmitted as new (it once was taken for one
+    preempted mid-answer, and the engine thread died on an assertion: every request then hung)."""
+    import random
+
+    for trial in range(400):
+        rng = random.Random(trial)
+        jitter = rng.choice([0.0, 0.2])
+        eng, _ = make_engine(block_size=4, kv_cache_blocks=8, ttft=0.1, itl=0.05, jitter=jitter,
+                             cache_capacity_blocks=rng.choice([0, 100]))
+        sequences = []
+        for at, index in sorted((rng.uniform(0, 0.5), i) for i in range(rng.randint(2, 5))):
+            eng.advance(at)
+            seq = SimSequence(prompt(rng.randint(8, 12), 100 * index), 12, index=index)
+            eng.submit(seq)
+            sequences.append(seq)
+            if rng.random() < 0.1:
+                eng.cancel(seq)
+        eng.run_until_idle()
+        assert all(s.state in (SeqState.FINISHED, SeqState.CANCELLED) for s in sequences), trial
+        assert eng.kv.used == 0 and eng.running_count == eng.waiting_count == 0
+        for seq in sequences:
+            if seq.state is SeqState.FINISHED:
+                lowest = 0.1 * (1 - 3 * jitter)  # jitter's clamp
+                assert seq.emitted == 12 and seq.ttft is not None and seq.ttft >= lowest - 1e-9

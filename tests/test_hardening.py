@@ -481,3 +481,29 @@ def test_without_msg_dontwait_waits_hang_ups_and_streams_still_work(llm_backend:
         httpx.post(llm_backend.url_for(CHAT), json=chat_body(), timeout=0.3)
     assert wait_for(lambda: any(r.status == 499 for r in llm_backend.requests), timeout=3)
     llm_backend.check()
+
+
+def test_an_engine_defect_ends_requests_instead_of_stranding_them(llm_backend: LLMBackend,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine raising (a bug) must not leave handlers waiting for ever: the requests in flight end,
+    the server keeps serving, and check() raises the error at the test's end."""
+    llm_backend.configure(ttft=0.2, itl=0.01, speed=20)
+    from pytest_llmsim.engine import Engine
+
+    real_step = Engine._step
+    calls = {"n": 0}
+
+    def broken_step(self: Engine, seq: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("simulated engine defect")
+        real_step(self, seq)
+
+    monkeypatch.setattr(Engine, "_step", broken_step)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    first = httpx.post(llm_backend.url_for("/v1/chat/completions"), json=body, timeout=10)
+    assert first.status_code == 200  # answered (cut short), not stranded
+    second = httpx.post(llm_backend.url_for("/v1/chat/completions"), json=body, timeout=10)
+    assert second.status_code == 200 and second.json()["usage"]["completion_tokens"] == 3
+    with pytest.raises(RuntimeError, match="simulated engine defect"):
+        llm_backend.check()
