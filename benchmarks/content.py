@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import tempfile
 
 from common import llmsim_argv, server_process, wait_ready
+from throughput import wrk as run_wrk
 
 USER = [{"role": "user", "content": "What is the weather in Paris today?"}]
 WEATHER = {"type": "object", "properties": {
@@ -43,19 +42,14 @@ KINDS: dict[str, tuple[str, dict[str, object]]] = {
 
 
 def wrk(url: str, body: dict[str, object], seconds: int) -> float:
+    """Requests/s of wrk posting ``body`` (16 connections)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
     try:
-        out = subprocess.run(["wrk", "-t2", "-c16", f"-d{seconds}s", "-s", script.name, url],
-                             capture_output=True, text=True, check=True).stdout
+        return run_wrk(url, seconds, 16, script.name)
     finally:
         os.unlink(script.name)
-    if "Non-2xx" in out:
-        raise RuntimeError(f"wrk saw errors: {out}")
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    assert match, out
-    return float(match.group(1))
 
 
 def main() -> None:
