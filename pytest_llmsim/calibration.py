@@ -37,10 +37,11 @@ __all__ = ["FITTED", "PRIORS", "Fit", "SweepRow", "calibrate", "predict", "predi
            "render_profile"]
 
 METRICS = ("ttft_p50_ms", "itl_p50_ms", "req_per_s", "e2e_p50_ms")
-# Fitted from a sweep: what the rows identify. Kept at a prior: what one request shape cannot tell apart.
+#: The step costs a sweep identifies, fitted by :func:`calibrate` (and ``max_num_batched_tokens``).
 FITTED = ("step_base", "step_per_prefill_token", "step_per_decode_seq", "request_overhead")
 # Chosen among powers of two by the fit (where TTFT bends as concurrency grows tells the token budget).
 BUDGETS = (512, 1024, 2048, 4096, 8192)
+#: Settings one request shape cannot tell apart, kept at these values (written into the profile as priors).
 PRIORS: dict[str, float] = {
     "step_per_kv_token": 0.0,  # folded into step_per_decode_seq: one request shape cannot tell them apart
     "jitter": 0.1,  # real step times vary; without it closed-loop clients stay in lockstep for ever
@@ -163,7 +164,7 @@ class Fit:
         return [errors(p, m) for p, m in zip(self.predicted, self.rows)]
 
     def median_abs_error(self) -> dict[str, float]:
-        """Per metric, the median over rows of |predicted / measured - 1|."""
+        """Per metric, the median over rows of the absolute relative error ``abs(predicted / measured - 1)``."""
         per_metric: dict[str, list[float]] = {}
         for row in self.row_errors():
             for name, value in row.items():
