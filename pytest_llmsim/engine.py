@@ -300,12 +300,20 @@ class Engine:
                 if seq.state is SeqState.PENDING:
                     self.now = when
                     self._arrive(seq, when)
-            elif seq.state is SeqState.RUNNING and serial == seq.step_serial:  # cancelled, preempted: stale
+            elif kind == _STEP:
+                if seq.state is SeqState.RUNNING and serial == seq.step_serial:  # cancelled, preempted: stale
+                    self.now = when
+                    self._step(seq)
+            else:
                 self.now = when
-                self._step(seq)
+                self._on_event(kind)
         if to > self.now and not math.isinf(to):
             self.now = to
         return True
+
+    def _on_event(self, kind: int) -> None:
+        """An event of a kind this class does not schedule (a subclass's, e.g. the step-cost mode's)."""
+        raise ValueError(f"unknown engine event kind {kind}")
 
     def run_until_idle(self) -> None:
         """Run all events (tests); the clock ends at the last one."""

@@ -37,9 +37,6 @@ one sequence).
 
 from __future__ import annotations
 
-import heapq
-import math
-
 from .engine import Engine, SeqState, SimSequence
 
 __all__ = ["StepEngine"]
@@ -114,26 +111,16 @@ class StepEngine(Engine):
         self.steps += 1
         self._push(self._step_end, _BATCH_STEP, self._decoding[0] if decoding else prefilling[0][0])
 
-    def advance(self, to: float, max_events: int | None = None) -> bool:
-        events = self._events
-        budget = math.inf if max_events is None else max_events
-        while events and events[0][0] <= to:
-            if budget <= 0:
-                return False
-            budget -= 1
-            when, _, kind, seq = heapq.heappop(events)
-            self.now = max(self.now, when)
-            if kind == _BATCH_STEP:
-                self._end_step()
-            elif kind == _STEP_START:
-                self._start_pending = False
-                if self._step_end is None:
-                    self._begin_step(self.now)
-            elif seq.state is SeqState.PENDING:  # an arrival
-                self._arrive(seq, when)
-        if to > self.now and not math.isinf(to):
-            self.now = to
-        return True
+    def _on_event(self, kind: int) -> None:
+        """The base loop runs arrivals; the batch's step events come here."""
+        if kind == _BATCH_STEP:
+            self._end_step()
+        elif kind == _STEP_START:
+            self._start_pending = False
+            if self._step_end is None:
+                self._begin_step(self.now)
+        else:
+            super()._on_event(kind)
 
     def _end_step(self) -> None:
         now = self.now
