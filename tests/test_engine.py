@@ -5,37 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from engine_helpers import Recorder, gaps, make_engine, prompt
 
 from pytest_llmsim.config import SimConfig
 from pytest_llmsim.engine import Engine, SeqState, SimSequence
 from pytest_llmsim.latency import LatencyModel
-
-
-class Recorder:
-    """Engine listener that keeps every token time and finish."""
-
-    def __init__(self) -> None:
-        self.tokens: dict[int, list[float]] = {}
-        self.finished: list[tuple[int, SeqState, float]] = []
-
-    def on_token(self, seq: SimSequence, now: float) -> None:
-        self.tokens.setdefault(seq.index, []).append(now)
-
-    def on_finish(self, seq: SimSequence, now: float) -> None:
-        self.finished.append((seq.index, seq.state, now))
-
-
-def make_engine(**settings: object) -> tuple[Engine, Recorder]:
-    recorder = Recorder()
-    return Engine(SimConfig().replace(**settings), recorder), recorder
-
-
-def prompt(length: int, start: int = 1000) -> list[int]:
-    return list(range(start, start + length))
-
-
-def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
 
 
 def test_lone_request_has_exact_ttft_and_gaps() -> None:

@@ -2,37 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from engine_helpers import gaps, make_engine, prompt
 
-from pytest_llmsim.config import SimConfig
-from pytest_llmsim.engine import Engine, SeqState, SimSequence
+from pytest_llmsim.engine import SeqState, SimSequence
 from pytest_llmsim.kv_blocks import usage_of
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.tokens: dict[int, list[float]] = {}
-
-    def on_token(self, seq: SimSequence, now: float) -> None:
-        self.tokens.setdefault(seq.index, []).append(now)
-
-    def on_finish(self, seq: SimSequence, now: float) -> None:
-        pass
-
-
-def make_engine(**settings: Any) -> tuple[Engine, Recorder]:
-    recorder = Recorder()
-    return Engine(SimConfig().replace(**settings), recorder), recorder
-
-
-def prompt(length: int, start: int = 1000) -> list[int]:
-    return list(range(start, start + length))
-
-
-def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
 
 
 def test_blocks_count_prompt_and_generated_tokens_and_share_prefixes() -> None:

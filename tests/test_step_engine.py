@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from engine_helpers import Recorder, make_engine, prompt
 
 from pytest_llmsim import ConfigError, LLMBackend, SimConfig
 from pytest_llmsim.calibration import SweepRow, calibrate, errors, predict, read_sweep
@@ -23,24 +24,9 @@ COSTS: dict[str, Any] = {"scheduler": "step", "step_base": 0.004, "step_per_pref
 DEV_SWEEP = PROFILES_DIR / "qwen2.5-0.5b-l4.csv"
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.tokens: dict[int, list[float]] = {}
-
-    def on_token(self, seq: SimSequence, now: float) -> None:
-        self.tokens.setdefault(seq.index, []).append(now)
-
-    def on_finish(self, seq: SimSequence, now: float) -> None:
-        pass
-
-
 def engine(**settings: Any) -> tuple[StepEngine, Recorder]:
-    recorder = Recorder()
-    return StepEngine(SimConfig().replace(**{**COSTS, **settings}), recorder), recorder
-
-
-def prompt(length: int, start: int = 1000) -> list[int]:
-    return list(range(start, start + length))
+    result: tuple[StepEngine, Recorder] = make_engine(StepEngine, **{**COSTS, **settings})
+    return result
 
 
 def test_a_lone_request_follows_the_documented_formulas() -> None:
