@@ -7,6 +7,8 @@
 // (prompts are pseudo-random token ids from SEED: runs with different seeds share no prefix)
 import http from "node:http";
 
+import { streamArrivals } from "./sse_request.mjs";
+
 const [root, concurrency, seconds, promptTokens, maxTokens] = [
   process.argv[2], Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]),
   Number(process.argv[6])];
@@ -23,35 +25,7 @@ function oneRequest() {
     return 1000 + (x % 90000);
   });
   const body = JSON.stringify({ model: "llmsim", prompt, max_tokens: maxTokens, stream: true });
-  return new Promise((resolve, reject) => {
-    const arrivals = [];
-    let sent = process.hrtime.bigint();
-    const req = http.request({
-      host: target.hostname, port: target.port, path: target.pathname, method: "POST", agent,
-      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
-    }, (res) => {
-      let buffer = "";
-      res.setEncoding("utf8");
-      res.on("data", (data) => {
-        const now = process.hrtime.bigint();
-        buffer += data;
-        let cut;
-        while ((cut = buffer.indexOf("\n\n")) >= 0) {
-          const event = buffer.slice(0, cut);
-          buffer = buffer.slice(cut + 2);
-          if (event.startsWith("data: {")) {
-            const parsed = JSON.parse(event.slice(6));
-            if (parsed.choices && parsed.choices[0] && parsed.choices[0].text) arrivals.push(Number(now - sent) / 1e9);
-          }
-        }
-      });
-      res.on("end", () => resolve(arrivals));
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-    req.on("finish", () => { sent = process.hrtime.bigint(); });
-    req.end(body);
-  });
+  return streamArrivals(target, agent, body, (event) => event.choices && event.choices[0] && event.choices[0].text);
 }
 
 const ttfts = [], gaps = [];

@@ -3,6 +3,8 @@
 // Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS [chat|messages|responses]
 import http from "node:http";
 
+import { streamArrivals } from "./sse_request.mjs";
+
 const [root, streams, maxTokens] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
 const api = process.argv[5] || "chat";
 const prompt = "Tell me a story.";
@@ -22,36 +24,8 @@ const target = new URL(path, root);
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 const body = JSON.stringify(request);
 
-function oneStream(index) {
-  return new Promise((resolve, reject) => {
-    const arrivals = [];
-    // The clock starts when the request has been handed to the OS (socket
-    // connected, body written): the client's own event-loop lag is not the server's.
-    let sent = process.hrtime.bigint();
-    const req = http.request({
-      host: target.hostname, port: target.port, path: target.pathname, method: "POST", agent,
-      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
-    }, (res) => {
-      let buffer = "";
-      res.setEncoding("utf8");
-      res.on("data", (data) => {
-        const now = process.hrtime.bigint();
-        buffer += data;
-        let cut;
-        while ((cut = buffer.indexOf("\n\n")) >= 0) {
-          const event = buffer.slice(0, cut);
-          buffer = buffer.slice(cut + 2);
-          const data = event.split("\n").find((line) => line.startsWith("data: {"));
-          if (data && hasText(JSON.parse(data.slice(6)))) arrivals.push(Number(now - sent) / 1e9);
-        }
-      });
-      res.on("end", () => resolve(arrivals));
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-    req.on("finish", () => { sent = process.hrtime.bigint(); });
-    req.end(body);
-  });
+function oneStream() {
+  return streamArrivals(target, agent, body, hasText);
 }
 
 const results = await Promise.all(Array.from({ length: streams }, (_, i) => oneStream(i)));
