@@ -1,0 +1,108 @@
+"""The simulator's own cost per request, with no HTTP server and no other thread.
+
+Calls the simulator's WSGI app directly (the app every serving mode runs) with
+a prebuilt environ for each request, one thread, zero latency, and reports
+microseconds per request for a few request kinds: the ceiling any HTTP
+server in front of it can reach is ``1e6 / µs`` requests per second on one
+core. ``--profile`` prints cProfile's top functions for the chat request.
+
+    python benchmarks/request_cost.py [--requests 20000] [--rounds 5] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from werkzeug.wrappers import Request
+
+from pytest_llmsim.backend import LLMBackend
+from pytest_llmsim.config import SimConfig
+
+CHAT = {"model": "llmsim", "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                                        {"role": "user", "content": "Say hello to the load test."}],
+        "max_tokens": 16}
+KINDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("/v1/chat/completions", CHAT),
+    "chat, streamed": ("/v1/chat/completions", {**CHAT, "stream": True}),
+    "completions": ("/v1/completions", {"model": "llmsim", "prompt": "Say hello", "max_tokens": 16}),
+    "anthropic messages": ("/v1/messages", {"model": "llmsim", "max_tokens": 16,
+                                            "messages": [{"role": "user", "content": "Say hello"}]}),
+}
+
+
+def environ_factory(path: str, body: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    """A fresh environ per call, as an HTTP server builds one (a copy of a template plus the body stream)."""
+    data = json.dumps(body).encode()
+    template = {
+        "REQUEST_METHOD": "POST", "SCRIPT_NAME": "", "PATH_INFO": path, "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "50000", "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(data)), "HTTP_HOST": "127.0.0.1:8000", "HTTP_ACCEPT": "*/*",
+        "HTTP_USER_AGENT": "request_cost", "HTTP_AUTHORIZATION": "Bearer sk-test",
+        "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.errors": io.StringIO(),
+        "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False,
+    }
+
+    def make() -> dict[str, Any]:
+        environ = dict(template)
+        environ["wsgi.input"] = io.BytesIO(data)
+        return environ
+    return make
+
+
+def run(app: Callable[..., Any], make: Callable[[], dict[str, Any]], count: int) -> float:
+    """Seconds per request over ``count`` requests (the response body is consumed, as a server would)."""
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        assert status.startswith("200"), status
+        return None
+
+    started = time.perf_counter()
+    for _ in range(count):
+        result = app(make(), start_response)
+        for _chunk in result:
+            pass
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    return (time.perf_counter() - started) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    backend = LLMBackend(SimConfig(speed=float("inf"), max_trace_requests=10_000))
+    server = backend._server  # the app, never started as a server
+    app = Request.application(server.application)
+    print("| request | µs per request (median of rounds) | rounds |\n|---|---|---|")
+    for kind, (path, body) in KINDS.items():
+        make = environ_factory(path, body)
+        run(app, make, min(2000, args.requests))  # warm caches (tokenizer, schema, filler)
+        rounds = []
+        for _ in range(args.rounds):
+            rounds.append(run(app, make, args.requests) * 1e6)
+            backend.reset()  # keep the request log from growing across rounds
+        print(f"| {kind} | {statistics.median(rounds):.1f} | {', '.join(f'{r:.1f}' for r in rounds)} |", flush=True)
+    if args.profile:
+        make = environ_factory(*KINDS["chat"])
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run(app, make, args.requests)
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(40)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
