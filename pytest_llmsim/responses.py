@@ -43,8 +43,8 @@ class JSONResponse(Response):
     Its body is one bytes object whose length is known when it is built, so
     ``Content-Length`` is set then and a call hands the headers and the body
     straight to the server (werkzeug's path re-derives both on every call:
-    about 5 % of a non-streamed request). A HEAD request, or a body or status
-    changed after construction, takes werkzeug's path.
+    about 5 % of a non-streamed request). A HEAD request, a 204 or 304, or a
+    body replaced after construction takes werkzeug's path.
     """
 
     def __init__(self, data: bytes, status: int, headers: dict[str, str] | None) -> None:
@@ -54,7 +54,7 @@ class JSONResponse(Response):
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if (self.response is not self._sent_body or environ.get("REQUEST_METHOD") == "HEAD"
-                or self.status_code in (204, 304) or self.headers.get("Location")):
+                or self.status_code in (204, 304)):
             return super().__call__(environ, start_response)
         start_response(self.status, self.headers.to_wsgi_list())
         return self.response
