@@ -8,6 +8,7 @@ against was ten times slower or worse.
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import threading
@@ -17,10 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.api.openai_completions import parse_completion
 from pytest_llmsim.records import RequestLog, RequestRecord
+from pytest_llmsim.server import _read_sized_body
 from pytest_llmsim.sim import SimError
 from pytest_llmsim.simulator import Simulator
 
@@ -432,6 +435,60 @@ def test_a_malformed_chunked_body_is_a_400(llm_backend: LLMBackend) -> None:
     assert response.startswith(b"HTTP/1.1 400 "), response[:200]
     assert json.loads(response.partition(b"\r\n\r\n")[2])["error"]["code"] == "invalid_body"
     llm_backend.check()
+
+
+def test_a_chunked_body_and_a_body_sent_in_pieces_are_read_whole(llm_backend: LLMBackend) -> None:
+    """A chunked body goes through werkzeug's stream, a sized one is read straight from the input:
+    both give the whole JSON, even when it arrives in several packets."""
+    data = json.dumps(chat_body("pieces of a body", model="chunked-m")).encode()
+    sock = connect(llm_backend)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    for piece in (data[:10], data[10:]):
+        sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+    sock.sendall(b"0\r\n\r\n")
+    chunked = read_all(sock)
+    sock.close()
+    sock = connect(llm_backend)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(data), data[:7]))
+    time.sleep(0.05)  # the handler is already reading: the rest comes in a later packet
+    sock.sendall(data[7:])
+    sized = read_all(sock)
+    sock.close()
+    for response in (chunked, sized):
+        assert response.startswith(b"HTTP/1.1 200 "), response[:200]
+    assert [r.body["model"] for r in llm_backend.requests] == ["chunked-m", "chunked-m"]
+    assert [r.body_bytes for r in llm_backend.requests] == [len(data), len(data)]
+    llm_backend.check()
+
+
+class _Trickle(io.RawIOBase):
+    """A raw input stream that hands out at most three bytes per read, as a raw socket may."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        piece, self._data = self._data[:min(3, len(buffer))], self._data[min(3, len(buffer)):]
+        buffer[:len(piece)] = piece
+        return len(piece)
+
+
+def test_a_sized_body_is_read_whole_from_a_stream_that_returns_less() -> None:
+    """Other WSGI servers' inputs may return part of a read: the body is still read whole, and one that
+    ends before its Content-Length is a 400 (werkzeug's BadRequest, which the route turns into invalid_body)."""
+    data = b'{"model": "m", "messages": []}'
+    environ = {"CONTENT_LENGTH": str(len(data)), "wsgi.input": _Trickle(data)}
+    assert _read_sized_body(environ, 1 << 20) == data
+    with pytest.raises(BadRequest):
+        _read_sized_body({"CONTENT_LENGTH": "100", "wsgi.input": _Trickle(data)}, 1 << 20)
+    with pytest.raises(RequestEntityTooLarge):
+        _read_sized_body({"CONTENT_LENGTH": "100", "wsgi.input": _Trickle(data)}, 99)
+    assert _read_sized_body({"wsgi.input": _Trickle(data)}, 1 << 20) is None  # no length: werkzeug's stream
 
 
 def test_a_short_body_then_half_close_is_no_500(llm_backend: LLMBackend) -> None:
