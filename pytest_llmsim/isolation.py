@@ -61,14 +61,17 @@ class ProcessBackend(RemoteBackend):
         return f"<ProcessBackend {self.base_url} pid={self.process.pid}>"
 
 
-def spawn_backend(config: SimConfig, host: str = "127.0.0.1") -> ProcessBackend:
-    """Start ``llmsim serve`` on a free port of ``host`` and return its handle, set to ``config``."""
+def spawn_backend(config: SimConfig, host: str = "127.0.0.1", io: str = "threads") -> ProcessBackend:
+    """Start ``llmsim serve`` on a free port of ``host`` and return its handle, set to ``config``.
+
+    ``io="gevent"`` serves it with ``llmsim serve --io gevent`` (one thread, a greenlet per connection).
+    """
     token = secrets.token_hex(16)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - the process owns it; closed on failure
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--host", host, "--port", "0",
-         "--control-token", token, "--model", config.model],
+         "--control-token", token, "--model", config.model, "--io", io],
         stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL, text=True, env=env,
         preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     errors.close()  # the child has its own copy of the descriptor

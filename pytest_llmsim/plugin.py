@@ -43,9 +43,10 @@ SEED_HELP = "Seed for generated content, latency jitter and fault selection"
 MODEL_HELP = "Model name the backends serve and report by default"
 HOST_HELP = "Address the backends listen on (loopback only is the safe choice)"
 REPORT_HELP = "Show a summary of what the backend served in each test"
-ISOLATION_HELP = ("Where backends run: thread (in the test process, the default) or process "
-                  "(each an llmsim serve subprocess, driven over its control API)")
-ISOLATION_MODES = ("thread", "process")
+ISOLATION_HELP = ("Where backends run: thread (in the test process, the default), process "
+                  "(each an llmsim serve subprocess, driven over its control API) or process-gevent "
+                  "(the same, served with llmsim serve --io gevent)")
+ISOLATION_MODES = ("thread", "process", "process-gevent")
 TRACE_HELP = ("Write each test's backend traces (Chrome trace JSON and an SVG timeline) into this directory, "
               "named by test id and backend")
 TRACE_ON_HELP = "Which tests' traces --llmsim-trace writes: all (the default) or failed"
@@ -366,6 +367,13 @@ def llmsim_config(pytestconfig: pytest.Config) -> SimConfig:
     return SimConfig(speed=s.speed, seed=s.seed, model=s.model)
 
 
+def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0) -> AnyBackend:
+    """A started backend where ``isolation`` says: this process, or an ``llmsim serve`` subprocess."""
+    if isolation == "thread":
+        return LLMBackend(config, host=host, port=port).start()
+    return spawn_backend(config, host, io="gevent" if isolation == "process-gevent" else "threads")
+
+
 @pytest.fixture(scope="session")
 def llmsim_session_backend(llmsim_listen_address: tuple[str, int], llmsim_config: SimConfig,
                            pytestconfig: pytest.Config) -> Iterator[AnyBackend]:
@@ -375,11 +383,7 @@ def llmsim_session_backend(llmsim_listen_address: tuple[str, int], llmsim_config
     (a :class:`~pytest_llmsim.isolation.ProcessBackend`) on a free port.
     """
     host, port = llmsim_listen_address
-    backend: AnyBackend
-    if pytestconfig.stash[_SETTINGS_KEY].isolation == "process":
-        backend = spawn_backend(llmsim_config, host)
-    else:
-        backend = LLMBackend(llmsim_config, host=host, port=port).start()
+    backend = _new_backend(llmsim_config, host, pytestconfig.stash[_SETTINGS_KEY].isolation, port)
     yield backend
     backend.stop()
 
@@ -414,7 +418,8 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     (explicit arguments win over markers; ``llm_fault`` markers arm every
     backend), and is stopped when the test ends. For primary/fallback and
     load-balancing tests. ``isolation="process"`` runs one as an ``llmsim
-    serve`` subprocess (the default follows ``--llmsim-isolation``).
+    serve`` subprocess, ``"process-gevent"`` as one served with ``--io gevent``
+    (the default follows ``--llmsim-isolation``).
     """
     started: list[AnyBackend] = []
     host = llmsim_listen_address[0]
@@ -427,8 +432,7 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
         # Markers set every backend of the test; explicit arguments win over them.
         config = llmsim_config.replace(**{**from_markers, **settings})
         mode = _parse_isolation(isolation or default_isolation)
-        backend: AnyBackend = (spawn_backend(config, host) if mode == "process"
-                               else LLMBackend(config, host=host).start())
+        backend = _new_backend(config, host, mode)
         _arm(backend, faults, scripted)
         _trace_before(request, backend)
         started.append(backend)

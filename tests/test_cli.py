@@ -234,3 +234,55 @@ def test_serve_replicas_is_a_fleet_of_independent_backends() -> None:
 def test_replicas_are_checked() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--replicas", "0"])
+
+
+def test_serve_io_gevent_serves_waits_and_streams_without_threads() -> None:
+    """``--io gevent``: the same process (it execs itself under gevent), no thread per connection
+    however many wait, streams and non-streamed answers on time, a hang-up noticed, Ctrl-C stops it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--io", "gevent", "--port", "0", "--ttft", "0.2",
+         "--itl", "0.01", "--speed", "1", "--model", "g-m"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+)/v1", line)
+        assert match, line
+        root = match.group(1)
+        body = {"model": "g-m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+        with httpx.Client(base_url=root, timeout=10) as client:
+            # 20 connections wait on the engine at once, all in the one thread
+            import concurrent.futures
+            with concurrent.futures.ThreadPoolExecutor(20) as pool:
+                started = time.monotonic()
+                answers = list(pool.map(lambda _: httpx.post(root + "/v1/chat/completions", json=body, timeout=10),
+                                        range(20)))
+                elapsed = time.monotonic() - started
+            assert [a.status_code for a in answers] == [200] * 20
+            assert elapsed < 2.0  # concurrent, not one after another (20 x 0.24 s)
+            with open(f"/proc/{process.pid}/status") as status:
+                threads = int(re.search(r"Threads:\s+(\d+)", status.read()).group(1))  # type: ignore[union-attr]
+            assert threads <= 2  # the main one, and gevent's resolver; threads would keep ~20 handlers
+            with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as stream:
+                events = [line for line in stream.iter_lines() if line.startswith("data: ")]
+            assert events[-1] == "data: [DONE]" and len(events) == 1 + 5 + 1 + 1  # role, tokens, finish, done
+            # a client that hangs up while waiting is noticed (499 in the log, its batch slot freed)
+            sock = socket.create_connection(("127.0.0.1", int(root.rsplit(":", 1)[1])))
+            slow = b'{"model": "g-m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 400}'
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(slow), slow))
+            time.sleep(0.5)
+            sock.close()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                log = client.get("/llmsim/v1/requests").json()["records"]
+                if any(r["status"] == 499 for r in log):
+                    break
+                time.sleep(0.1)
+            assert [r["status"] for r in log].count(499) == 1
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=10)
+        assert "llmsim stopped" in out
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

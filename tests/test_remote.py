@@ -147,15 +147,18 @@ def _alive(pid: int) -> bool:
 
 
 HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_http_responses.py", "test_faults.py",
-               "test_bad_input.py", "test_http_timing.py"]
+               "test_bad_input.py", "test_http_timing.py", "test_http_tools.py", "test_http_models.py",
+               "test_keepalive.py"]
 
 
-def test_the_http_level_suites_pass_in_process_mode() -> None:
-    """The same HTTP-level tests, each backend an `llmsim serve` subprocess instead of a thread."""
+@pytest.mark.parametrize("isolation", ["process", "process-gevent"])
+def test_the_http_level_suites_pass_in_process_mode(isolation: str) -> None:
+    """The same HTTP-level tests, each backend an `llmsim serve` subprocess instead of a thread: served
+    with a thread per connection, and with `--io gevent` (one thread, a greenlet per connection)."""
     here = Path(__file__).parent
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "-W",
-         "ignore::pytest_llmsim.LLMSimLagWarning", "--llmsim-isolation=process",
+         "ignore::pytest_llmsim.LLMSimLagWarning", f"--llmsim-isolation={isolation}",
          *[str(here / name) for name in HTTP_SUITES]],
         capture_output=True, text=True, timeout=600, cwd=here.parent)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
