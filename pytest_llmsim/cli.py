@@ -8,6 +8,7 @@ SIGTERM) stops it cleanly within about a second; a second Ctrl-C exits at once.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -32,6 +33,8 @@ from .content.replies import Rule, load_conversation
 from .faults import Fault, FaultError
 from .isolation import die_with_parent
 
+__all__ = ["main"]
+
 IO_MODES = ("threads", "gevent")
 
 
@@ -39,8 +42,6 @@ def gevent_patched() -> bool:
     """Whether gevent has patched this process (``llmsim serve --io gevent`` runs so)."""
     monkey = sys.modules.get("gevent.monkey")
     return monkey is not None and bool(monkey.is_module_patched("socket"))
-
-__all__ = ["main"]
 
 
 def _setting_type(name: str) -> Any:
@@ -194,9 +195,7 @@ def _exec_under_gevent(argv: Sequence[str], parser: argparse.ArgumentParser) -> 
     :mod:`pytest_llmsim.gevent_serve`; the PID stays (a parent's handle and
     a parent-death signal still apply).
     """
-    try:
-        import gevent  # noqa: F401  (only whether it is there)
-    except ImportError:
+    if importlib.util.find_spec("gevent") is None:
         parser.error("--io gevent needs gevent: pip install 'pytest-llmsim[gevent]'")
     sys.stdout.flush()
     sys.stderr.flush()

@@ -109,18 +109,20 @@ class Ticket:
                         next_check = time.monotonic() + CLIENT_CHECK_INTERVAL
                         if client_gone():
                             raise ClientGone from None
+            # A wake-up taken is news read, before anything else: left unread, the engine's next post
+            # would find the news non-empty, wake nobody, and a later wait() would block for ever.
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            batch = [(kind, seq, emitted, due) for seq, (kind, emitted, due) in pending.items()]
+            self.open_count -= sum(1 for event in batch if event[0] == FINISH)
+            if client_gone is not None:
                 now = time.monotonic()
                 if now >= next_check:
                     next_check = now + CLIENT_CHECK_INTERVAL
                     if client_gone():
                         raise ClientGone
-            with self._lock:
-                pending, self._pending = self._pending, {}
-            if not pending:
-                continue
-            batch = [(kind, seq, emitted, due) for seq, (kind, emitted, due) in pending.items()]
-            self.open_count -= sum(1 for event in batch if event[0] == FINISH)
-            yield batch
+            if batch:
+                yield batch
 
     def wait(self, client_gone: Callable[[], bool] | None = None) -> None:
         """Block until every sequence has left the engine (or raise :class:`ClientGone`)."""

@@ -1,0 +1,53 @@
+"""The runtime's hand-off between the engine and a request's handler (``Ticket``)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pytest_llmsim import runtime
+from pytest_llmsim.engine import SimSequence
+from pytest_llmsim.runtime import FINISH, TOKEN, ClientGone, Ticket
+
+
+def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_follows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler learns of the hang-up just after a token's wake-up: the engine's next news (the
+    cancelled sequence's finish) must still wake the ``wait()`` the handler then makes.
+
+    It did not: the wake-up was taken, the token's news left unread, so the finish found the news
+    non-empty and woke nobody — the handler waited for ever, holding its thread and the connection
+    (a descriptor per such hang-up under load: ``benchmarks/memory.py`` showed them growing).
+    """
+    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.0)  # every wake-up asks whether the client is there
+    seq = SimSequence([1, 2, 3], 5)
+    ticket = Ticket([seq])
+    ticket.post(TOKEN, seq, 1, 0.1)
+    with pytest.raises(ClientGone):
+        for _ in ticket.batches(client_gone=lambda: True):
+            pass
+    ticket.post(FINISH, seq, 1, 0.2)  # the engine, cancelling the sequence
+    waiter = threading.Thread(target=ticket.wait, daemon=True)
+    waiter.start()
+    waiter.join(2)
+    assert not waiter.is_alive(), "wait() missed the finish"
+    assert ticket.open_count == 0
+
+
+def test_a_finish_that_came_with_the_wake_up_is_counted_when_the_client_is_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wake-up brings the sequence's finish and the check finds the client gone: the finish is
+    counted all the same, so the ``wait()`` that follows returns at once."""
+    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.0)
+    seq = SimSequence([1, 2, 3], 5)
+    ticket = Ticket([seq])
+    ticket.post(FINISH, seq, 5, 0.3)
+    with pytest.raises(ClientGone):
+        for _ in ticket.batches(client_gone=lambda: True):
+            pass
+    assert ticket.open_count == 0
+    waiter = threading.Thread(target=ticket.wait, daemon=True)
+    waiter.start()
+    waiter.join(2)
+    assert not waiter.is_alive()
