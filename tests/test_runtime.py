@@ -11,6 +11,14 @@ from pytest_llmsim.engine import SimSequence
 from pytest_llmsim.runtime import FINISH, TOKEN, ClientGone, Ticket
 
 
+def _wait_returns(ticket: Ticket, seconds: float = 2.0) -> bool:
+    """Whether ``ticket.wait()`` returns within ``seconds`` (run in a thread: a stranded wait never does)."""
+    waiter = threading.Thread(target=ticket.wait, daemon=True)
+    waiter.start()
+    waiter.join(seconds)
+    return not waiter.is_alive()
+
+
 def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_follows(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The handler learns of the hang-up just after a token's wake-up: the engine's next news (the
@@ -28,10 +36,7 @@ def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_foll
         for _ in ticket.batches(client_gone=lambda: True):
             pass
     ticket.post(FINISH, seq, 1, 0.2)  # the engine, cancelling the sequence
-    waiter = threading.Thread(target=ticket.wait, daemon=True)
-    waiter.start()
-    waiter.join(2)
-    assert not waiter.is_alive(), "wait() missed the finish"
+    assert _wait_returns(ticket), "wait() missed the finish"
     assert ticket.open_count == 0
 
 
@@ -47,7 +52,4 @@ def test_a_finish_that_came_with_the_wake_up_is_counted_when_the_client_is_gone(
         for _ in ticket.batches(client_gone=lambda: True):
             pass
     assert ticket.open_count == 0
-    waiter = threading.Thread(target=ticket.wait, daemon=True)
-    waiter.start()
-    waiter.join(2)
-    assert not waiter.is_alive()
+    assert _wait_returns(ticket)
