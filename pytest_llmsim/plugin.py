@@ -11,6 +11,7 @@ reset *before* each test and then set from the test's markers.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -371,6 +372,9 @@ def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0) ->
     """A started backend where ``isolation`` says: this process, or an ``llmsim serve`` subprocess."""
     if isolation == "thread":
         return LLMBackend(config, host=host, port=port).start()
+    if isolation == "process-gevent" and importlib.util.find_spec("gevent") is None:
+        raise pytest.UsageError("--llmsim-isolation=process-gevent needs gevent: "
+                                "pip install 'pytest-llmsim[gevent]'")
     return spawn_backend(config, host, io="gevent" if isolation == "process-gevent" else "threads")
 
 

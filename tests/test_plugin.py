@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmsim import LLMBackend
+from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.plugin import resolve_options
 
 HELPERS = '''
@@ -599,3 +599,15 @@ def test_bad_isolation_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-isolation=vm")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*invalid --llmsim-isolation 'vm': expected one of thread, process*"])
+
+
+def test_process_gevent_isolation_without_gevent_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from pytest_llmsim import plugin
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "gevent" else real(name, *args))
+    with pytest.raises(pytest.UsageError, match=r"pytest-llmsim\[gevent\]"):
+        plugin._new_backend(SimConfig(), "127.0.0.1", "process-gevent")
