@@ -1,7 +1,9 @@
-"""Shared test set-up: the pytester plugin, and SDK clients closed after each test."""
+"""Shared test set-up: the pytester plugin, and SDK clients closed after each test (and LiteLLM's at the end)."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -31,3 +33,26 @@ def _close_sdk_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for client in created:
         client.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_litellm_clients() -> Iterator[None]:
+    """LiteLLM keeps the clients it makes, per backend URL, in a module-level cache and never closes
+    them; every test's backend is a new URL, so at exit their pooled sockets were reported unclosed
+    (8 ResourceWarnings per run). Closed when the session ends."""
+    yield
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return
+    cache = litellm.in_memory_llm_clients_cache
+    for client in list(cache.cache_dict.values()):
+        close = getattr(client, "close", None) or getattr(client, "aclose", None)
+        if close is None:
+            continue
+        try:
+            result = close()
+            if inspect.isawaitable(result):
+                asyncio.run(result)
+        except Exception:  # a client whose loop is gone: nothing left to close
+            pass
+    cache.flush_cache()
