@@ -239,15 +239,8 @@ def test_replicas_are_checked() -> None:
 def test_serve_io_gevent_serves_waits_and_streams_without_threads() -> None:
     """``--io gevent``: the same process (it execs itself under gevent), no thread per connection
     however many wait, streams and non-streamed answers on time, a hang-up noticed, Ctrl-C stops it."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--io", "gevent", "--port", "0", "--ttft", "0.2",
-         "--itl", "0.01", "--speed", "1", "--model", "g-m"], stdout=subprocess.PIPE, text=True)
+    process, root = _serve("--io", "gevent", "--ttft", "0.2", "--itl", "0.01", "--speed", "1", "--model", "g-m")
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        match = re.search(r"(http://127\.0\.0\.1:\d+)/v1", line)
-        assert match, line
-        root = match.group(1)
         body = {"model": "g-m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
         with httpx.Client(base_url=root, timeout=10) as client:
             # 20 connections wait on the engine at once, all in the one thread
@@ -283,6 +276,4 @@ def test_serve_io_gevent_serves_waits_and_streams_without_threads() -> None:
         out, _ = process.communicate(timeout=10)
         assert "llmsim stopped" in out
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        _stop(process)

@@ -11,6 +11,19 @@ from pytest_llmsim.engine import SimSequence
 from pytest_llmsim.runtime import FINISH, TOKEN, ClientGone, Ticket
 
 
+@pytest.fixture
+def every_wake_up_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every wake-up asks whether the client is there (no interval to wait for)."""
+    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.0)
+
+
+def _hang_up(ticket: Ticket) -> None:
+    """Read the ticket's news as a handler does, the client found gone at the first wake-up."""
+    with pytest.raises(ClientGone):
+        for _ in ticket.batches(client_gone=lambda: True):
+            pass
+
+
 def _wait_returns(ticket: Ticket, seconds: float = 2.0) -> bool:
     """Whether ``ticket.wait()`` returns within ``seconds`` (run in a thread: a stranded wait never does)."""
     waiter = threading.Thread(target=ticket.wait, daemon=True)
@@ -19,8 +32,8 @@ def _wait_returns(ticket: Ticket, seconds: float = 2.0) -> bool:
     return not waiter.is_alive()
 
 
-def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_follows(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("every_wake_up_asks")
+def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_follows() -> None:
     """The handler learns of the hang-up just after a token's wake-up: the engine's next news (the
     cancelled sequence's finish) must still wake the ``wait()`` the handler then makes.
 
@@ -28,28 +41,22 @@ def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_foll
     non-empty and woke nobody — the handler waited for ever, holding its thread and the connection
     (a descriptor per such hang-up under load: ``benchmarks/memory.py`` showed them growing).
     """
-    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.0)  # every wake-up asks whether the client is there
     seq = SimSequence([1, 2, 3], 5)
     ticket = Ticket([seq])
     ticket.post(TOKEN, seq, 1, 0.1)
-    with pytest.raises(ClientGone):
-        for _ in ticket.batches(client_gone=lambda: True):
-            pass
+    _hang_up(ticket)
     ticket.post(FINISH, seq, 1, 0.2)  # the engine, cancelling the sequence
     assert _wait_returns(ticket), "wait() missed the finish"
     assert ticket.open_count == 0
 
 
-def test_a_finish_that_came_with_the_wake_up_is_counted_when_the_client_is_gone(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("every_wake_up_asks")
+def test_a_finish_that_came_with_the_wake_up_is_counted_when_the_client_is_gone() -> None:
     """The wake-up brings the sequence's finish and the check finds the client gone: the finish is
     counted all the same, so the ``wait()`` that follows returns at once."""
-    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.0)
     seq = SimSequence([1, 2, 3], 5)
     ticket = Ticket([seq])
     ticket.post(FINISH, seq, 5, 0.3)
-    with pytest.raises(ClientGone):
-        for _ in ticket.batches(client_gone=lambda: True):
-            pass
+    _hang_up(ticket)
     assert ticket.open_count == 0
     assert _wait_returns(ticket)
