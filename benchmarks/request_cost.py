@@ -6,7 +6,7 @@ microseconds per request for a few request kinds: the ceiling any HTTP
 server in front of it can reach is ``1e6 / µs`` requests per second on one
 core. ``--profile`` prints cProfile's top functions for the chat request.
 
-    python benchmarks/request_cost.py [--requests 20000] [--rounds 5] [--profile]
+    python benchmarks/request_cost.py [--requests 20000] [--rounds 5] [--profile [--sort cumulative]]
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sort", choices=["tottime", "cumulative"], default="tottime",
+                        help="order of the profile: own time, or time including callees")
     args = parser.parse_args()
     backend = LLMBackend(SimConfig(speed=float("inf"), max_trace_requests=10_000))
     server = backend._server  # the app, never started as a server
@@ -100,7 +102,7 @@ def main() -> None:
         run(app, make, args.requests)
         profiler.disable()
         out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(40)
+        pstats.Stats(profiler, stream=out).sort_stats(args.sort).print_stats(40)
         print(out.getvalue())
 
 

@@ -79,7 +79,7 @@ class KeepAliveHandler(WSGIRequestHandler):
         return self.request_version == "HTTP/1.1" and "close" not in connection
 
     def make_environ(self) -> Any:
-        environ = super().make_environ()
+        environ = self.build_environ()
         self._body = None
         if not environ.get("wsgi.input_terminated"):  # a chunked body: no counting, the connection closes
             self._body = _CountingInput(environ["wsgi.input"])
@@ -117,6 +117,17 @@ class KeepAliveHandler(WSGIRequestHandler):
             return False
         return True
 
+    def write_head(self, code: int, message: str, headers: list[tuple[str, str]]) -> None:
+        """Write the status line and headers (http.server's way; a server may do it in one piece)."""
+        self.send_response(code, message)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+
+    def build_environ(self) -> Any:
+        """The WSGI environ of the request just parsed (werkzeug's; a server may build it faster)."""
+        return super().make_environ()
+
     def run_wsgi(self) -> None:
         if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -133,23 +144,20 @@ class KeepAliveHandler(WSGIRequestHandler):
                 state["sent"] = True
                 code_text, _, message = str(state["status"]).partition(" ")
                 code = int(code_text)
-                self.send_response(code, message)
-                keys = set()
-                for key, value in state["headers"]:
-                    self.send_header(key, value)
-                    keys.add(key.lower())
+                headers = list(state["headers"])
+                keys = {key.lower() for key, _ in headers}
                 if not self._body_can_finish():
                     keep = False  # a chunked or large unread body: say so now, not by closing later
                 no_body = environ["REQUEST_METHOD"] == "HEAD" or 100 <= code < 200 or code in (204, 304)
                 if "content-length" not in keys and not no_body:
                     if self.protocol_version >= "HTTP/1.1" and self.request_version == "HTTP/1.1":
                         state["chunked"] = True
-                        self.send_header("Transfer-Encoding", "chunked")
+                        headers.append(("Transfer-Encoding", "chunked"))
                     else:
                         keep = False  # the body ends when the connection does
                 if not keep:
-                    self.send_header("Connection", "close")
-                self.end_headers()
+                    headers.append(("Connection", "close"))
+                self.write_head(code, message, headers)
             if data:
                 if state["chunked"]:
                     self.wfile.write(b"%x\r\n" % len(data))

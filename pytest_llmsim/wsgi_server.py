@@ -8,6 +8,7 @@ only when none is idle, so concurrency stays unbounded like werkzeug's.
 
 from __future__ import annotations
 
+import email.utils
 import errno
 import http.client
 import io
@@ -20,8 +21,10 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import unquote
 
-from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+from werkzeug.http import parse_set_header
+from werkzeug.serving import DechunkedInput, ThreadedWSGIServer, WSGIRequestHandler
 
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .workers import HeadWatchdog, WorkerPool
@@ -119,10 +122,40 @@ class _CoalescingWriter:
         if self._parts:
             data = b"".join(self._parts)
             self._parts.clear()
-            self._sock.sendall(data)
+            # One non-blocking send takes a whole small response; sendall only for a rest
+            # (gevent's sendall asks the socket's buffer size first: a syscall per response).
+            dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
+            try:
+                sent = 0 if dontwait is None else _nonblocking(self._sock).send(data, dontwait)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent < len(data):
+                self._sock.sendall(memoryview(data)[sent:])
 
     def close(self) -> None:
         self.closed = True
+
+
+def _nonblocking(sock: socket.socket) -> socket.socket:
+    """The socket to call with ``MSG_DONTWAIT``: under gevent, the plain one it wraps (see responses)."""
+    return getattr(sock, "_sock", sock)
+
+
+_date_header: tuple[int, str] = (0, "")
+
+
+def _http_date() -> str:
+    """The ``Date`` header's value, formatted once per second (``email.utils`` is slow for every response)."""
+    global _date_header
+    second = int(time.time())
+    if _date_header[0] != second:
+        _date_header = (second, email.utils.formatdate(second, usegmt=True))
+    return _date_header[1]
+
+
+def _latin1_of_utf8(text: str) -> str:
+    """WSGI's str-of-bytes convention (werkzeug's ``_wsgi_encoding_dance``); ASCII is unchanged."""
+    return text if text.isascii() else text.encode().decode("latin1")
 
 
 class QuietRequestHandler(KeepAliveHandler):
@@ -225,6 +258,69 @@ class QuietRequestHandler(KeepAliveHandler):
         environ = super().make_environ()
         environ[ACCEPTED_AT] = self.arrived_at
         return environ
+
+    def build_environ(self) -> Any:
+        """werkzeug's environ, built without its general URL parsing for the usual origin-form path.
+
+        The same keys and values as ``WSGIRequestHandler.make_environ``; an
+        absolute URL, a fragment or TLS take werkzeug's own path.
+        """
+        target = self.path
+        address = self.client_address
+        if (not target.startswith("/") or "#" in target or self.server.ssl_context is not None
+                or not isinstance(address, tuple) or not address):
+            return super().build_environ()
+        path, _, query = target.partition("?")
+        if "%" in path:
+            path = unquote(path)
+        environ: dict[str, Any] = {
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": self.rfile,
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": self.server.multithread,
+            "wsgi.multiprocess": self.server.multiprocess,
+            "wsgi.run_once": False,
+            "werkzeug.socket": self.connection,
+            "SERVER_SOFTWARE": self.server_version,
+            "REQUEST_METHOD": self.command,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": _latin1_of_utf8(path),
+            "QUERY_STRING": _latin1_of_utf8(query),
+            "REQUEST_URI": _latin1_of_utf8(target),
+            "RAW_URI": _latin1_of_utf8(target),
+            "REMOTE_ADDR": address[0],
+            "REMOTE_PORT": address[1],
+            "SERVER_NAME": self.server.server_address[0],
+            "SERVER_PORT": str(self.server.server_address[1]),
+            "SERVER_PROTOCOL": self.request_version,
+        }
+        for key, value in self.headers.items():
+            if "_" in key:
+                continue  # werkzeug drops these: HTTP_X_A would be ambiguous between X-A and X_A
+            key = key.upper().replace("-", "_")
+            value = value.replace("\r\n", "")
+            if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+                key = "HTTP_" + key
+                if key in environ:
+                    value = f"{environ[key]},{value}"
+            environ[key] = value
+        encoding = environ.get("HTTP_TRANSFER_ENCODING")
+        if encoding is not None and "chunked" in parse_set_header(encoding):
+            environ["wsgi.input_terminated"] = True
+            environ["wsgi.input"] = DechunkedInput(environ["wsgi.input"])
+        return environ
+
+    def write_head(self, code: int, message: str, headers: list[tuple[str, str]]) -> None:
+        """The status line and headers as one write (http.server formats and encodes each line apart)."""
+        if self.request_version == "HTTP/0.9":
+            super().write_head(code, message, headers)
+            return
+        lines = [f"{self.protocol_version} {code} {message}\r\nServer: {self.version_string()}\r\n"
+                 f"Date: {_http_date()}\r\n"]
+        lines.extend(f"{key}: {value}\r\n" for key, value in headers)
+        lines.append("\r\n")
+        self.wfile.write("".join(lines).encode("latin-1"))
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass  # a test session's output is no place for an access log

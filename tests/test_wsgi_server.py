@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import email.utils
 import json
 import socket
+import threading
+import time
+from typing import Any, ClassVar
 
 import httpx
 import pytest
+from werkzeug.serving import DechunkedInput, WSGIRequestHandler
 
 from pytest_llmsim import LLMBackend
+from pytest_llmsim.wsgi_server import PooledWSGIServer, QuietRequestHandler, _CoalescingWriter
 
 
 def raw(backend: LLMBackend, data: bytes) -> bytes:
@@ -72,3 +78,88 @@ def test_handler_threads_are_reused(llm_backend: LLMBackend) -> None:
             assert client.get(llm_backend.url_for("/health")).status_code == 200
     after = {t.name for t in threading.enumerate() if t.name.startswith("llmsim-http-worker")}
     assert len(after - before) <= 2
+
+
+# --- the lean request path: the same environ and head as werkzeug's, the same bytes on the wire ---
+
+
+class _EnvironPair(QuietRequestHandler):
+    """Builds each request's environ both ways and keeps the two for the test to compare."""
+
+    built: ClassVar[list[tuple[dict[str, Any], dict[str, Any]]]] = []
+
+    def make_environ(self) -> Any:
+        lean, reference = self.build_environ(), WSGIRequestHandler.make_environ(self)
+        self.built.append((lean, reference))
+        return super().make_environ()
+
+
+@pytest.mark.parametrize(("target", "headers"), [
+    ("/v1/chat/completions", b""),
+    ("/a%20b/c?x=1&y=%41", b""),
+    ("/caf%C3%A9?q=%C3%A9&r", b""),
+    ("/p?", b"X-Dup: 1\r\nX-Dup: 2\r\n"),
+    ("/x", b"Content-Type: application/json\r\nContent-Length: 0\r\nX_Under: 1\r\n"),
+    ("/x", b"Transfer-Encoding: chunked\r\n"),
+    ("/x#fragment", b""),
+    ("http://elsewhere:1/absolute?q", b""),
+])
+def test_the_environ_is_werkzeugs(target: str, headers: bytes) -> None:
+    """Built without werkzeug's URL parsing, the environ has werkzeug's keys and values (the body streams
+    aside: the chunked one is a fresh decoder each time)."""
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    _EnvironPair.built = []
+    server = PooledWSGIServer("127.0.0.1", 0, app, handler=_EnvironPair)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=5) as sock:
+            sock.sendall(b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sConnection: close\r\n\r\n"
+                         % (target.encode(), headers) + (b"0\r\n\r\n" if b"chunked" in headers else b""))
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    [(lean, reference)] = _EnvironPair.built
+    for environ in (lean, reference):
+        assert isinstance(environ.pop("wsgi.input"), DechunkedInput) == (b"chunked" in headers)
+    assert lean == reference
+
+
+def test_the_response_head_is_one_write_with_server_and_date(llm_backend: LLMBackend) -> None:
+    response = raw(llm_backend, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0] == "HTTP/1.1 200 OK"
+    fields = dict(line.split(": ", 1) for line in lines[1:])
+    assert fields["Server"].startswith("Werkzeug/") and "Python/" in fields["Server"]
+    assert abs(email.utils.parsedate_to_datetime(fields["Date"]).timestamp() - time.time()) < 5
+    assert fields["Connection"] == "close" and int(fields["Content-Length"]) == len(body)
+
+
+def test_a_write_larger_than_the_socket_buffer_arrives_whole() -> None:
+    """The writer's first send is non-blocking and takes what fits; the rest follows with ``sendall``."""
+    sender, receiver = socket.socketpair()
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    data = bytes(range(256)) * 40_000  # 10 MB: far more than one send takes
+    received = bytearray()
+
+    def read_slowly() -> None:
+        while chunk := receiver.recv(65536):
+            received.extend(chunk)
+            time.sleep(0.0001)
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+    writer = _CoalescingWriter(sender)
+    writer.write(data[:10])
+    writer.write(data[10:])
+    writer.flush()
+    sender.close()
+    reader.join(10)
+    receiver.close()
+    assert bytes(received) == data
