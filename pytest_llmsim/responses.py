@@ -24,6 +24,7 @@ from .faults import Fault
 from .records import RequestRecord
 from .runtime import FINISH, ClientGone
 from .simulator import Generation, Outcome, Simulator
+from .wsgi_server import nonblocking_socket
 
 __all__ = ["GenerationResponder", "drop_connection", "json_response"]
 
@@ -80,13 +81,6 @@ def blocking_socket(request: Request) -> socket.socket | None:
     return sock
 
 
-def _nonblocking(sock: socket.socket) -> socket.socket:
-    """The socket to call with ``MSG_DONTWAIT``: ``sock`` itself, or, under gevent (``llmsim serve --io
-    gevent``), the plain socket it wraps — gevent's own waits for readiness on ``EAGAIN``, flag or not, and
-    these calls must return at once (gevent keeps ``_sock`` for code that needs the raw socket)."""
-    return getattr(sock, "_sock", sock)
-
-
 def client_gone(request: Request) -> bool:
     """True when the client has closed its connection (EOF or reset pending on the socket).
 
@@ -100,7 +94,7 @@ def client_gone(request: Request) -> bool:
     try:
         if dontwait is None and not _readable_now(sock):  # Windows: ask first, then peek
             return False
-        return bool(_nonblocking(sock).recv(1, socket.MSG_PEEK | (dontwait or 0)) == b"")
+        return bool(nonblocking_socket(sock).recv(1, socket.MSG_PEEK | (dontwait or 0)) == b"")
     except BlockingIOError:
         return False  # nothing to read: still there
     except OSError:
@@ -147,7 +141,7 @@ class _DirectWriter:
 
     def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str],
                  lag: Callable[[float], None]) -> None:
-        self._sock = _nonblocking(sock)  # sends here must never wait
+        self._sock = nonblocking_socket(sock)  # sends here must never wait
         self._events = events
         self._pieces = pieces
         self._lag = lag  # told the virtual time of each token it wrote, to measure lateness

@@ -29,7 +29,7 @@ from werkzeug.serving import DechunkedInput, ThreadedWSGIServer, WSGIRequestHand
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .workers import HeadWatchdog, WorkerPool
 
-__all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler"]
+__all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "nonblocking_socket"]
 
 
 # WSGI environ key: time.monotonic() when the request reached the server.
@@ -96,8 +96,15 @@ def _read_headers(rfile: Any) -> http.client.HTTPMessage:
             message[name.strip()] = value.strip()
 
 
+def nonblocking_socket(sock: socket.socket) -> socket.socket:
+    """The socket to call with ``MSG_DONTWAIT``: ``sock`` itself, or, under gevent (``llmsim serve --io
+    gevent``), the plain socket it wraps — gevent's own waits for readiness on ``EAGAIN``, flag or not, and
+    these calls must return at once (gevent keeps ``_sock`` for code that needs the raw socket)."""
+    return getattr(sock, "_sock", sock)
+
+
 class _CoalescingWriter:
-    """Holds writes until ``flush()``, then sends them with one ``sendall``.
+    """Holds writes until ``flush()``, then sends them at once (one non-blocking send, ``sendall`` for a rest).
 
     werkzeug writes a chunk's size line, its data and a CRLF separately and
     flushes after each chunk: unbuffered, that is three packets per SSE event.
@@ -126,7 +133,7 @@ class _CoalescingWriter:
             # (gevent's sendall asks the socket's buffer size first: a syscall per response).
             dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
             try:
-                sent = 0 if dontwait is None else _nonblocking(self._sock).send(data, dontwait)
+                sent = 0 if dontwait is None else nonblocking_socket(self._sock).send(data, dontwait)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             if sent < len(data):
@@ -134,11 +141,6 @@ class _CoalescingWriter:
 
     def close(self) -> None:
         self.closed = True
-
-
-def _nonblocking(sock: socket.socket) -> socket.socket:
-    """The socket to call with ``MSG_DONTWAIT``: under gevent, the plain one it wraps (see responses)."""
-    return getattr(sock, "_sock", sock)
 
 
 _date_header: tuple[int, str] = (0, "")
