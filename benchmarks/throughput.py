@@ -19,9 +19,10 @@ import sys
 from common import HERE, llmsim_argv, server_process, wait_ready
 
 
-def wrk(url: str, seconds: int, connections: int, script: str = os.path.join(HERE, "post_chat.lua")) -> float:
+def wrk(url: str, seconds: int, connections: int, script: str = os.path.join(HERE, "post_chat.lua"),
+        threads: int = 2) -> float:
     """Requests/s of one wrk run posting what ``script`` (a wrk Lua script) sets; any non-2xx fails it."""
-    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", script, url],
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "-s", script, url],
                          capture_output=True, text=True, check=True).stdout
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
