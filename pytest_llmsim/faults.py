@@ -204,6 +204,8 @@ class FaultInjector:
     def select(self, n: int, headers: HeaderLookup, model: str | None,
                prompt_text: Callable[[], str], route: str | None = None) -> Fault | None:
         """The fault generation request number ``n`` (on route template ``route``) gets, if any (and count it)."""
+        if not self._armed and not headers.get(FAULT_HEADER):  # the usual case: no lock to take
+            return None
         with self._lock:
             chosen = self._choose(n, headers, model, prompt_text, route)
             if chosen is not None:

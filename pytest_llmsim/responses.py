@@ -49,9 +49,8 @@ class JSONResponse(Response):
     """
 
     def __init__(self, data: bytes, status: int, headers: dict[str, str] | None) -> None:
-        super().__init__(data, status=status, headers=headers, content_type=JSON)
+        super().__init__(data, status=status, headers=headers, content_type=JSON)  # sets Content-Length too
         self._sent_body = self.response
-        self.headers["Content-Length"] = str(len(data))
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if (self.response is not self._sent_body or environ.get("REQUEST_METHOD") == "HEAD"
