@@ -19,12 +19,12 @@ CHAT_BODY = ('{"model": "llmsim", "messages": [{"role": "system", "content": "Yo
 
 
 @contextmanager
-def server_process(argv: Sequence[str], url_pattern: str = r"(http://127\.0\.0\.1:\d+)") -> Iterator[
-        tuple[subprocess.Popen[str], str]]:
+def server_process(argv: Sequence[str], url_pattern: str = r"(http://127\.0\.0\.1:\d+)",
+                   cwd: str | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Run a server that prints its URL on its first line; yield (process, root URL)."""
     # stderr to a file: an undrained pipe would stall a chatty server
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in the finally below
-    process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, text=True)
+    process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, text=True, cwd=cwd)
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
