@@ -44,7 +44,7 @@ BUDGETS = (512, 1024, 2048, 4096, 8192)
 #: Settings one request shape cannot tell apart, kept at these values (written into the profile as priors).
 PRIORS: dict[str, float] = {
     "step_per_kv_token": 0.0,  # folded into step_per_decode_seq: one request shape cannot tell them apart
-    "jitter": 0.1,  # real step times vary; without it closed-loop clients stay in lockstep for ever
+    "jitter": 0.1,  # real step times vary (ITL/TTFT spread); the medians fitted do not depend on it
 }
 
 
