@@ -178,6 +178,8 @@ class Simulator:
         self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
         self._request_numbers = itertools.count(1)
         self._wake_stalls = threading.Event()  # set by reset/stop: stalled handlers give up
+        # Called after each request's accounting (llmsim serve paces garbage collection with it).
+        self.after_request: Callable[[], None] | None = None
 
     # --- steering ---
 
@@ -501,6 +503,8 @@ class Simulator:
         if self.trace.enabled:
             self.trace.request(record, generation.sequences if generation is not None else [],
                                self.runtime.virtual_now())
+        if self.after_request is not None:
+            self.after_request()
 
     # --- reading ---
 
