@@ -25,7 +25,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ METRICS = ("ttft_p50_ms", "itl_p50_ms", "req_per_s", "e2e_p50_ms")
 FITTED = ("step_base", "step_per_prefill_token", "step_per_decode_seq", "request_overhead")
 # Chosen among powers of two by the fit (where TTFT bends as concurrency grows tells the token budget).
 BUDGETS = (512, 1024, 2048, 4096, 8192)
+# Budgets whose losses are within this fraction of the best are not told apart by the rows.
+IDENTIFIED_MARGIN = 0.25
 #: Settings one request shape cannot tell apart, kept at these values (written into the profile as priors).
 PRIORS: dict[str, float] = {
     "step_per_kv_token": 0.0,  # folded into step_per_decode_seq: one request shape cannot tell them apart
@@ -159,6 +161,28 @@ class Fit:
     rows: list[SweepRow]
     predicted: list[SweepRow]
     evaluations: int
+    #: Each token budget tried and its loss after a short search (one entry: the budget was given).
+    budget_losses: dict[int, float] = field(default_factory=dict)
+
+    def budget_rivals(self, margin: float = IDENTIFIED_MARGIN) -> list[int]:
+        """The other budgets that fit about as well as the chosen one (loss within ``margin``, relative):
+        the rows do not tell them apart. Empty when the budget was given or stood out."""
+        chosen = self.config.max_num_batched_tokens
+        best = self.budget_losses.get(chosen)
+        if best is None:
+            return []
+        return sorted(budget for budget, loss in self.budget_losses.items()
+                      if budget != chosen and loss <= best * (1 + margin))
+
+    def budget_note(self) -> str:
+        """How the token budget was chosen, for the profile and the report."""
+        if len(self.budget_losses) <= 1:
+            return "given"
+        rivals = self.budget_rivals()
+        if not rivals:
+            return "fitted"
+        return (f"fitted, not identified: {', '.join(map(str, rivals))} fit about as well; give the server's "
+                f"max_num_batched_tokens (--budget) or add a row between these concurrencies")
 
     def row_errors(self) -> list[dict[str, float]]:
         return [errors(p, m) for p, m in zip(self.predicted, self.rows)]
@@ -262,7 +286,8 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, measured:
     best = min(tried, key=lambda budget: tried[budget][0])
     _, point = search(best, 160, tried[best][1])
     config = _with(base.replace(max_num_batched_tokens=best), point)
-    return Fit(config, list(rows), predict(config, rows, measured), evaluations)
+    return Fit(config, list(rows), predict(config, rows, measured), evaluations,
+               {budget: loss for budget, (loss, _) in tried.items()})
 
 
 def _with(config: SimConfig, point: list[float]) -> SimConfig:
@@ -347,12 +372,15 @@ def _guidellm_row(benchmark: dict[str, Any]) -> SweepRow:
                      "have no single load level)")
 
 
-def render_profile(config: SimConfig, source: str = "") -> str:
-    """The step-cost settings of ``config`` as TOML, loadable by ``llmsim serve --config`` and ``SimConfig``."""
+def render_profile(config: SimConfig, source: str = "", budget_note: str = "") -> str:
+    """The step-cost settings of ``config`` as TOML, loadable by ``llmsim serve --config`` and ``SimConfig``
+    (``budget_note``: how ``max_num_batched_tokens`` was chosen, as :meth:`Fit.budget_note` says)."""
     lines = [f"# {source}" if source else "# fitted by llmsim calibrate", 'scheduler = "step"']
     for name in (*FITTED, "max_num_batched_tokens", *PRIORS):
         value = getattr(config, name)
         note = "  # prior: not identified by one request shape" if name in PRIORS else ""
+        if name == "max_num_batched_tokens" and budget_note:
+            note = f"  # {budget_note}"
         lines.append(f"{name} = {value:.6g}{note}" if isinstance(value, float) else f"{name} = {value}{note}")
     return "\n".join(lines) + "\n"
 

@@ -26,7 +26,7 @@ else:  # pragma: no cover - Python 3.10
 from typing import Any
 
 from .backend import LLMBackend
-from .calibration import SweepRow, calibrate, read_sweep, render_profile, render_table
+from .calibration import BUDGETS, SweepRow, calibrate, read_sweep, render_profile, render_table
 from .calibration import predict as predict_sweep
 from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from .content.replies import Rule, load_conversation
@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("sweep", metavar="SWEEP", help="CSV (concurrency or rate, input_tokens, output_tokens, "
                            "ttft_p50_ms, itl_p50_ms, req_per_s, e2e_p50_ms) or vllm bench serve --save-result JSON")
     calibrate.add_argument("--output", "-o", metavar="PROFILE.toml", help="also write the profile to this file")
+    calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
+                           help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
+                                "given instead of fitted among 512-8192")
     predict = commands.add_parser("predict", help="Predict a load sweep in virtual time (no HTTP, no waiting)")
     predict.add_argument("--config", metavar="PROFILE", default=None,
                          help="settings: a preset name (e.g. qwen2.5-0.5b-l4) or a TOML file")
@@ -268,6 +271,16 @@ def _stop_replicas(replicas: list[tuple[subprocess.Popen[str], str]]) -> None:
             process.stdout.close()
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -293,12 +306,14 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         rows = read_sweep(args.sweep)
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"{args.sweep}: {error}")
-    fit = calibrate(rows)
-    profile = render_profile(fit.config, f"fitted by llmsim calibrate {args.sweep} ({len(rows)} rows)")
+    fit = calibrate(rows, budgets=(args.budget,) if args.budget else BUDGETS)
+    profile = render_profile(fit.config, f"fitted by llmsim calibrate {args.sweep} ({len(rows)} rows)",
+                             fit.budget_note())
     print(profile)
     print(render_table(fit.predicted, rows))
     errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
     print(f"\nmedian |error| per metric: {errors}")
+    print(f"token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: {fit.budget_note()}")
     if args.output:
         with open(args.output, "w") as handle:
             handle.write(profile)

@@ -13,7 +13,7 @@ import pytest
 from engine_helpers import Recorder, make_engine, prompt
 
 from pytest_llmsim import ConfigError, LLMBackend, SimConfig
-from pytest_llmsim.calibration import SweepRow, calibrate, errors, predict, read_sweep
+from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep
 from pytest_llmsim.cli import main
 from pytest_llmsim.config import PROFILES_DIR
 from pytest_llmsim.engine import SeqState, SimSequence
@@ -160,6 +160,33 @@ def test_predict_and_calibrate_commands(capsys: pytest.CaptureFixture[str], tmp_
     with pytest.raises(SystemExit):
         main(["calibrate", str(tmp_path / "missing.csv")])
     assert "missing.csv" in capsys.readouterr().err
+
+
+def test_the_fit_says_when_the_rows_do_not_tell_budgets_apart() -> None:
+    config = SimConfig().replace(scheduler="step", max_num_batched_tokens=2048)
+    tied = Fit(config, [], [], 0, {1024: 0.0131, 2048: 0.0114, 4096: 0.0115, 8192: 0.03})
+    assert tied.budget_rivals() == [1024, 4096]
+    assert tied.budget_note().startswith("fitted, not identified: 1024, 4096 fit about as well")
+    assert Fit(config, [], [], 0, {1024: 0.05, 2048: 0.01}).budget_note() == "fitted"
+    assert Fit(config, [], [], 0, {2048: 0.01}).budget_note() == "given"
+
+
+def test_calibrate_keeps_a_given_budget(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The measured server's max_num_batched_tokens, when known, is kept and said to be given; the
+    profile still loads."""
+    lines = DEV_SWEEP.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("concurrency"))
+    ends = tmp_path / "ends.csv"
+    ends.write_text("\n".join([lines[header], lines[header + 1], lines[-1]]) + "\n")  # concurrency 1 and 32
+    profile = tmp_path / "fitted.toml"
+    assert main(["calibrate", str(ends), "--budget", "1024", "--output", str(profile)]) == 0
+    out = capsys.readouterr().out
+    assert "max_num_batched_tokens = 1024  # given" in out
+    assert "token budget (max_num_batched_tokens) 1024: given" in out
+    assert SimConfig().replace(profile=str(profile)).max_num_batched_tokens == 1024
+    with pytest.raises(SystemExit):
+        main(["calibrate", str(ends), "--budget", "0"])
+    assert "positive integer" in capsys.readouterr().err
 
 
 def test_profile_setting_and_preset_over_http() -> None:
