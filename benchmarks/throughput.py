@@ -1,5 +1,9 @@
 """Requests/s of pytest-llmsim (zero latency, non-streamed) against a bare werkzeug server.
 
+pytest-llmsim runs as ``llmsim serve --gc-pacing off``: the embedded server's
+HTTP stack and simulator, with the collector left to CPython as in a test
+process.
+
 Both servers run in their own processes; wrk, in another, drives each with 16
 connections. Rounds alternate baseline/llmsim so drift on a shared machine
 hits both alike; the figure is the ratio of medians.
@@ -42,7 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     baseline_rates, llmsim_rates = [], []
     baseline = [sys.executable, os.path.join(HERE, "baseline_server.py")]
-    sim_flags = ["--speed", "inf"]
+    # The embedded server leaves the test process's collector alone; so does the server measured here.
+    sim_flags = ["--speed", "inf", "--gc-pacing", "off"]
     if args.keepalive == "on":
         baseline.append("--keepalive")
     else:
