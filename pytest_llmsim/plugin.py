@@ -15,6 +15,7 @@ import importlib.util
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
 from .content.replies import Rule, normalize_reply
 from .faults import Fault, FaultError
+from .gc_pacing import PauseWatch, freeze_startup
 from .isolation import ProcessBackend, spawn_backend
 from .pool import BackendPool
 from .report import Reporter, summary_row, warn_if_lagging
@@ -52,6 +54,9 @@ TRACE_HELP = ("Write each test's backend traces (Chrome trace JSON and an SVG ti
               "named by test id and backend")
 TRACE_ON_HELP = "Which tests' traces --llmsim-trace writes: all (the default) or failed"
 TRACE_ON = ("all", "failed")
+GC_FREEZE_HELP = ("After collection, move every object alive (what the test modules imported) out of the "
+                  "garbage collector's way (gc.freeze): a full collection then skips them instead of stopping "
+                  "the process, an embedded backend's streams included, for hundreds of milliseconds")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -124,6 +129,7 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("isolation", ISOLATION_HELP, _parse_isolation, "thread"),
     _Option("trace", TRACE_HELP, _parse_text, None),
     _Option("trace_on", TRACE_ON_HELP, _parse_trace_on, "all"),
+    _Option("gc_freeze", GC_FREEZE_HELP, _parse_flag, False, is_flag=True),
 )
 
 
@@ -139,6 +145,7 @@ class OptionSettings:
     isolation: str = "thread"
     trace: str | None = None
     trace_on: str = "all"
+    gc_freeze: bool = False
 
 
 def resolve_options(cli: Mapping[str, Any], env: Mapping[str, str],
@@ -224,9 +231,29 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Reporter(), "llmsim-reporter")
     if settings.trace:
         config.stash[_TRACE_KEY] = TraceFiles(settings.trace, only_failed=settings.trace_on == "failed")
+    watch = PauseWatch()
+    watch.install()
+    config.stash[_PAUSES_KEY] = watch
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PAUSES_KEY in config.stash:
+        config.stash[_PAUSES_KEY].uninstall()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``--llmsim-gc-freeze``: what collection imported leaves the collector's generations for good."""
+    if session.config.stash[_SETTINGS_KEY].gc_freeze:
+        freeze_startup()
 
 
 _TRACE_KEY = pytest.StashKey[TraceFiles]()
+_PAUSES_KEY = pytest.StashKey[PauseWatch]()
+
+
+def _gc_pause_since(config: pytest.Config, since: float) -> float:
+    """The longest garbage-collector pause of this process since ``since`` (seconds; 0.0 if none)."""
+    return config.stash[_PAUSES_KEY].longest_since(since) if _PAUSES_KEY in config.stash else 0.0
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -405,10 +432,11 @@ def llm_backend(llmsim_session_backend: AnyBackend, llmsim_config: SimConfig,
     backend.reset(llmsim_config.replace(**settings_from_markers(request.node)))
     _arm(backend, faults_from_markers(request.node), replies_from_markers(request.node))
     _trace_before(request, backend)
+    started = time.monotonic()
     yield backend
     _trace_after(request, backend)
     _record_for_report(request, backend)
-    warn_if_lagging(backend)
+    warn_if_lagging(backend, _gc_pause_since(request.config, started))
     backend.check()
 
 
@@ -442,11 +470,12 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
         started.append(backend)
         return backend
 
+    began = time.monotonic()
     yield factory
     for backend in started:
         _trace_after(request, backend)
         _record_for_report(request, backend)
-        warn_if_lagging(backend)
+        warn_if_lagging(backend, _gc_pause_since(request.config, began))
         backend.stop()
 
 
@@ -489,12 +518,13 @@ def _llmsim_pools(request: pytest.FixtureRequest) -> Iterator[None]:
             pool.prepare(markers, faults)
             for backend in pool:
                 _trace_before(request, backend)
+    started = time.monotonic()
     yield
     for pool in pools:
         for backend in pool:
             _trace_after(request, backend)
             _record_for_report(request, backend)
-            warn_if_lagging(backend)
+            warn_if_lagging(backend, _gc_pause_since(request.config, started))
             backend.check()
 
 

@@ -27,19 +27,29 @@ LAG_WARNING_SHARE = 0.5
 LAG_WARNING_FLOOR = 0.010
 
 
-def warn_if_lagging(backend: LLMBackend | RemoteBackend) -> None:
-    """Warn (``LLMSimLagWarning``, with the figure) when tokens left later than the thresholds."""
+def warn_if_lagging(backend: LLMBackend | RemoteBackend, gc_pause: float = 0.0) -> None:
+    """Warn (``LLMSimLagWarning``, with the figure) when tokens left later than the thresholds.
+
+    ``gc_pause``: the longest garbage-collector pause of the test process
+    during the test (seconds); named in the warning when the backend runs in
+    that process and the pause could explain the lag.
+    """
     config = backend.config
     if math.isinf(config.speed) or config.itl <= 0:
         return
     lag = backend.metrics.emit_lag
     step = backend.to_wall(config.itl)
-    if lag.count and lag.p99 > max(LAG_WARNING_SHARE * step, LAG_WARNING_FLOOR):
+    threshold = max(LAG_WARNING_SHARE * step, LAG_WARNING_FLOOR)
+    if lag.count and lag.p99 > threshold:
+        advice = "Lower --llmsim-speed, run fewer streams, or keep the test process less busy."
+        if isinstance(backend, LLMBackend) and gc_pause > threshold:
+            advice = (f"The garbage collector stopped this process for {gc_pause * 1000:.0f} ms during the test: "
+                      f"--llmsim-gc-freeze (ini llmsim_gc_freeze = true) takes what the tests imported out of "
+                      f"its way. Otherwise: " + advice[0].lower() + advice[1:])
         warnings.warn(LLMSimLagWarning(
             f"llmsim backend {config.model}:{backend.port}: tokens left up to {lag.p99 * 1000:.1f} ms late "
             f"(p99 over {lag.count} writes) against a decode step of {step * 1000:.1f} ms (itl {config.itl:g} "
-            f"at speed {config.speed:g}); latencies a client measured include this. Lower --llmsim-speed, "
-            f"run fewer streams, or keep the test process less busy."), stacklevel=3)
+            f"at speed {config.speed:g}); latencies a client measured include this. {advice}"), stacklevel=3)
 
 
 def summary_row(backend: LLMBackend | RemoteBackend) -> dict[str, Any]:

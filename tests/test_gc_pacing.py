@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -10,7 +11,9 @@ import pytest
 
 from pytest_llmsim import LLMBackend
 from pytest_llmsim.cli import build_parser, pace_collections
-from pytest_llmsim.gc_pacing import CollectionPacer, freeze_startup
+from pytest_llmsim.gc_pacing import CollectionPacer, PauseWatch, freeze_startup
+
+real_collect = gc.collect  # before any test replaces it
 
 
 @pytest.fixture
@@ -23,8 +26,10 @@ def collections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
+    was_frozen = gc.get_freeze_count() > 0  # the session's own freeze (--llmsim-gc-freeze) stays
     yield
-    gc.unfreeze()  # give the test process its objects back
+    if not was_frozen:
+        gc.unfreeze()  # give the test process its objects back
 
 
 def test_the_pacer_collects_young_then_middle_generations_by_requests(collections: list[int]) -> None:
@@ -72,3 +77,21 @@ def test_serve_paces_by_default_and_can_leave_cpython_alone() -> None:
     assert parser.parse_args(["serve", "--gc-pacing", "off"]).gc_pacing == "off"
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--gc-pacing", "sometimes"])
+
+
+def test_the_pause_watch_sees_a_collection_and_answers_by_time() -> None:
+    watch = PauseWatch(floor=0.0)
+    watch.install()
+    watch.install()  # once only
+    try:
+        before = time.monotonic()
+        garbage = [[i] for i in range(200_000)]  # tracked objects for the collector to walk
+        real_collect(2)
+        del garbage
+        seen = watch.longest_since(before)
+        assert seen > 0.0
+        assert watch.longest_since(time.monotonic() + 1) == 0.0  # none ended after a later moment
+    finally:
+        watch.uninstall()
+        watch.uninstall()
+    assert watch._on_gc not in gc.callbacks

@@ -611,3 +611,40 @@ def test_process_gevent_isolation_without_gevent_is_a_usage_error(monkeypatch: p
                         lambda name, *args: None if name == "gevent" else real(name, *args))
     with pytest.raises(pytest.UsageError, match=r"pytest-llmsim\[gevent\]"):
         plugin._new_backend(SimConfig(), "127.0.0.1", "process-gevent")
+
+
+def test_gc_freeze_option_freezes_after_collection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import gc
+
+        def test_frozen():
+            assert gc.get_freeze_count() > 0
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-gc-freeze").assert_outcomes(passed=1)
+    pytester.makeini("[pytest]\nllmsim_gc_freeze = true\n")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_lag_warning_names_a_collector_pause(pytester: pytest.Pytester) -> None:
+    """Collections that stop the test process mid-stream make tokens late; the warning says so."""
+    pytester.makepyfile("""
+        import gc
+        import httpx
+        import pytest
+
+        @pytest.mark.llm_realtime
+        @pytest.mark.llm_latency(itl=0.01)
+        def test_collecting(llm_backend):
+            body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40,
+                    "stream": True}
+            with httpx.stream("POST", llm_backend.url_for("/v1/chat/completions"), json=body) as r:
+                for i, _ in enumerate(r.iter_lines()):
+                    if i % 8 == 4:
+                        garbage = [[n] for n in range(600_000)]  # a heap worth walking
+                        gc.collect()
+                        del garbage
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*LLMSimLagWarning: *The garbage collector stopped this process for * ms "
+                                 "during the test: --llmsim-gc-freeze*"])
