@@ -365,7 +365,8 @@ def _arm(backend: AnyBackend, faults: list[tuple[str, dict[str, Any]]],
 def pytest_report_header(config: pytest.Config) -> str:
     s = config.stash[_SETTINGS_KEY]
     isolation = "" if s.isolation == "thread" else f", isolation={s.isolation}"
-    return f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}{isolation}"
+    frozen = ", gc-freeze" if s.gc_freeze else ""
+    return f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}{isolation}{frozen}"
 
 
 # --- fixtures ---

@@ -620,7 +620,9 @@ def test_gc_freeze_option_freezes_after_collection(pytester: pytest.Pytester) ->
         def test_frozen():
             assert gc.get_freeze_count() > 0
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-gc-freeze").assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-gc-freeze")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmsim: speed=1, seed=0, model=llmsim, host=127.0.0.1, gc-freeze"])
     pytester.makeini("[pytest]\nllmsim_gc_freeze = true\n")
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
