@@ -26,7 +26,7 @@ from .backend import LLMBackend
 from .config import SETTING_NAMES, ConfigError, SimConfig
 from .content.replies import Rule, normalize_reply
 from .faults import Fault, FaultError
-from .gc_pacing import PauseWatch, freeze_startup
+from .gc_pacing import CollectionPacer, PauseWatch, freeze_startup
 from .isolation import ProcessBackend, spawn_backend
 from .pool import BackendPool
 from .report import Reporter, summary_row, warn_if_lagging
@@ -56,7 +56,9 @@ TRACE_ON_HELP = "Which tests' traces --llmsim-trace writes: all (the default) or
 TRACE_ON = ("all", "failed")
 GC_FREEZE_HELP = ("After collection, move every object alive (what the test modules imported) out of the "
                   "garbage collector's way (gc.freeze): a full collection then skips them instead of stopping "
-                  "the process, an embedded backend's streams included, for hundreds of milliseconds")
+                  "the process, an embedded backend's streams included, for hundreds of milliseconds; and "
+                  "collect the young generations as llmsim serve does, paced by the in-process backends' "
+                  "requests")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -234,6 +236,8 @@ def pytest_configure(config: pytest.Config) -> None:
     watch = PauseWatch()
     watch.install()
     config.stash[_PAUSES_KEY] = watch
+    if settings.gc_freeze:
+        config.stash[_PACER_KEY] = CollectionPacer()  # shared: it counts the process's requests
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -249,6 +253,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 _TRACE_KEY = pytest.StashKey[TraceFiles]()
 _PAUSES_KEY = pytest.StashKey[PauseWatch]()
+_PACER_KEY = pytest.StashKey[CollectionPacer]()
 
 
 def _gc_pause_since(config: pytest.Config, since: float) -> float:
@@ -396,10 +401,15 @@ def llmsim_config(pytestconfig: pytest.Config) -> SimConfig:
     return SimConfig(speed=s.speed, seed=s.seed, model=s.model)
 
 
-def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0) -> AnyBackend:
-    """A started backend where ``isolation`` says: this process, or an ``llmsim serve`` subprocess."""
+def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0,
+                 pacer: CollectionPacer | None = None) -> AnyBackend:
+    """A started backend where ``isolation`` says: this process (its requests ticking ``pacer``, when
+    given), or an ``llmsim serve`` subprocess (which paces its own collector)."""
     if isolation == "thread":
-        return LLMBackend(config, host=host, port=port).start()
+        backend = LLMBackend(config, host=host, port=port)
+        if pacer is not None:
+            backend._simulator.after_request = pacer.request_done
+        return backend.start()
     if isolation == "process-gevent" and importlib.util.find_spec("gevent") is None:
         raise pytest.UsageError("--llmsim-isolation=process-gevent needs gevent: "
                                 "pip install 'pytest-llmsim[gevent]'")
@@ -415,7 +425,8 @@ def llmsim_session_backend(llmsim_listen_address: tuple[str, int], llmsim_config
     (a :class:`~pytest_llmsim.isolation.ProcessBackend`) on a free port.
     """
     host, port = llmsim_listen_address
-    backend = _new_backend(llmsim_config, host, pytestconfig.stash[_SETTINGS_KEY].isolation, port)
+    backend = _new_backend(llmsim_config, host, pytestconfig.stash[_SETTINGS_KEY].isolation, port,
+                           pytestconfig.stash.get(_PACER_KEY, None))
     yield backend
     backend.stop()
 
@@ -465,7 +476,7 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
         # Markers set every backend of the test; explicit arguments win over them.
         config = llmsim_config.replace(**{**from_markers, **settings})
         mode = _parse_isolation(isolation or default_isolation)
-        backend = _new_backend(config, host, mode)
+        backend = _new_backend(config, host, mode, pacer=request.config.stash.get(_PACER_KEY, None))
         _arm(backend, faults, scripted)
         _trace_before(request, backend)
         started.append(backend)

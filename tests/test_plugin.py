@@ -613,18 +613,25 @@ def test_process_gevent_isolation_without_gevent_is_a_usage_error(monkeypatch: p
         plugin._new_backend(SimConfig(), "127.0.0.1", "process-gevent")
 
 
-def test_gc_freeze_option_freezes_after_collection(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("""
+def test_gc_freeze_option_freezes_after_collection_and_paces_in_process_backends(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_on="""
         import gc
 
-        def test_frozen():
+        def test_frozen_and_paced(llm_backend, llm_backend_factory):
             assert gc.get_freeze_count() > 0
+            assert llm_backend._simulator.after_request is not None
+            assert llm_backend_factory()._simulator.after_request is not None
+    """, test_off="""
+        def test_left_alone(llm_backend):
+            assert llm_backend._simulator.after_request is None
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-gc-freeze")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-gc-freeze", "test_on.py")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["llmsim: speed=1, seed=0, model=llmsim, host=127.0.0.1, gc-freeze"])
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_off.py").assert_outcomes(passed=1)
     pytester.makeini("[pytest]\nllmsim_gc_freeze = true\n")
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_on.py").assert_outcomes(passed=1)
 
 
 def test_lag_warning_names_a_collector_pause(pytester: pytest.Pytester) -> None:
