@@ -16,16 +16,42 @@ connection has to send a request head).
 from __future__ import annotations
 
 import io
+import socket
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from werkzeug.serving import WSGIRequestHandler
 
-__all__ = ["KeepAliveHandler", "KeepAlivePolicy"]
+__all__ = ["KeepAliveHandler", "KeepAlivePolicy", "drain_before_close"]
 
 # A request body the application left unread is discarded up to this size to keep
 # the connection; a larger rest closes it instead.
 DISCARD_LIMIT = 1024 * 1024
+# Closing that connection drains what the client still sends first (see drain_before_close):
+# until it stops for LINGER_IDLE seconds or LINGER_SECONDS have passed (nginx: lingering_timeout
+# and lingering_time, 5 s and 30 s; a test's client sends at loopback speed).
+LINGER_IDLE = 0.25
+LINGER_SECONDS = 2.0
+
+
+def drain_before_close(sock: socket.socket) -> None:
+    """Half-close ``sock``, then read and drop what the peer still sends, for a while, before it is closed.
+
+    Closing a socket with received bytes unread makes the kernel answer with
+    a reset: the client's send fails, and the answer it had not read yet
+    (a 413 for the body it was sending) can be discarded with it. Ends when
+    the peer closes, pauses ``LINGER_IDLE`` seconds, or after ``LINGER_SECONDS``.
+    """
+    try:
+        sock.shutdown(socket.SHUT_WR)  # the answer is complete: the client sees its end now
+        deadline = time.monotonic() + LINGER_SECONDS
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(min(left, LINGER_IDLE))
+            if not sock.recv(65536):
+                return  # the client closed
+    except OSError:  # a pause (timeout), a reset, or already closed
+        pass
 
 
 class KeepAlivePolicy:
@@ -70,6 +96,7 @@ class KeepAliveHandler(WSGIRequestHandler):
 
     requests_served = 0
     _body: _CountingInput | None = None
+    _linger = False  # the connection closes with request bytes unread: drain them first
 
     def keepalive_policy(self) -> KeepAlivePolicy:  # the server supplies the real one
         return KeepAlivePolicy(enabled=False)
@@ -106,6 +133,7 @@ class KeepAliveHandler(WSGIRequestHandler):
         if rest <= 0:
             return True
         if rest > DISCARD_LIMIT:
+            self._linger = True
             return False
         try:
             while rest > 0:
@@ -116,6 +144,12 @@ class KeepAliveHandler(WSGIRequestHandler):
         except OSError:
             return False
         return True
+
+    def finish(self) -> None:
+        super().finish()
+        if self._linger:
+            self._linger = False
+            drain_before_close(self.connection)
 
     def write_head(self, code: int, message: str, headers: list[tuple[str, str]]) -> None:
         """Write the status line and headers (http.server's way; a server may do it in one piece)."""
@@ -198,7 +232,6 @@ class KeepAliveHandler(WSGIRequestHandler):
                     write(b"")
                 except OSError:
                     pass
-        if not keep or silent_close or not self._body_finished():
-            self.close_connection = True
-        else:
-            self.close_connection = False
+        # Asked even when closing anyway: a small unread rest is discarded, a large one drained at the close.
+        finished = self._body_finished()
+        self.close_connection = not keep or silent_close or not finished

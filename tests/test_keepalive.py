@@ -119,3 +119,18 @@ def test_an_unread_large_body_says_it_closes(llm_backend: LLMBackend) -> None:
         sock.sendall(request(body=big))
         head, _ = read_response(sock)
         assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
+
+
+def test_a_refused_large_body_gets_its_answer_not_a_reset(llm_backend: LLMBackend) -> None:
+    """The server answers 413 before reading a body it refuses and closes; closing with the client's
+    bytes unread makes the kernel send a reset, which fails the client's send and can discard the answer
+    already on its way. The server must drain what the client is still sending before it closes."""
+    llm_backend.configure(max_body_bytes=1000)
+    big = b'{"model": "m", "messages": "' + b"x" * (16 * 1024 * 1024) + b'"}'
+    with connect(llm_backend) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # the body cannot hide in buffers
+        sock.sendall(request(body=big))
+        head, _ = read_response(sock)
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
+        assert closed(sock)
+    assert httpx.get(llm_backend.url_for("/health")).status_code == 200
