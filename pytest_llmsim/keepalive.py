@@ -127,7 +127,10 @@ class KeepAliveHandler(WSGIRequestHandler):
     def _body_finished(self) -> bool:
         """Whether the request body was read to its end (or its small rest now discarded)."""
         length = self._content_length()
-        if self._body is None or length is None:
+        if self._body is None:  # chunked: werkzeug's decoder knows whether it read the last chunk
+            self._linger = not getattr(self.environ.get("wsgi.input"), "_done", True)
+            return False
+        if length is None:
             return False
         rest = length - self._body.consumed
         if rest <= 0:

@@ -152,6 +152,28 @@ def _read_sized_body(environ: dict[str, Any], limit: int) -> bytes | None:
     return data
 
 
+def _read_terminated_body(environ: dict[str, Any], limit: int) -> bytes | None:
+    """A body the server delimits itself (chunked: ``wsgi.input_terminated``), read to its end; None for others.
+
+    It has no length to refuse up front, so it is read up to ``limit`` + 1
+    bytes: over ``limit`` is a 413 as for a sized body (werkzeug's stream
+    stops at the limit and returns what it has, which then parsed as
+    truncated JSON). A malformed chunk raises ``OSError`` (werkzeug's), a 400.
+    """
+    if not environ.get("wsgi.input_terminated"):
+        return None
+    stream = environ["wsgi.input"]
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        part = stream.read(min(65536, limit + 1 - size))
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+        size += len(part)
+    raise RequestEntityTooLarge()
+
+
 class SimulatorServer(HTTPServer):
     """A threaded werkzeug server on loopback answering as an OpenAI-compatible backend."""
 
@@ -358,7 +380,9 @@ class SimulatorServer(HTTPServer):
         request.max_content_length = self.simulator.config.max_body_bytes
         try:
             data = _read_sized_body(request.environ, request.max_content_length)
-            if data is None:  # chunked or no length: werkzeug's stream handles it
+            if data is None:
+                data = _read_terminated_body(request.environ, request.max_content_length)
+            if data is None:  # no length and not chunked: werkzeug's stream (an empty body)
                 data = request.get_data(cache=False)
         except RequestEntityTooLarge:
             raise SimError(413, f"Request body too large: the limit is "

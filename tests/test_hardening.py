@@ -437,6 +437,29 @@ def test_a_malformed_chunked_body_is_a_400(llm_backend: LLMBackend) -> None:
     llm_backend.check()
 
 
+def test_a_chunked_body_over_the_limit_is_a_413(llm_backend: LLMBackend) -> None:
+    """A chunked body has no length to refuse up front; past ``max_body_bytes`` it is a 413 all the same
+    (werkzeug cut it at the limit, and the truncated JSON was answered as invalid)."""
+    llm_backend.configure(max_body_bytes=1000)
+    data = json.dumps(chat_body("y" * 5000)).encode()
+    sock = connect(llm_backend)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                 % (len(data), data))
+    response = read_all(sock)
+    sock.close()
+    assert response.startswith(b"HTTP/1.1 413 "), response[:200]
+    assert json.loads(response.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_too_large"
+    small = json.dumps(chat_body("fits")).encode()
+    sock = connect(llm_backend)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                 % (len(small), small))
+    assert read_all(sock).startswith(b"HTTP/1.1 200 ")
+    sock.close()
+    llm_backend.check()
+
+
 def test_a_chunked_body_and_a_body_sent_in_pieces_are_read_whole(llm_backend: LLMBackend) -> None:
     """A chunked body goes through werkzeug's stream, a sized one is read straight from the input:
     both give the whole JSON, even when it arrives in several packets."""

@@ -134,3 +134,16 @@ def test_a_refused_large_body_gets_its_answer_not_a_reset(llm_backend: LLMBacken
         assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
         assert closed(sock)
     assert httpx.get(llm_backend.url_for("/health")).status_code == 200
+
+
+def test_a_refused_chunked_body_gets_its_answer_not_a_reset(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(max_body_bytes=1000)
+    chunk = b"x" * 65536
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(256)) + b"0\r\n\r\n"  # 16 MiB
+    with connect(llm_backend) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + body)
+        head, _ = read_response(sock)
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
+        assert closed(sock)
