@@ -127,10 +127,8 @@ class KeepAliveHandler(WSGIRequestHandler):
     def _body_finished(self) -> bool:
         """Whether the request body was read to its end (or its small rest now discarded)."""
         length = self._content_length()
-        if self._body is None:  # chunked: werkzeug's decoder knows whether it read the last chunk
-            self._linger = not getattr(self.environ.get("wsgi.input"), "_done", True)
-            return False
-        if length is None:
+        if self._body is None or length is None:  # chunked (werkzeug's decoder knows if it read the end)
+            self._linger = self._body_unread()
             return False
         rest = length - self._body.consumed
         if rest <= 0:
@@ -147,6 +145,13 @@ class KeepAliveHandler(WSGIRequestHandler):
         except OSError:
             return False
         return True
+
+    def _body_unread(self) -> bool:
+        """Whether the client may still be sending the request body (nothing is read here)."""
+        if self._body is None:  # chunked
+            return not getattr(self.environ.get("wsgi.input"), "_done", True)
+        length = self._content_length()
+        return length is not None and length > self._body.consumed
 
     def finish(self) -> None:
         super().finish()
@@ -235,6 +240,8 @@ class KeepAliveHandler(WSGIRequestHandler):
                     write(b"")
                 except OSError:
                     pass
-        # Asked even when closing anyway: a small unread rest is discarded, a large one drained at the close.
-        finished = self._body_finished()
-        self.close_connection = not keep or silent_close or not finished
+        if keep and not silent_close:
+            self.close_connection = not self._body_finished()  # discards a small rest, marks a large one
+        else:
+            self.close_connection = True
+            self._linger = self._body_unread()  # drained at the close, within its time bounds
