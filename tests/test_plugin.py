@@ -540,23 +540,31 @@ def test_session_backends_keep_their_port_across_modules(pytester: pytest.Pytest
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=2)
 
 
-def test_teardown_warns_when_the_simulator_lagged(pytester: pytest.Pytester, helpers: None) -> None:
-    pytester.makepyfile("""
-        import time
+def _disrupted_stream_test(name: str, imports: str, every: int, at: int, disrupt: str) -> str:
+    """A test module streaming 40 tokens (speed 1, itl 10 ms) that runs the lines of ``disrupt`` on every
+    ``every``-th line it reads, from line ``at`` on: tokens leave late."""
+    body = "\n".join(f"                        {line}" for line in disrupt.splitlines())
+    return f"""
+        {imports}
         import httpx
         import pytest
 
         @pytest.mark.llm_realtime
         @pytest.mark.llm_latency(itl=0.01)
-        def test_lagging(llm_backend):
-            body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40,
-                    "stream": True}
+        def {name}(llm_backend):
+            body = {{"model": "m", "messages": [{{"role": "user", "content": "x"}}], "max_tokens": 40,
+                    "stream": True}}
             with httpx.stream("POST", llm_backend.url_for("/v1/chat/completions"), json=body) as r:
                 for i, _ in enumerate(r.iter_lines()):
-                    if i % 4 == 0:
-                        with llm_backend._simulator.runtime._cond:
-                            time.sleep(0.05)
-    """)
+                    if i % {every} == {at}:
+{body}
+    """
+
+
+def test_teardown_warns_when_the_simulator_lagged(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile(_disrupted_stream_test("test_lagging", "import time", 4, 0,
+                                               "with llm_backend._simulator.runtime._cond:\n"
+                                               "    time.sleep(0.05)"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*LLMSimLagWarning: llmsim backend llmsim:*tokens left up to * ms late*",
@@ -636,23 +644,10 @@ def test_gc_freeze_option_freezes_after_collection_and_paces_in_process_backends
 
 def test_lag_warning_names_a_collector_pause(pytester: pytest.Pytester) -> None:
     """Collections that stop the test process mid-stream make tokens late; the warning says so."""
-    pytester.makepyfile("""
-        import gc
-        import httpx
-        import pytest
-
-        @pytest.mark.llm_realtime
-        @pytest.mark.llm_latency(itl=0.01)
-        def test_collecting(llm_backend):
-            body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40,
-                    "stream": True}
-            with httpx.stream("POST", llm_backend.url_for("/v1/chat/completions"), json=body) as r:
-                for i, _ in enumerate(r.iter_lines()):
-                    if i % 8 == 4:
-                        garbage = [[n] for n in range(600_000)]  # a heap worth walking
-                        gc.collect()
-                        del garbage
-    """)
+    pytester.makepyfile(_disrupted_stream_test("test_collecting", "import gc", 8, 4,
+                                               "garbage = [[n] for n in range(600_000)]  # a heap worth walking\n"
+                                               "gc.collect()\n"
+                                               "del garbage"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*LLMSimLagWarning: *The garbage collector stopped this process for * ms "
