@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 
@@ -71,15 +72,17 @@ def main() -> None:
     args = parser.parse_args()
     rows = read_sweep(PROFILES_DIR / "qwen2.5-0.5b-l4.csv")
     started = time.perf_counter()
-    every = calibrate(rows)
-    print(f"fit on all rows ({time.perf_counter() - started:.1f} s, budget {every.config.max_num_batched_tokens}):")
+    workers = os.cpu_count() or 1  # as `llmsim calibrate` does
+    every = calibrate(rows, workers=workers)
+    print(f"fit on all rows ({time.perf_counter() - started:.1f} s, {workers} processes, budget "
+          f"{every.config.max_num_batched_tokens}: {every.budget_note()}):")
     print(render_table(every.predicted, rows))
     print("median |error|:", summary(every.predicted, rows))
     started = time.perf_counter()
-    ends = calibrate([rows[0], rows[-1]])
+    ends = calibrate([rows[0], rows[-1]], workers=workers)
     predicted_ends = predict(ends.config, rows)
     budget = ends.config.max_num_batched_tokens
-    print(f"\nfit on c=1 and c=32 ({time.perf_counter() - started:.1f} s, budget {budget}):")
+    print(f"\nfit on c=1 and c=32 ({time.perf_counter() - started:.1f} s, budget {budget}: {ends.budget_note()}):")
     print(render_table(predicted_ends, rows))
     print("median |error| on the rows in between:", summary(predicted_ends[1:-1], rows[1:-1]))
     with open(args.out, "w") as handle:

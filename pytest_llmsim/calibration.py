@@ -22,9 +22,12 @@ from __future__ import annotations
 import csv
 import json
 import math
+import multiprocessing
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,8 @@ __all__ = ["FITTED", "PRIORS", "Fit", "SweepRow", "calibrate", "predict", "predi
 
 METRICS = ("ttft_p50_ms", "itl_p50_ms", "req_per_s", "e2e_p50_ms")
 #: The step costs a sweep identifies, fitted by :func:`calibrate` (and ``max_num_batched_tokens``).
-FITTED = ("step_base", "step_per_prefill_token", "step_per_decode_seq", "request_overhead")
+FITTED = ("step_base", "step_prefill_base", "step_per_prefill_token", "step_per_decode_seq", "request_overhead",
+          "request_serial")
 # Chosen among powers of two by the fit (where TTFT bends as concurrency grows tells the token budget).
 BUDGETS = (512, 1024, 2048, 4096, 8192)
 # Budgets whose losses are within this fraction of the best are not told apart by the rows.
@@ -181,7 +185,8 @@ class Fit:
         rivals = self.budget_rivals()
         if not rivals:
             return "fitted"
-        return (f"fitted, not identified: {', '.join(map(str, rivals))} fit about as well; give the server's "
+        verb = "fits" if len(rivals) == 1 else "fit"
+        return (f"fitted, not identified: {', '.join(map(str, rivals))} {verb} about as well; give the server's "
                 f"max_num_batched_tokens (--budget) or add a row between these concurrencies")
 
     def row_errors(self) -> list[dict[str, float]]:
@@ -213,9 +218,9 @@ def _initial(rows: Sequence[SweepRow]) -> dict[str, float]:
     light = min(rows, key=lambda r: r.concurrency or 0)
     itl = (light.itl_p50_ms or 10.0) / 1000
     ttft = (light.ttft_p50_ms or 50.0) / 1000
-    return {"step_base": 0.9 * itl, "step_per_decode_seq": 0.02 * itl,
-            "step_per_prefill_token": max(ttft - itl, 1e-4) / 2 / max(light.input_tokens, 1),
-            "request_overhead": max(ttft - itl, 1e-4) / 2}
+    return {"step_base": 0.9 * itl, "step_per_decode_seq": 0.02 * itl, "step_prefill_base": itl,
+            "step_per_prefill_token": max(ttft - itl, 1e-4) / 3 / max(light.input_tokens, 1),
+            "request_overhead": max(ttft - itl, 1e-4) / 3, "request_serial": 0.05 * ttft}
 
 
 def nelder_mead(loss: Callable[[list[float]], float], start: list[float], step: float = 0.5,
@@ -259,35 +264,78 @@ def nelder_mead(loss: Callable[[list[float]], float], start: list[float], step: 
 
 
 def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, measured: int | None = None,
-              budgets: Sequence[int] = BUDGETS) -> Fit:
+              budgets: Sequence[int] = BUDGETS, workers: int = 1) -> Fit:
     """Fit :data:`FITTED` step costs and ``max_num_batched_tokens`` (one of ``budgets``) to ``rows``;
     the others stay at :data:`PRIORS` (over ``base``). Returns the :class:`Fit`.
 
-    Each budget gets a short search; the best is then searched to convergence.
+    Each budget gets a short search; the two best (``FINALISTS``) are then searched to convergence and
+    the lower loss wins. The searches are independent: with ``workers`` above 1 they run in that many
+    processes (``llmsim calibrate`` uses one per core), started by ``forkserver`` or ``spawn``, so a
+    script calling this needs the usual ``if __name__ == "__main__":`` guard. The result does not
+    depend on ``workers``.
     """
     if not rows:
         raise ValueError("a sweep needs at least one row")
     base = (base or SimConfig()).replace(scheduler="step", **PRIORS)
     start = [math.log(value) for value in (_initial(rows)[name] for name in FITTED)]
-    evaluations = 0
+    rows = list(rows)
+    with _searcher(workers, len(budgets)) as run:
+        short = dict(zip(budgets, run([_Search(base, rows, measured, budget, SHORT_SEARCH, start)
+                                        for budget in budgets])))
+        finalists = sorted(short, key=lambda budget: short[budget][0])[:FINALISTS]
+        final = dict(zip(finalists, run([_Search(base, rows, measured, budget, FULL_SEARCH, short[budget][1])
+                                          for budget in finalists])))
+    best = min(final, key=lambda budget: final[budget][0])
+    config = _with(base.replace(max_num_batched_tokens=best), final[best][1])
+    losses = {budget: (final if budget in final else short)[budget][0] for budget in budgets}
+    evaluations = sum(result[2] for result in (*short.values(), *final.values()))
+    return Fit(config, rows, predict(config, rows, measured), evaluations, losses)
 
-    def search(budget: int, iterations: int, point: list[float]) -> tuple[float, list[float]]:
-        nonlocal evaluations
-        budgeted = base.replace(max_num_batched_tokens=budget)
+
+#: Nelder-Mead iterations of the search that ranks the budgets, and of the one that converges.
+SHORT_SEARCH, FULL_SEARCH = 25, 200
+#: How many of the best-ranked budgets are searched to convergence.
+FINALISTS = 2
+
+
+@dataclass(frozen=True)
+class _Search:
+    """One Nelder-Mead search at a fixed budget: picklable, so a worker process can run it."""
+
+    base: SimConfig
+    rows: list[SweepRow]
+    measured: int | None
+    budget: int
+    iterations: int
+    start: list[float]
+
+    def __call__(self) -> tuple[float, list[float], int]:
+        """The loss reached, the point (log costs) and the evaluations used."""
+        budgeted = self.base.replace(max_num_batched_tokens=self.budget)
 
         def loss(candidate: list[float]) -> float:
-            return _loss(_with(budgeted, candidate), rows, measured)[0]
+            return _loss(_with(budgeted, candidate), self.rows, self.measured)[0]
 
-        found, used = nelder_mead(loss, point, iterations=iterations)
-        evaluations += used
-        return loss(found), found
+        found, used = nelder_mead(loss, self.start, iterations=self.iterations)
+        return loss(found), found, used + 1
 
-    tried = {budget: search(budget, 25, start) for budget in budgets}
-    best = min(tried, key=lambda budget: tried[budget][0])
-    _, point = search(best, 160, tried[best][1])
-    config = _with(base.replace(max_num_batched_tokens=best), point)
-    return Fit(config, list(rows), predict(config, rows, measured), evaluations,
-               {budget: loss for budget, (loss, _) in tried.items()})
+
+def _run_search(search: _Search) -> tuple[float, list[float], int]:
+    return search()
+
+
+@contextmanager
+def _searcher(workers: int, most: int) -> Iterator[Callable[[list[_Search]], list[tuple[float, list[float],
+                                                                                                  int]]]]:
+    """A function running searches: in a process pool when more than one worker would be busy."""
+    count = min(workers, most)
+    if count <= 1:
+        yield lambda searches: [search() for search in searches]
+        return
+    # forkserver: never fork a process that may be running threads (an embedded server, say)
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context(method)) as pool:
+        yield lambda searches: list(pool.map(_run_search, searches))
 
 
 def _with(config: SimConfig, point: list[float]) -> SimConfig:

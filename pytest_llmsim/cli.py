@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
                            help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
                                 "given instead of fitted among 512-8192")
+    calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+                           help="processes searching in parallel (default: one per core; the fit does not "
+                                "depend on it)")
     predict = commands.add_parser("predict", help="Predict a load sweep in virtual time (no HTTP, no waiting)")
     predict.add_argument("--config", metavar="PROFILE", default=None,
                          help="settings: a preset name (e.g. qwen2.5-0.5b-l4) or a TOML file")
@@ -306,7 +309,7 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         rows = read_sweep(args.sweep)
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"{args.sweep}: {error}")
-    fit = calibrate(rows, budgets=(args.budget,) if args.budget else BUDGETS)
+    fit = calibrate(rows, budgets=(args.budget,) if args.budget else BUDGETS, workers=args.jobs)
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {args.sweep} ({len(rows)} rows)",
                              fit.budget_note())
     print(profile)

@@ -51,8 +51,10 @@ class SimConfig:
     step_per_prefill_token: float = 0.0
     step_per_decode_seq: float = 0.0
     step_per_kv_token: float = 0.0
+    step_prefill_base: float = 0.0
     max_num_batched_tokens: int = 8192
     request_overhead: float = 0.0
+    request_serial: float = 0.0
     max_batch_size: int = 256
     max_waiting: int = 1024
     max_model_len: int = 32768
@@ -251,8 +253,10 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "step_per_prefill_token": _number(0.0),
     "step_per_decode_seq": _number(0.0),
     "step_per_kv_token": _number(0.0),
+    "step_prefill_base": _number(0.0),
     "max_num_batched_tokens": _integer(1),
     "request_overhead": _number(0.0),
+    "request_serial": _number(0.0),
     "max_batch_size": _integer(1),
     "max_waiting": _integer(0),
     "max_model_len": _integer(1),
@@ -304,8 +308,12 @@ SETTING_HELP: dict[str, str] = {
     "step_per_prefill_token": "step mode: cost per prefill token in a step, simulated seconds",
     "step_per_decode_seq": "step mode: cost per decoding sequence in a step, simulated seconds",
     "step_per_kv_token": "step mode: cost per context token the step's decodes attend, simulated seconds",
+    "step_prefill_base": "step mode: extra fixed cost of a step with a prefill chunk in it (vLLM replays a captured "
+                         "CUDA graph only for decode-only steps), simulated seconds",
     "max_num_batched_tokens": "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",
     "request_overhead": "step mode: the API server's own time before a request reaches the scheduler, seconds",
+    "request_serial": "step mode: API-server time each request takes in turn (one event loop), so requests sent "
+                      "together reach the scheduler one after another, seconds",
     "max_batch_size": "Sequences decoded concurrently",
     "max_waiting": "Waiting-queue capacity; a full queue answers 503",
     "max_model_len": "Context length: prompt plus max_tokens",

@@ -8,26 +8,34 @@ the token budget ``max_num_batched_tokens`` (a decode counts one token). Its
 duration is a function of that composition::
 
     step = step_base
+         + step_prefill_base      if the step has a prefill chunk in it
          + step_per_prefill_token * prefill tokens in the step
          + step_per_decode_seq    * decoding sequences in the step
          + step_per_kv_token      * context tokens those sequences attend
 
-(times ``1 + jitter * N(0, 1)``, clamped as in the default mode). At the
-step's end every decode in it emits its token, and a sequence whose last
-prefill chunk was in it emits its first token. A request that arrives while
-a step runs joins at the next one, so its first token waits for the step in
-flight; ``request_overhead`` (the API server's own time: parsing,
-tokenization) delays each arrival before it reaches the scheduler.
+(times ``1 + jitter * N(0, 1)``, clamped as in the default mode). The
+``step_prefill_base`` term is there because vLLM replays a captured CUDA
+graph for a decode-only step and runs a step with prefill in it piecewise.
+At the step's end every decode in it emits its token, and a sequence whose
+last prefill chunk was in it emits its first token. A request that arrives
+while a step runs joins at the next one, so its first token waits for the
+step in flight. Before it reaches the scheduler a request spends
+``request_serial`` in the API server's one event loop, in turn with the
+requests sent before it (so requests sent together arrive one after
+another, and only the first finds the engine idle), then
+``request_overhead`` more (the rest of the API server's and the transport's
+time, which requests do not queue for). Times count from the client's send.
 
 ``ttft``, ``itl``, ``prefill_per_token`` and ``load_factor`` are not used in
 this mode. A lone request with no jitter, prompt ``P`` (uncached, within the
 budget) sees::
 
-    TTFT = request_overhead + step_base + step_per_prefill_token * P
+    TTFT = request_serial + request_overhead + step_base + step_prefill_base + step_per_prefill_token * P
     ITL  = step_base + step_per_decode_seq + step_per_kv_token * (P + tokens so far)
 
 so a simple profile maps as ``step_base + step_per_decode_seq = itl`` and
-``request_overhead + step_base + step_per_prefill_token * P = ttft``. The
+``request_overhead + step_base + step_per_prefill_token * P = ttft`` (the
+other two left at 0). The
 prefix cache, the KV cache (``kv_cache_blocks``: admission waits, a new block
 with none free preempts the latest admitted), LoRA limits, cancellation and
 the listener work as in the default mode. A ``slow`` fault's sequence emits
@@ -36,6 +44,8 @@ one sequence).
 """
 
 from __future__ import annotations
+
+import math
 
 from .engine import Engine, SeqState, SimSequence
 
@@ -55,19 +65,26 @@ class StepEngine(Engine):
         self._prefilling: list[tuple[SimSequence, int]] = []
         self._ending = False  # inside _end_step: admissions wait for the next step
         self._start_pending = False
+        self._front_end_free = -math.inf  # when the API server's event loop is done with the last request
         self.steps = 0
 
     # --- arrivals: after the API server's own time ---
 
     def submit(self, seq: SimSequence, at: float | None = None) -> bool:
-        overhead = self.config.request_overhead
-        if overhead > 0:
-            at = (self.now if at is None else at) + overhead
+        sent = self.now if at is None else at
+        config = self.config
+        at = sent
+        if config.request_serial > 0:
+            at = max(at, self._front_end_free) + config.request_serial
+            self._front_end_free = at
+        at += config.request_overhead
+        seq.arrival = sent
         return super().submit(seq, at)
 
     def _arrive(self, seq: SimSequence, at: float) -> bool:
+        sent = seq.arrival
         accepted = super()._arrive(seq, at)
-        seq.arrival = at - self.config.request_overhead  # the overhead counts in its TTFT (and queue time)
+        seq.arrival = sent  # the API server's time counts in its TTFT (and queue time)
         return accepted
 
     # --- the batch ---
@@ -103,7 +120,8 @@ class StepEngine(Engine):
         if not decoding and not prefilling:
             self._step_end = None
             return
-        duration = (config.step_base + config.step_per_prefill_token * prefill_tokens
+        duration = (config.step_base + (config.step_prefill_base if prefilling else 0.0)
+                    + config.step_per_prefill_token * prefill_tokens
                     + config.step_per_decode_seq * len(decoding) + config.step_per_kv_token * kv_tokens)
         duration = self.latency._jittered(duration)
         self._decoding, self._prefilling = decoding, prefilling

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from engine_helpers import Recorder, make_engine, prompt
 
-from pytest_llmsim import ConfigError, LLMBackend, SimConfig
+from pytest_llmsim import ConfigError, LLMBackend, SimConfig, calibration
 from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep
 from pytest_llmsim.cli import main
 from pytest_llmsim.config import PROFILES_DIR
@@ -54,6 +54,38 @@ def test_arrivals_of_one_instant_share_a_step_and_a_newcomer_waits_for_the_step_
     own_step = 0.004 + 0.00005 * 100 + 0.0001 * 3 + 1e-7 * 3 * 101
     assert late.ttft == pytest.approx(shared_step - 0.001 + own_step)
     assert eng.steps == 3  # shared prefill; newcomer prefill + three decodes; four decodes (everyone done)
+
+
+def test_a_step_with_prefill_in_it_costs_step_prefill_base_more() -> None:
+    """A decode-only step replays a captured CUDA graph in vLLM; a step with a prefill chunk does not."""
+    eng, _ = engine(request_overhead=0.01, step_prefill_base=0.003)
+    seq = SimSequence(prompt(256), 4)
+    eng.submit(seq)
+    eng.run_until_idle()
+    assert seq.ttft == pytest.approx(0.01 + 0.004 + 0.003 + 0.00005 * 256)
+    assert list(seq.gaps) == pytest.approx([0.004 + 0.0001 + 1e-7 * (256 + k) for k in (1, 2, 3)])
+
+
+def test_requests_sent_together_reach_the_scheduler_one_at_a_time() -> None:
+    """``request_serial``: the API server's one event loop takes each request in turn, so the second of
+    two simultaneous requests misses the step the first one starts and waits for it."""
+    eng, _ = engine(request_serial=0.001, request_overhead=0.002)
+    first, second = (SimSequence(prompt(100, 1000 * i), 3, index=i) for i in range(2))
+    eng.submit(first)
+    eng.submit(second)
+    eng.run_until_idle()
+    alone = 0.004 + 0.00005 * 100
+    assert first.ttft == pytest.approx(0.001 + 0.002 + alone)
+    # the second reaches the scheduler at 4 ms, inside the first's step (3 to 12 ms), and prefills after it
+    with_a_decode = 0.004 + 0.00005 * 100 + 0.0001 + 1e-7 * 101
+    assert second.ttft == pytest.approx(0.003 + alone + with_a_decode)
+    assert first.arrival == second.arrival == 0.0  # times count from the client's send
+    assert eng.steps == 4
+    # one at a time, not one per overhead: a request sent later than the server is free is not held
+    late = SimSequence(prompt(100, 5000), 1, index=2)
+    eng.submit(late)
+    eng.run_until_idle()
+    assert late.ttft == pytest.approx(0.001 + 0.002 + alone)
 
 
 def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
@@ -144,7 +176,8 @@ def test_the_preset_reproduces_the_real_sweep() -> None:
 
 
 def test_calibration_recovers_a_known_profile() -> None:
-    truth = SimConfig().replace(**COSTS, request_overhead=0.02, max_num_batched_tokens=2048, jitter=0.1)
+    truth = SimConfig().replace(**COSTS, step_prefill_base=0.003, request_overhead=0.02, request_serial=0.001,
+                                max_num_batched_tokens=2048, jitter=0.1)
     rows = predict(truth, [SweepRow(c, None, 128, 32) for c in (1, 4, 16)])
     fit = calibrate(rows, budgets=(2048,))
     assert all(value <= 0.05 for value in fit.median_abs_error().values()), fit.median_abs_error()
@@ -168,6 +201,8 @@ def test_the_fit_says_when_the_rows_do_not_tell_budgets_apart() -> None:
     assert tied.budget_rivals() == [1024, 4096]
     assert tied.budget_note().startswith("fitted, not identified: 1024, 4096 fit about as well")
     assert Fit(config, [], [], 0, {1024: 0.05, 2048: 0.01}).budget_note() == "fitted"
+    assert Fit(config, [], [], 0, {4096: 0.0116, 2048: 0.0115}).budget_note().startswith(
+        "fitted, not identified: 4096 fits about as well")
     assert Fit(config, [], [], 0, {2048: 0.01}).budget_note() == "given"
 
 
@@ -197,6 +232,19 @@ def test_profile_setting_and_preset_over_http() -> None:
     with LLMBackend(config) as backend:
         httpx.post(backend.url_for("/v1/completions"), json={"model": "m", "prompt": [1] * 256, "max_tokens": 8})
         record = backend.requests[-1]
-        expected = config.request_overhead + config.step_base + config.step_per_prefill_token * 256
+        expected = (config.request_serial + config.request_overhead + config.step_base + config.step_prefill_base
+                    + config.step_per_prefill_token * 256)
+        assert config.request_serial > 0 and config.step_prefill_base > 0
         assert record.ttft == pytest.approx(expected)
         assert record.itl == pytest.approx(config.step_base + config.step_per_decode_seq, rel=1e-6)
+
+
+def test_the_fit_is_the_same_in_worker_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``llmsim calibrate`` searches budgets in parallel processes; the result must not depend on it."""
+    monkeypatch.setattr(calibration, "SHORT_SEARCH", 4)
+    monkeypatch.setattr(calibration, "FULL_SEARCH", 8)
+    truth = SimConfig().replace(**COSTS, max_num_batched_tokens=512)
+    rows = predict(truth, [SweepRow(c, None, 64, 8) for c in (1, 4)])
+    alone, pooled = (calibrate(rows, budgets=(512, 1024, 2048), workers=workers) for workers in (1, 2))
+    assert pooled.config == alone.config and pooled.budget_losses == alone.budget_losses
+    assert pooled.evaluations == alone.evaluations
