@@ -298,6 +298,10 @@ SHORT_SEARCH, FULL_SEARCH = 25, 200
 FINALISTS = 2
 
 
+#: What a search returns: the loss reached, the point (log costs) and the evaluations used.
+SearchResult = tuple[float, list[float], int]
+
+
 @dataclass(frozen=True)
 class _Search:
     """One Nelder-Mead search at a fixed budget: picklable, so a worker process can run it."""
@@ -309,8 +313,7 @@ class _Search:
     iterations: int
     start: list[float]
 
-    def __call__(self) -> tuple[float, list[float], int]:
-        """The loss reached, the point (log costs) and the evaluations used."""
+    def __call__(self) -> SearchResult:
         budgeted = self.base.replace(max_num_batched_tokens=self.budget)
 
         def loss(candidate: list[float]) -> float:
@@ -320,21 +323,27 @@ class _Search:
         return loss(found), found, used + 1
 
 
-def _run_search(search: _Search) -> tuple[float, list[float], int]:
+def _run_search(search: _Search) -> SearchResult:
     return search()
 
 
 @contextmanager
-def _searcher(workers: int, most: int) -> Iterator[Callable[[list[_Search]], list[tuple[float, list[float],
-                                                                                                  int]]]]:
-    """A function running searches: in a process pool when more than one worker would be busy."""
+def _searcher(workers: int, most: int) -> Iterator[Callable[[list[_Search]], list[SearchResult]]]:
+    """A function running searches: in a process pool when more than one worker would be busy and the
+    platform can start one (no POSIX semaphores, as in some containers: in this process instead)."""
     count = min(workers, most)
-    if count <= 1:
+    pool = None
+    if count > 1:
+        # forkserver: never fork a process that may be running threads (an embedded server, say)
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        try:
+            pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context(method))
+        except (OSError, ImportError, NotImplementedError):
+            pool = None
+    if pool is None:
         yield lambda searches: [search() for search in searches]
         return
-    # forkserver: never fork a process that may be running threads (an embedded server, say)
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context(method)) as pool:
+    with pool:
         yield lambda searches: list(pool.map(_run_search, searches))
 
 

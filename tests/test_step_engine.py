@@ -222,6 +222,9 @@ def test_calibrate_keeps_a_given_budget(capsys: pytest.CaptureFixture[str], tmp_
     with pytest.raises(SystemExit):
         main(["calibrate", str(ends), "--budget", "0"])
     assert "positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["calibrate", str(ends), "--jobs", "0"])
+    assert "positive integer" in capsys.readouterr().err
 
 
 def test_profile_setting_and_preset_over_http() -> None:
@@ -248,3 +251,17 @@ def test_the_fit_is_the_same_in_worker_processes(monkeypatch: pytest.MonkeyPatch
     alone, pooled = (calibrate(rows, budgets=(512, 1024, 2048), workers=workers) for workers in (1, 2))
     assert pooled.config == alone.config and pooled.budget_losses == alone.budget_losses
     assert pooled.evaluations == alone.evaluations
+
+
+def test_the_fit_runs_in_this_process_where_no_pool_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No POSIX semaphores (some containers): the searches run here instead of failing the calibration."""
+    monkeypatch.setattr(calibration, "SHORT_SEARCH", 4)
+    monkeypatch.setattr(calibration, "FULL_SEARCH", 8)
+
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise OSError(38, "Function not implemented")
+
+    rows = predict(SimConfig().replace(**COSTS), [SweepRow(c, None, 64, 8) for c in (1, 4)])
+    alone = calibrate(rows, budgets=(512, 1024), workers=1)
+    monkeypatch.setattr(calibration, "ProcessPoolExecutor", no_pool)
+    assert calibrate(rows, budgets=(512, 1024), workers=2).config == alone.config
