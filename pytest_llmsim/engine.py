@@ -277,7 +277,8 @@ class Engine:
                 self._adapter_waiting -= 1
             self._finish(seq, SeqState.CANCELLED)
         elif seq.state is SeqState.PENDING:
-            seq.arrival = self.now
+            if math.isnan(seq.arrival):  # not yet arrived; the step mode knows when it was sent
+                seq.arrival = self.now
             self._finish(seq, SeqState.CANCELLED)
         elif seq.state is SeqState.RUNNING:
             self._finish(seq, SeqState.CANCELLED)

@@ -88,6 +88,15 @@ def test_requests_sent_together_reach_the_scheduler_one_at_a_time() -> None:
     assert late.ttft == pytest.approx(0.001 + 0.002 + alone)
 
 
+def test_a_request_cancelled_before_it_reaches_the_scheduler_keeps_its_send_time() -> None:
+    eng, _ = engine(request_serial=0.001, request_overhead=0.01)
+    seq = SimSequence(prompt(10), 3)
+    eng.submit(seq)
+    eng.advance(0.004)
+    eng.cancel(seq)  # still in the API server's time
+    assert seq.state is SeqState.CANCELLED and seq.arrival == 0.0 and seq.e2e == pytest.approx(0.004)
+
+
 def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
     eng, rec = engine(max_num_batched_tokens=64)
     decoding = SimSequence(prompt(10), 20)
