@@ -29,8 +29,13 @@ from pytest_llmsim.config import SimConfig
 CHAT = {"model": "llmsim", "messages": [{"role": "system", "content": "You are a helpful assistant."},
                                         {"role": "user", "content": "Say hello to the load test."}],
         "max_tokens": 16}
+# An agent's request: a long system prompt (about 3,000 tokens) that comes with every request.
+SYSTEM_PROMPT = " ".join(f"Rule {i}: answer the load test politely and check the batch, cache and queue."
+                         for i in range(180))
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "chat": ("/v1/chat/completions", CHAT),
+    "chat, 3,000-token system prompt": ("/v1/chat/completions", {**CHAT, "messages": [
+        {"role": "system", "content": SYSTEM_PROMPT}, CHAT["messages"][1]]}),
     "chat, streamed": ("/v1/chat/completions", {**CHAT, "stream": True}),
     "completions": ("/v1/completions", {"model": "llmsim", "prompt": "Say hello", "max_tokens": 16}),
     "anthropic messages": ("/v1/messages", {"model": "llmsim", "max_tokens": 16,

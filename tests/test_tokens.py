@@ -62,6 +62,37 @@ def test_chat_prompt_counts_as_openai_counts(tokenizer: Tokenizer) -> None:
     assert len(tokenizer.chat_prompt(messages)) == expected
 
 
+def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system prompt that comes with every request is tokenized once; the ids handed out are the
+    encoding's, and a caller changing its list changes nothing for the next one."""
+    tokenizer = Tokenizer(load_encoding("llmsim"))
+    calls: list[str] = []
+    real = tokenizer.encoding.encode_ordinary
+
+    class Counting:
+        def encode_ordinary(self, text: str) -> list[int]:
+            calls.append(text)
+            return real(text)
+
+    monkeypatch.setattr(tokenizer, "encoding", Counting())
+    system = "You are a careful assistant. " * 200
+    messages = [ChatMessage("system", system), ChatMessage("user", "hi")]
+    first = tokenizer.chat_prompt(messages)
+    assert tokenizer.chat_prompt(messages) == first and calls.count(system) == 1
+    ids = tokenizer.encode(system)
+    assert ids == real(system)
+    ids.append(-1)
+    assert tokenizer.encode(system) == real(system) and calls.count(system) == 1
+    # bounded by the texts' length: past the budget it starts afresh (and still answers right)
+    monkeypatch.setattr("pytest_llmsim.tokens.SEEN_TEXT_CHARS", len(system) + 10)
+    assert tokenizer.encode("something else entirely") == real("something else entirely")
+    assert tokenizer.encode(system) == real(system) and calls.count(system) == 2
+    huge = "x " * (len(system) + 10)  # longer than the budget: encoded, never kept
+    tokenizer.encode(huge)
+    tokenizer.encode(huge)
+    assert calls.count(huge) == 2
+
+
 def test_filler_round_trips_through_tiktoken(tokenizer: Tokenizer) -> None:
     source = tokenizer.filler_source(seed=3)
     for key in range(0, 10**9, 10**7):
