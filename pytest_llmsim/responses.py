@@ -18,6 +18,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
+from . import wire_json
 from .api.base import StreamRenderer, WireAPI
 from .engine import SeqState, SimSequence
 from .faults import Fault
@@ -61,7 +62,7 @@ class JSONResponse(Response):
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(json.dumps(body).encode(), status, headers)
+    return JSONResponse(wire_json.dumps(body), status, headers)
 
 
 def blocking_socket(request: Request) -> socket.socket | None:

@@ -30,6 +30,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
+from . import wire_json
 from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
 from .api.anthropic_messages import parse_messages
 from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
@@ -91,7 +92,7 @@ def protocol_error_body(status: int, message: str, path: str | None) -> bytes:
     error = SimError(status, message, type="server_error" if status >= 500 else "invalid_request_error",
                      code=HTTP_ERROR_CODES.get(status, "bad_request"))
     _, body, _ = _api_of_path(path).render_error(error)  # the status stays what HTTP says
-    return json.dumps(body).encode()
+    return wire_json.dumps(body)
 
 
 HTTP_ERROR_CODES = {

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
+from .. import wire_json
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid
 from ..tokens import PlannedCall
 from .tool_fields import anthropic_tool_use
@@ -176,7 +177,7 @@ def _content(generation: Generation) -> list[dict[str, Any]]:
 
 
 def _event(name: str, body: dict[str, Any]) -> bytes:
-    return b"event: %s\ndata: %s\n\n" % (name.encode(), json.dumps(body, separators=(",", ":")).encode())
+    return b"event: %s\ndata: %s\n\n" % (name.encode(), wire_json.dumps(body))
 
 
 class _MessagesStream:
@@ -221,7 +222,7 @@ class _MessagesStream:
         if template is None:
             event = _event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                    "delta": {"type": "text_delta", "text": self._MARK}})
-            head, tail = event.split(encode_basestring_ascii(self._MARK).encode())
+            head, tail = event.split(wire_json.dumps(self._MARK))
             template = self._template = (head, tail)
         return template[0] + encode_basestring_ascii(piece).encode() + template[1]
 

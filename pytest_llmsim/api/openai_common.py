@@ -7,12 +7,12 @@ vLLM ignores them. Errors are ``{"error": {"message", "type", "param", "code"}}`
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
+from .. import wire_json
 from ..ratelimit import openai_rate_limit_headers
 from ..sim import RateLimitStatus, SimError, invalid
 from .validation import describe, is_int, optional, ranged
@@ -162,7 +162,7 @@ def envelope(response_id: str, obj: str, model: str, created: int | None) -> dic
 
 
 def sse(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + wire_json.dumps(body) + b"\n\n"
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
@@ -222,7 +222,7 @@ class OpenAIStream:
         template = self._templates.get(index)
         if template is None:
             head, tail = self.event(self._choice(index, self._MARK, None)).split(
-                encode_basestring_ascii(self._MARK).encode())
+                wire_json.dumps(self._MARK))
             template = self._templates[index] = (head, tail)
         return template[0] + encode_basestring_ascii(piece).encode() + template[1]
 

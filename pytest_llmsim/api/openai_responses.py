@@ -25,6 +25,7 @@ import time
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
+from .. import wire_json
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid
 from ..tokens import PlannedCall
 from .openai_common import OpenAIErrors, model_field
@@ -198,8 +199,7 @@ class _ResponsesStream:
     def _event(self, body: dict[str, Any]) -> bytes:
         body["sequence_number"] = self._sequence
         self._sequence += 1
-        return b"event: %s\ndata: %s\n\n" % (body["type"].encode(),
-                                             json.dumps(body, separators=(",", ":")).encode())
+        return b"event: %s\ndata: %s\n\n" % (body["type"].encode(), wire_json.dumps(body))
 
     def _located(self, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, "item_id": self._item, "output_index": 0, "content_index": 0, **fields}
@@ -239,10 +239,9 @@ class _ResponsesStream:
         if template is None:
             body = self._located("response.output_text.delta", delta=self._PIECE, logprobs=[])
             body["sequence_number"] = self._NUMBER
-            text = b"event: response.output_text.delta\ndata: %s\n\n" % json.dumps(
-                body, separators=(",", ":")).encode()
-            head, rest = text.split(encode_basestring_ascii(self._PIECE).encode())
-            middle, tail = rest.split(encode_basestring_ascii(self._NUMBER).encode())
+            text = b"event: response.output_text.delta\ndata: %s\n\n" % wire_json.dumps(body)
+            head, rest = text.split(wire_json.dumps(self._PIECE))
+            middle, tail = rest.split(wire_json.dumps(self._NUMBER))
             template = self._template = (head, middle, tail)
         number = self._sequence
         self._sequence += 1
