@@ -8,6 +8,7 @@ kept-alive connections) between them on the 16-token chat and on
 machine hits both alike. Reports medians and the ratio new / base.
 
     python benchmarks/compare_revisions.py --base REV [--io threads|gevent] [--rounds 3] [--seconds 4]
+        [--gc-pacing on|off]
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ def worktree(revision: str) -> Iterator[str]:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], check=False)
 
 
-def serve_argv(io: str) -> list[str]:
-    return [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--io", io]
+def serve_argv(io: str, gc_pacing: str | None = None) -> list[str]:
+    pacing = ["--gc-pacing", gc_pacing] if gc_pacing else []  # a base older than the flag runs without it
+    return [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--io", io, *pacing]
 
 
 @contextmanager
-def served_from(tree: str, io: str) -> Iterator[str]:
+def served_from(tree: str, io: str, gc_pacing: str | None = None) -> Iterator[str]:
     """``llmsim serve`` running the code of ``tree``; its root URL.
 
     Started in ``tree``: ``python -m`` puts the working directory first on
@@ -55,7 +57,7 @@ def served_from(tree: str, io: str) -> Iterator[str]:
                               cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
     if not imported.startswith(os.path.realpath(tree)):
         raise RuntimeError(f"the server would run {imported}, not the code in {tree}")
-    with server_process(serve_argv(io), cwd=tree) as (_, url):
+    with server_process(serve_argv(io, gc_pacing), cwd=tree) as (_, url):
         yield url
 
 
@@ -65,12 +67,14 @@ def main() -> None:
     parser.add_argument("--io", choices=["threads", "gevent"], default="threads")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--gc-pacing", choices=["on", "off"], default=None,
+                        help="passed to both servers (off: the collector left alone, as in the embedded server)")
     args = parser.parse_args()
     workloads = {"chat": ("/v1/chat/completions", os.path.join(HERE, "post_chat.lua")),
                  "GET /health": ("/health", GET_SCRIPT)}
     rates: dict[tuple[str, str], list[float]] = {}
-    with worktree(args.base) as base_tree, served_from(base_tree, args.io) as base, \
-            served_from(ROOT, args.io) as new:
+    with worktree(args.base) as base_tree, served_from(base_tree, args.io, args.gc_pacing) as base, \
+            served_from(ROOT, args.io, args.gc_pacing) as new:
         wait_ready()
         servers = {"base": base, "new": new}
         for url in servers.values():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -75,11 +76,61 @@ class TracedRequest:
         return max(ends) if ends else self.at
 
 
+class _Rows:
+    """The newest ``capacity`` rows of ``width`` numbers, in one flat array of doubles.
+
+    A row is kept as numbers, not as an object: a recording that grows to
+    its bound (eight samples per kept request) holds nothing the garbage
+    collector tracks, so it neither sets off young collections while it
+    grows nor adds to what every full collection scans.
+    """
+
+    __slots__ = ("_data", "_oldest", "capacity", "count", "width")
+
+    def __init__(self, width: int, capacity: int) -> None:
+        self._data = array("d")
+        self._oldest = 0  # row index of the oldest row, once the buffer is full
+        self.width = width
+        self.capacity = max(capacity, 0)
+        self.count = 0
+
+    def append(self, row: tuple[float, ...]) -> None:
+        if self.count < self.capacity:
+            self._data.extend(row)
+            self.count += 1
+        elif self.capacity:
+            self._put(self._oldest, row)
+            self._oldest = (self._oldest + 1) % self.capacity
+
+    def last(self, column: int) -> float | None:
+        """Column ``column`` of the newest row (None when there is none)."""
+        if not self.count:
+            return None
+        return self._data[self._newest() * self.width + column]
+
+    def replace_last(self, row: tuple[float, ...]) -> None:
+        self._put(self._newest(), row)
+
+    def rows(self) -> list[tuple[float, ...]]:
+        """Every row, oldest first."""
+        data, width = self._data, self.width
+        order = [*range(self._oldest, self.count), *range(self._oldest)]
+        return [tuple(data[i * width:(i + 1) * width]) for i in order]
+
+    def _newest(self) -> int:
+        return (self._oldest + self.count - 1) % self.count
+
+    def _put(self, index: int, row: tuple[float, ...]) -> None:
+        start = index * self.width
+        for offset, value in enumerate(row):
+            self._data[start + offset] = value
+
+
 @dataclass
 class _State:
     requests: deque[tuple[int, tuple[Any, ...]]]  # (number, raw fields): see TraceRecorder.request
-    samples: deque[tuple[float, int, int]]
-    hit_rates: deque[tuple[float, float]]
+    samples: _Rows  # (simulated time, running, waiting)
+    hit_rates: _Rows  # (simulated time, prefix-cache hit rate so far)
     dropped: int = 0
     numbers: int = 0
     queried: int = 0
@@ -96,8 +147,7 @@ class TraceRecorder:
 
     def _fresh(self) -> _State:
         size = max(self.max_requests, 0)
-        return _State(deque(maxlen=size), deque(maxlen=size * SAMPLES_PER_REQUEST),
-                      deque(maxlen=size * SAMPLES_PER_REQUEST))
+        return _State(deque(maxlen=size), _Rows(3, size * SAMPLES_PER_REQUEST), _Rows(2, size * SAMPLES_PER_REQUEST))
 
     @property
     def enabled(self) -> bool:
@@ -117,9 +167,10 @@ class TraceRecorder:
             return
         with self._lock:
             samples = self._state.samples
-            if samples and samples[-1][0] == now:
-                samples.pop()  # several changes at one instant: keep the last
-            samples.append((now, running, waiting))
+            if samples.last(0) == now:  # several changes at one instant: keep the last
+                samples.replace_last((now, running, waiting))
+            else:
+                samples.append((now, running, waiting))
 
     def request(self, record: RequestRecord, sequences: list[SimSequence], at: float) -> None:
         """A request is over; ``sequences`` are its engine sequences (none if it never reached the engine).
@@ -159,7 +210,9 @@ class TraceRecorder:
         with self._lock:
             state = self._state
             raw_requests = list(state.requests)
-            samples, hit_rates, dropped = list(state.samples), list(state.hit_rates), state.dropped
+            samples = [(now, int(running), int(waiting)) for now, running, waiting in state.samples.rows()]
+            hit_rates = [(now, rate) for now, rate in state.hit_rates.rows()]
+            dropped = state.dropped
         requests = []
         for number, (at, method, route, api, model, status, fault, rule, code, cancelled, stream, raw_sequences,
                      more) in raw_requests:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import xml.etree.ElementTree as ElementTree
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from pytest_llmsim import LLMBackend, RemoteBackend
+from pytest_llmsim.trace import TraceRecorder
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
@@ -142,3 +144,28 @@ def test_timeline_is_attached_to_pytest_html(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2, failed=1)
     report = Path(pytester.path, "report.html").read_text()
     assert report.count("llmsim-timeline") >= 3
+
+
+def test_recording_keeps_no_object_per_sample() -> None:
+    """The batch and hit-rate samples (up to eight per kept request) are numbers in flat buffers: a
+    recording that grows holds no object per sample, so it does not feed the garbage collector (a test
+    session's first tens of thousands of requests would otherwise set off young collections that scan
+    everything the session keeps). Oldest samples drop first; a change at the same instant replaces."""
+    recorder = TraceRecorder(max_requests=10)  # room for 80 samples of each kind
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for i in range(60):
+            recorder.sample(i * 0.5, i, i % 3)
+        recorder.sample(29.5, 7, 7)  # same instant as the last: keep the last
+        grown = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert grown < 10, grown
+    for i in range(60, 100):
+        recorder.sample(i * 0.5, i, 0)
+    _, samples, hit_rates, _ = recorder.snapshot()
+    assert len(samples) == 80 and samples[0] == (10.0, 20, 2) and samples[-1] == (49.5, 99, 0)
+    assert (29.5, 7, 7) in samples and (29.5, 59, 2) not in samples
+    assert all(type(running) is int and type(waiting) is int for _, running, waiting in samples)
+    assert hit_rates == []
