@@ -280,7 +280,7 @@ class Tokenizer:
         return ids
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
+        return len(self._encode_seen(text))
 
     def chat_prompt(self, messages: Sequence[ChatMessage], extra: str = "") -> list[int]:
         """Token ids of a chat prompt, framed as OpenAI counts it.

@@ -85,7 +85,7 @@ class _Rows:
     grows nor adds to what every full collection scans.
     """
 
-    __slots__ = ("_data", "_oldest", "capacity", "count", "width")
+    __slots__ = ("_data", "_oldest", "capacity", "count", "newest_first", "width")
 
     def __init__(self, width: int, capacity: int) -> None:
         self._data = array("d")
@@ -93,8 +93,10 @@ class _Rows:
         self.width = width
         self.capacity = max(capacity, 0)
         self.count = 0
+        self.newest_first: float | None = None  # the newest row's first number (a sample's time)
 
     def append(self, row: tuple[float, ...]) -> None:
+        self.newest_first = row[0] if self.capacity else None
         if self.count < self.capacity:
             self._data.extend(row)
             self.count += 1
@@ -102,23 +104,15 @@ class _Rows:
             self._put(self._oldest, row)
             self._oldest = (self._oldest + 1) % self.capacity
 
-    def last(self, column: int) -> float | None:
-        """Column ``column`` of the newest row (None when there is none)."""
-        if not self.count:
-            return None
-        return self._data[self._newest() * self.width + column]
-
     def replace_last(self, row: tuple[float, ...]) -> None:
-        self._put(self._newest(), row)
+        self.newest_first = row[0]
+        self._put((self._oldest + self.count - 1) % self.count, row)
 
     def rows(self) -> list[tuple[float, ...]]:
         """Every row, oldest first."""
         data, width = self._data, self.width
         order = [*range(self._oldest, self.count), *range(self._oldest)]
         return [tuple(data[i * width:(i + 1) * width]) for i in order]
-
-    def _newest(self) -> int:
-        return (self._oldest + self.count - 1) % self.count
 
     def _put(self, index: int, row: tuple[float, ...]) -> None:
         start = index * self.width
@@ -167,7 +161,7 @@ class TraceRecorder:
             return
         with self._lock:
             samples = self._state.samples
-            if samples.last(0) == now:  # several changes at one instant: keep the last
+            if samples.newest_first == now:  # several changes at one instant: keep the last
                 samples.replace_last((now, running, waiting))
             else:
                 samples.append((now, running, waiting))
