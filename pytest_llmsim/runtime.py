@@ -58,7 +58,8 @@ class Ticket:
     never a backlog that grows with every token.
     """
 
-    __slots__ = ("_lock", "_pending", "_wake", "accepted", "direct", "open_count", "sequences", "wants_tokens")
+    __slots__ = ("_finished", "_lock", "_pending", "_wake", "accepted", "direct", "open_count", "sequences",
+                 "wants_tokens")
 
     def __init__(self, sequences: Sequence[SimSequence], wants_tokens: bool = True) -> None:
         self.sequences = list(sequences)
@@ -74,6 +75,8 @@ class Ticket:
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self.accepted = True
         self.open_count = len(self.sequences)
+        # Sequences whose finish was posted; the engine posts a sequence's finish once, after its last change.
+        self._finished = 0
 
     def post(self, kind: str, seq: SimSequence, emitted: int, due: float) -> None:
         """Record that ``seq`` has emitted ``emitted`` tokens by virtual time ``due`` (and finished,
@@ -83,6 +86,8 @@ class Ticket:
             was_empty = not pending
             earlier = pending.get(seq)
             pending[seq] = (kind, emitted, due if earlier is None else earlier[2])
+            if kind == FINISH:
+                self._finished += 1
         if was_empty:
             self._wake.put(None)
 
@@ -124,8 +129,15 @@ class Ticket:
             if batch:
                 yield batch
 
+    @property
+    def over(self) -> bool:
+        """Whether every sequence's finish has been posted: the engine will not touch them again."""
+        return self._finished == len(self.sequences)
+
     def wait(self, client_gone: Callable[[], bool] | None = None) -> None:
         """Block until every sequence has left the engine (or raise :class:`ClientGone`)."""
+        if self.over:  # already (an instantaneous backend): nothing to wait for
+            return
         for _ in self.batches(client_gone):
             pass
 
@@ -265,10 +277,16 @@ class Runtime:
 
     def release(self, ticket: Ticket) -> None:
         """Forget a ticket whose handler is done with it."""
+        if ticket.over:  # the engine is done with its sequences: no lock to take (set.discard is atomic)
+            self._forget(ticket)
+            return
         with self._cond:
-            self._live.discard(ticket)
-            for seq in ticket.sequences:  # unlink, so both go at once, not at the next GC
-                seq.owner = None
+            self._forget(ticket)
+
+    def _forget(self, ticket: Ticket) -> None:
+        self._live.discard(ticket)
+        for seq in ticket.sequences:  # unlink, so both go at once, not at the next GC
+            seq.owner = None
 
     def _wake_if_needed(self) -> None:
         """Wake the engine thread only if work is now due before it would wake anyway."""

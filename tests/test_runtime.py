@@ -25,8 +25,14 @@ def _hang_up(ticket: Ticket) -> None:
 
 
 def _wait_returns(ticket: Ticket, seconds: float = 2.0) -> bool:
-    """Whether ``ticket.wait()`` returns within ``seconds`` (run in a thread: a stranded wait never does)."""
-    waiter = threading.Thread(target=ticket.wait, daemon=True)
+    """Whether reading the ticket's news to the end returns within ``seconds`` (run in a thread: a
+    stranded read never does). Reads as a stream's handler does: ``wait()`` skips reading once the
+    ticket is over."""
+    def read_to_the_end() -> None:
+        for _ in ticket.batches():
+            pass
+
+    waiter = threading.Thread(target=read_to_the_end, daemon=True)
     waiter.start()
     waiter.join(seconds)
     return not waiter.is_alive()
@@ -60,3 +66,23 @@ def test_a_finish_that_came_with_the_wake_up_is_counted_when_the_client_is_gone(
     _hang_up(ticket)
     assert ticket.open_count == 0
     assert _wait_returns(ticket)
+
+
+def test_wait_returns_only_when_every_sequence_is_over() -> None:
+    """``wait()`` returns at once for a ticket whose sequences all finished (an instantaneous backend
+    posts every finish before the handler waits), and keeps waiting while one is still running."""
+    first, second = SimSequence([1, 2, 3], 5), SimSequence([1, 2, 3], 5)
+    ticket = Ticket([first, second])
+    ticket.post(FINISH, first, 5, 0.1)
+    assert not ticket.over
+    waiter = threading.Thread(target=ticket.wait, daemon=True)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive(), "wait() returned with a sequence still running"
+    ticket.post(FINISH, second, 5, 0.2)
+    waiter.join(2.0)
+    assert not waiter.is_alive()
+    assert ticket.over
+    done = Ticket([SimSequence([1], 1)])
+    done.post(FINISH, done.sequences[0], 1, 0.3)
+    done.wait()  # returns at once: nothing left to wait for
