@@ -56,5 +56,12 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
     raise RuntimeError(f"no {field}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_ready(seconds: float = 0.3) -> None:
     time.sleep(seconds)

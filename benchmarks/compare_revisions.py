@@ -5,7 +5,9 @@ Checks the base revision out into a temporary git worktree, starts
 its own code on ``PYTHONPATH``), and alternates wrk rounds (2 threads, 16
 kept-alive connections) between them on the 16-token chat and on
 ``GET /health`` (the HTTP layer with a trivial route), so drift on a shared
-machine hits both alike. Reports medians and the ratio new / base.
+machine hits both alike. Reports medians and the ratio new / base, of
+requests/s and of the server's CPU time per request (user plus system, from
+/proc: steadier than requests/s when the client shares the cores).
 
     python benchmarks/compare_revisions.py --base REV [--io threads|gevent] [--rounds 3] [--seconds 4]
         [--gc-pacing on|off]
@@ -22,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from common import HERE, server_process, wait_ready
+from common import HERE, cpu_seconds, server_process, wait_ready
 from throughput import wrk
 
 ROOT = os.path.dirname(HERE)
@@ -47,8 +49,8 @@ def serve_argv(io: str, gc_pacing: str | None = None) -> list[str]:
 
 
 @contextmanager
-def served_from(tree: str, io: str, gc_pacing: str | None = None) -> Iterator[str]:
-    """``llmsim serve`` running the code of ``tree``; its root URL.
+def served_from(tree: str, io: str, gc_pacing: str | None = None) -> Iterator[tuple[str, int]]:
+    """``llmsim serve`` running the code of ``tree``; its root URL and process id.
 
     Started in ``tree``: ``python -m`` puts the working directory first on
     ``sys.path``, ahead of ``PYTHONPATH`` and of an editable install.
@@ -57,8 +59,8 @@ def served_from(tree: str, io: str, gc_pacing: str | None = None) -> Iterator[st
                               cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
     if not imported.startswith(os.path.realpath(tree)):
         raise RuntimeError(f"the server would run {imported}, not the code in {tree}")
-    with server_process(serve_argv(io, gc_pacing), cwd=tree) as (_, url):
-        yield url
+    with server_process(serve_argv(io, gc_pacing), cwd=tree) as (process, url):
+        yield url, process.pid
 
 
 def main() -> None:
@@ -73,23 +75,30 @@ def main() -> None:
     workloads = {"chat": ("/v1/chat/completions", os.path.join(HERE, "post_chat.lua")),
                  "GET /health": ("/health", GET_SCRIPT)}
     rates: dict[tuple[str, str], list[float]] = {}
+    costs: dict[tuple[str, str], list[float]] = {}  # server CPU microseconds per request
     with worktree(args.base) as base_tree, served_from(base_tree, args.io, args.gc_pacing) as base, \
             served_from(ROOT, args.io, args.gc_pacing) as new:
         wait_ready()
         servers = {"base": base, "new": new}
-        for url in servers.values():
+        for url, _ in servers.values():
             wrk(url + "/v1/chat/completions", 1, 16)  # warm up
         for round_ in range(args.rounds):
             for workload, (path, script) in workloads.items():
-                for name, url in servers.items():
-                    rates.setdefault((workload, name), []).append(wrk(url + path, args.seconds, 16, script))
+                for name, (url, pid) in servers.items():
+                    before = cpu_seconds(pid)
+                    rate = wrk(url + path, args.seconds, 16, script)
+                    rates.setdefault((workload, name), []).append(rate)
+                    costs.setdefault((workload, name), []).append(
+                        (cpu_seconds(pid) - before) * 1e6 / (rate * args.seconds))
             print(f"round {round_ + 1}: " + ", ".join(f"{w} {n} {v[-1]:.0f}" for (w, n), v in rates.items()),
                   flush=True)
-    print(f"\n| workload (--io {args.io}) | base {args.base} req/s | new req/s | new / base |\n|---|---|---|---|")
+    print(f"\n| workload (--io {args.io}) | base {args.base} req/s | new req/s | new / base "
+          f"| base CPU µs/request | new CPU µs/request | new / base |\n|---|---|---|---|---|---|---|")
     for workload in workloads:
-        base_rate = statistics.median(rates[(workload, "base")])
-        new_rate = statistics.median(rates[(workload, "new")])
-        print(f"| {workload} | {base_rate:,.0f} | {new_rate:,.0f} | {new_rate / base_rate:.3f} |")
+        base_rate, new_rate = (statistics.median(rates[(workload, name)]) for name in ("base", "new"))
+        base_cost, new_cost = (statistics.median(costs[(workload, name)]) for name in ("base", "new"))
+        print(f"| {workload} | {base_rate:,.0f} | {new_rate:,.0f} | {new_rate / base_rate:.3f} "
+              f"| {base_cost:.0f} | {new_cost:.0f} | {new_cost / base_cost:.3f} |")
 
 
 if __name__ == "__main__":
