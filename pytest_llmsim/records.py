@@ -114,7 +114,10 @@ class RequestLog:
     """
 
     def __init__(self, max_entries: int, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._records: deque[tuple[RequestRecord, int]] = deque()
+        # Each record's size apart from it: a (record, size) pair would be one more object per request
+        # for the garbage collector to scan for as long as the record is kept.
+        self._records: deque[RequestRecord] = deque()
+        self._sizes: deque[int] = deque()
         self._lock = threading.Lock()
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -124,17 +127,18 @@ class RequestLog:
     def append(self, record: RequestRecord) -> None:
         size = record.size_bytes
         with self._lock:
-            records = self._records
-            records.append((record, size))
+            records, sizes = self._records, self._sizes
+            records.append(record)
+            sizes.append(size)
             self.total_bytes += size
             while len(records) > 1 and (len(records) > self.max_entries or self.total_bytes > self.max_bytes):
-                _, old_size = records.popleft()
-                self.total_bytes -= old_size
+                records.popleft()
+                self.total_bytes -= sizes.popleft()
                 self.dropped += 1
 
     def snapshot(self) -> list[RequestRecord]:
         with self._lock:
-            return [record for record, _ in self._records]
+            return list(self._records)
 
     def __iter__(self) -> Iterator[RequestRecord]:
         return iter(self.snapshot())

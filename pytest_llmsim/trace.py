@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_SEQUENCES_PER_REQUEST", "TraceRecorder", "TracedRequest", "TracedSequence"]
 
 MAX_SEQUENCES_PER_REQUEST = 16  # choices (or prompts x choices) drawn per request; the rest are counted
+_SEQUENCE_FIELDS = 9  # a drawn sequence's values in a kept request's row (TracedSequence's fields, in order)
 SAMPLES_PER_REQUEST = 8
 _MICROS = 1_000_000
 
@@ -48,7 +49,6 @@ class TracedSequence:
     cached_tokens: int
     preemptions: int
     state: str
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,7 @@ class _Rows:
 
 @dataclass
 class _State:
-    requests: deque[tuple[int, tuple[Any, ...]]]  # (number, raw fields): see TraceRecorder.request
+    requests: deque[tuple[Any, ...]]  # (number, the request's fields, its sequences'): see TraceRecorder.request
     samples: _Rows  # (simulated time, running, waiting)
     hit_rates: _Rows  # (simulated time, prefix-cache hit rate so far)
     dropped: int = 0
@@ -169,23 +169,27 @@ class TraceRecorder:
     def request(self, record: RequestRecord, sequences: list[SimSequence], at: float) -> None:
         """A request is over; ``sequences`` are its engine sequences (none if it never reached the engine).
 
-        Kept as plain tuples (a few microseconds per request); :meth:`snapshot` builds the objects.
+        Kept as one flat tuple of numbers and strings (a few microseconds per request): the request's
+        fields, then each drawn sequence's ``_SEQUENCE_FIELDS``. The garbage collector stops tracking such
+        a tuple the first time it looks at it; nested tuples, or an object inside (a ``SeqState``), kept
+        every recorded request in view of later collections. :meth:`snapshot` builds the objects.
         """
         if not self.max_requests:
             return
         drawn = sequences[:MAX_SEQUENCES_PER_REQUEST] if len(sequences) > MAX_SEQUENCES_PER_REQUEST else sequences
-        raw_sequences = tuple((seq.arrival, seq.admitted_at, seq.first_token_at, seq.last_token_at, seq.finished_at,
-                               seq.emitted, seq.cached_tokens, seq.preemptions, seq.state) for seq in drawn)
         error = record.error
-        raw = (at, record.method, record.route, record.api, record.model, record.status, record.fault, record.rule,
-               error.get("code") if error else None, record.cancelled, record.stream, raw_sequences,
-               len(sequences) - len(drawn))
+        row: list[Any] = [at, record.method, record.route, record.api, record.model, record.status, record.fault,
+                          record.rule, error.get("code") if error else None, record.cancelled, record.stream,
+                          len(sequences) - len(drawn)]
+        for seq in drawn:
+            row += (seq.arrival, seq.admitted_at, seq.first_token_at, seq.last_token_at, seq.finished_at,
+                    seq.emitted, seq.cached_tokens, seq.preemptions, seq.state.value)
         with self._lock:
             state = self._state
             state.numbers += 1
             if len(state.requests) == state.requests.maxlen:
                 state.dropped += 1
-            state.requests.append((state.numbers, raw))
+            state.requests.append((state.numbers, *row))
             if sequences:
                 first = sequences[0]
                 if len(sequences) == 1:
@@ -208,12 +212,10 @@ class TraceRecorder:
             hit_rates = [(now, rate) for now, rate in state.hit_rates.rows()]
             dropped = state.dropped
         requests = []
-        for number, (at, method, route, api, model, status, fault, rule, code, cancelled, stream, raw_sequences,
-                     more) in raw_requests:
-            traced = tuple(TracedSequence(arrival, admitted, first, last, finished, tokens, cached, preempted,
-                                          seq_state.name.lower())
-                           for arrival, admitted, first, last, finished, tokens, cached, preempted, seq_state
-                           in raw_sequences)
+        for number, at, method, route, api, model, status, fault, rule, code, cancelled, stream, more, *fields \
+                in raw_requests:
+            traced = tuple(TracedSequence(*fields[start:start + _SEQUENCE_FIELDS])
+                           for start in range(0, len(fields), _SEQUENCE_FIELDS))
             arrival = min((seq.arrival for seq in traced), default=at)
             requests.append(TracedRequest(number, arrival, method, route, api, model, status, fault, rule, code,
                                           cancelled, stream, traced, more))

@@ -8,6 +8,7 @@ against was ten times slower or worse.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import socket
@@ -200,6 +201,22 @@ def test_request_log_keeps_the_newest_record_whatever_its_size() -> None:
         record = RequestRecord("POST", "/v1/x", {"H": "v" * 500})
         log.append(record)
     assert len(log) == 1 and log.dropped == 2
+
+
+def test_request_log_adds_no_object_of_its_own_per_record() -> None:
+    """The log keeps each record's size apart from it: a (record, size) pair per entry was one more
+    object for the garbage collector to scan at every collection while the record is kept (a test
+    session's full collections came sooner for it), and the bounds still hold."""
+    records = [RequestRecord("POST", "/v1/x", {"H": "v"}) for _ in range(200)]
+    log = RequestLog(max_entries=150)
+    gc.collect()
+    before = len(gc.get_objects())
+    for record in records:
+        log.append(record)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 10
+    assert len(log) == 150 and log.dropped == 50 and log.snapshot() == records[50:]
+    assert log.total_bytes == sum(record.size_bytes for record in records[50:])
 
 
 def test_client_chosen_paths_never_become_metric_labels(llm_backend: LLMBackend) -> None:

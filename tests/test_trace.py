@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from pytest_llmsim import LLMBackend, RemoteBackend
+from pytest_llmsim.engine import SeqState, SimSequence
+from pytest_llmsim.records import RequestRecord
 from pytest_llmsim.trace import TraceRecorder
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
@@ -144,6 +146,29 @@ def test_timeline_is_attached_to_pytest_html(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2, failed=1)
     report = Path(pytester.path, "report.html").read_text()
     assert report.count("llmsim-timeline") >= 3
+
+
+def test_kept_requests_leave_the_collectors_view() -> None:
+    """A kept request is plain values (numbers, strings) in one tuple, which the garbage collector stops
+    tracking the first time it looks at them: the last
+    ``max_trace_requests`` requests are not scanned again by every later collection. A sequence's
+    state kept as the ``SeqState`` member (an object) held its row in view for good, and nested tuples
+    left one level of nesting tracked per pass."""
+    recorder = TraceRecorder(max_requests=100)
+    for i in range(50):
+        seq = SimSequence([1, 2, 3], 4)
+        seq.arrival = seq.admitted_at = i
+        seq.first_token_at, seq.last_token_at, seq.finished_at = i + 0.1, i + 0.2, i + 0.2
+        seq.emitted, seq.state = 4, SeqState.FINISHED
+        record = RequestRecord(method="POST", path="/v1/chat/completions", headers={}, status=200,
+                               route="/v1/chat/completions", api="openai.chat", model="m", error={"code": "x"})
+        recorder.request(record, [seq], i + 0.2)
+    gc.collect()
+    kept = list(recorder._state.requests)
+    assert len(kept) == 50
+    assert not any(gc.is_tracked(row) for row in kept), "kept request rows stay in the collector's view"
+    requests, _, _, _ = recorder.snapshot()
+    assert [seq.state for request in requests for seq in request.sequences] == ["finished"] * 50
 
 
 def test_recording_keeps_no_object_per_sample() -> None:
