@@ -44,12 +44,31 @@ _TIMEVAL = struct.Struct("@ll")
 
 
 class _PrefixedSocketReader(io.RawIOBase):
-    """A socket's byte stream, with bytes already received put back in front."""
+    """A socket's byte stream, with bytes already received put back in front.
 
-    def __init__(self, sock: socket.socket, prefix: bytes) -> None:
+    With the kernel's receive stamps on (``SO_TIMESTAMP``), :attr:`received_at`
+    is when the bytes of the latest read reached this host: a later request on
+    a kept-alive connection arrived then, however late its handler gets to it.
+    """
+
+    def __init__(self, sock: socket.socket, prefix: bytes, received_at: float | None) -> None:
         super().__init__()
         self._sock = sock
         self._prefix = memoryview(prefix)
+        self._received_at = received_at
+        self._ancillary: list[tuple[int, int, bytes]] = []  # the latest read's, converted when asked
+
+    @property
+    def received_at(self) -> float | None:
+        """``time.monotonic()`` when the latest read's bytes came in; None without a stamp (or after
+        :meth:`forget_stamp`, until the next read)."""
+        if self._ancillary:
+            self._received_at = _received_at(self._ancillary)
+            self._ancillary = []
+        return self._received_at
+
+    def forget_stamp(self) -> None:
+        self._received_at, self._ancillary = None, []
 
     def readable(self) -> bool:
         return True
@@ -60,18 +79,29 @@ class _PrefixedSocketReader(io.RawIOBase):
             buffer[:count] = self._prefix[:count]
             self._prefix = self._prefix[count:]
             return count
-        return self._sock.recv_into(buffer)
+        count, self._ancillary, _, _ = self._sock.recvmsg_into([buffer], _STAMP_SPACE)
+        if not self._ancillary:
+            self._received_at = None
+        return count
+
+
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+def _received_at(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The ``time.monotonic()`` at which the kernel received the data ``ancillary`` (recvmsg's) came with."""
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:
+            seconds, micros = _TIMEVAL.unpack_from(payload)
+            age: float = time.time() - (seconds + micros / 1e6)
+            return time.monotonic() - max(0.0, age)
+    return None
 
 
 def _first_bytes(sock: socket.socket) -> tuple[bytes, float | None]:
     """The first bytes a client sent, and when they arrived (``time.monotonic()``), if the kernel says."""
-    data, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(_TIMEVAL.size))
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:
-            seconds, micros = _TIMEVAL.unpack_from(payload)
-            age = time.time() - (seconds + micros / 1e6)
-            return data, time.monotonic() - max(0.0, age)
-    return data, None
+    data, ancillary, _, _ = sock.recvmsg(65536, _STAMP_SPACE)
+    return data, _received_at(ancillary)
 
 
 _MAX_LINE = 65536  # http.client's limits
@@ -171,6 +201,8 @@ class QuietRequestHandler(KeepAliveHandler):
     def handle_one_request(self) -> None:
         if self.requests_served:  # a kept-alive connection: a new deadline for the next request head
             self.server.watch_head(self.connection)
+            if self._reader is not None:  # no stamp unless the next request needs a read of its own
+                self._reader.forget_stamp()
         super().handle_one_request()
 
     def setup(self) -> None:
@@ -181,6 +213,7 @@ class QuietRequestHandler(KeepAliveHandler):
         self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
         self.server.watch_head(self.connection)
+        self._reader: _PrefixedSocketReader | None = None
         if _SO_TIMESTAMP is None:
             self.rfile = self.connection.makefile("rb", self.rbufsize)
             return
@@ -190,7 +223,8 @@ class QuietRequestHandler(KeepAliveHandler):
             first, stamp = b"", None
         if stamp is not None:
             self.arrived_at = stamp
-        self.rfile = io.BufferedReader(_PrefixedSocketReader(self.connection, first))
+        self._reader = _PrefixedSocketReader(self.connection, first, stamp)
+        self.rfile = io.BufferedReader(self._reader)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """A protocol-level error (bad request line, URL or headers too long): JSON, never HTML.
@@ -241,8 +275,12 @@ class QuietRequestHandler(KeepAliveHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
             return False
         self.command, self.path = words[0], words[1]
-        if self.requests_served:  # a later request on a kept-alive connection arrived about now
-            self.arrived_at = time.monotonic()
+        if self.requests_served:
+            # A later request on a kept-alive connection arrived when its bytes reached the host, however late
+            # its handler got to them; one pipelined behind the previous (already read with it) arrives now,
+            # as an HTTP/1.1 server takes such requests in turn.
+            stamp = self._reader.received_at if self._reader is not None else None
+            self.arrived_at = stamp if stamp is not None else time.monotonic()
         if self.path.startswith("//"):
             self.path = "/" + self.path.lstrip("/")
         try:

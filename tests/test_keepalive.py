@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 
 import httpx
+import pytest
 
 from pytest_llmsim import LLMBackend
 
@@ -147,3 +149,53 @@ def test_a_refused_chunked_body_gets_its_answer_not_a_reset(llm_backend: LLMBack
         head, _ = read_response(sock)
         assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
         assert closed(sock)
+
+
+def test_a_kept_alive_request_counts_from_when_it_arrived_not_from_when_it_was_read(
+        llm_backend: LLMBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later request on a kept-alive connection arrives when its bytes reach the host (the kernel's
+    receive stamp), as the first does: a handler that gets to it late (a busy server, the GIL) must not
+    make its time to first token start late. Here the handler dawdles 200 ms before reading it: the answer,
+    due 300 ms after the request was sent, must not come 200 ms later than that."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("receive stamps (SO_TIMESTAMP) are Linux's")
+    if not hasattr(llm_backend, "_server"):
+        pytest.skip("slows the server's own handler: needs the backend in this process")
+    llm_backend.configure(speed=1.0, ttft=0.3, itl=0.0)
+    server = llm_backend._server.server
+    watch_head = server.watch_head
+    calls: list[socket.socket] = []
+
+    def dawdling_watch_head(connection: socket.socket) -> None:
+        watch_head(connection)
+        calls.append(connection)
+        if len(calls) == 2:  # the first is the connection's own; the second waits for the next request head
+            time.sleep(0.2)
+
+    monkeypatch.setattr(server, "watch_head", dawdling_watch_head)
+    with connect(llm_backend) as sock:
+        sock.sendall(request())
+        read_response(sock)
+        sock.sendall(request())  # sent now, while the handler dawdles: read ~200 ms later
+        sent = time.monotonic()
+        head, _ = read_response(sock)
+        waited = time.monotonic() - sent
+    assert head.startswith(b"HTTP/1.1 200")
+    assert len(calls) >= 2, "the handler never dawdled"
+    assert 0.28 <= waited < 0.42, waited  # 0.3 s from the send; counted from the read it would be 0.5 s
+    assert llm_backend.requests[-1].ttft == pytest.approx(0.3)
+
+
+def test_a_pipelined_request_waits_for_the_one_before_it(llm_backend: LLMBackend) -> None:
+    """Two requests sent back to back on one connection (HTTP/1.1 pipelining) are taken in turn: the
+    second's time to first token starts when the first is answered, not when both bytes arrived."""
+    llm_backend.configure(speed=1.0, ttft=0.2, itl=0.0)
+    with connect(llm_backend) as sock:
+        sock.sendall(request() + request())
+        sent = time.monotonic()
+        read_response(sock)
+        first = time.monotonic() - sent
+        head, _ = read_response(sock)
+        second = time.monotonic() - sent
+    assert head.startswith(b"HTTP/1.1 200")
+    assert first >= 0.19 and second >= first + 0.19, (first, second)
