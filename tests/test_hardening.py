@@ -19,12 +19,13 @@ from typing import Any
 
 import httpx
 import pytest
+from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.api.openai_completions import parse_completion
 from pytest_llmsim.records import RequestLog, RequestRecord
-from pytest_llmsim.server import _read_sized_body
+from pytest_llmsim.server import _read_sized_body, _ReceivedHeaders
 from pytest_llmsim.sim import SimError
 from pytest_llmsim.simulator import Simulator
 
@@ -604,3 +605,17 @@ def test_an_engine_defect_ends_requests_instead_of_stranding_them(llm_backend: L
     assert second.status_code == 200 and second.json()["usage"]["completion_tokens"] == 3
     with pytest.raises(RuntimeError, match="simulated engine defect"):
         llm_backend.check()
+
+
+@pytest.mark.parametrize("key", ["X-Request-Id", "x-request-id", "X-REQUEST-ID", "Content-Length",
+                                 "X-Llmsim-Fault", "Missing", ""])
+def test_received_headers_answer_as_werkzeugs_headers(key: str) -> None:
+    """The request headers the server builds answer get/in/[] as werkzeug's ``Headers`` would
+    (their own ``get`` skips werkzeug's raise-and-catch for a missing name)."""
+    pairs = [("X-Request-Id", "abc"), ("Content-Length", "12"), ("X-Request-Id", "second")]
+    ours, theirs = _ReceivedHeaders(list(pairs)), Headers(pairs)
+    assert ours.get(key) == theirs.get(key)
+    assert ours.get(key, "fallback") == theirs.get(key, "fallback")
+    assert ours.get(key, -1, type=int) == theirs.get(key, -1, type=int)
+    assert (key in ours) == (key in theirs)
+    assert ours.getlist(key) == theirs.getlist(key)
