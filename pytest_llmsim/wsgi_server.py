@@ -113,9 +113,29 @@ _MAX_LINE = 65536  # http.client's limits
 _MAX_HEADERS = 100
 
 
+class _ParsedHeaders(http.client.HTTPMessage):
+    """An ``HTTPMessage`` whose ``get`` and ``items`` skip the ``email`` policy's pass over each value.
+
+    That pass (``Compat32.header_fetch_parse``) only changes values with
+    surrogates, and values decoded from Latin-1 have none: same answers, at a
+    third of the cost of a request's three lookups and its environ.
+    """
+
+    def get(self, name: str, failobj: Any = None) -> Any:
+        wanted = name.lower()
+        for key, value in self._headers:  # type: ignore[attr-defined]  # email.message.Message's storage
+            if key.lower() == wanted:
+                return value
+        return failobj
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._headers)  # type: ignore[attr-defined]
+
+
 def _read_headers(rfile: Any) -> http.client.HTTPMessage:
     """The header block as an ``HTTPMessage``, without the ``email`` parser."""
-    message = http.client.HTTPMessage()
+    message = _ParsedHeaders()
+    lines: list[tuple[str, str]] = message._headers  # type: ignore[attr-defined]
     count = 0
     while True:
         line = rfile.readline(_MAX_LINE + 1)
@@ -128,7 +148,7 @@ def _read_headers(rfile: Any) -> http.client.HTTPMessage:
             raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
         name, colon, value = line.decode("iso-8859-1").partition(":")
         if colon and name.strip():
-            message[name.strip()] = value.strip()
+            lines.append((name.strip(), value.strip()))  # what ``message[name] = value`` stores, without the policy
 
 
 def nonblocking_socket(sock: socket.socket) -> socket.socket:

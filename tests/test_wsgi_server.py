@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+import http.client
+import io
 import json
 import socket
 import threading
@@ -14,7 +16,7 @@ import pytest
 from werkzeug.serving import DechunkedInput, WSGIRequestHandler
 
 from pytest_llmsim import LLMBackend
-from pytest_llmsim.wsgi_server import PooledWSGIServer, QuietRequestHandler, _CoalescingWriter
+from pytest_llmsim.wsgi_server import PooledWSGIServer, QuietRequestHandler, _CoalescingWriter, _read_headers
 
 
 def raw(backend: LLMBackend, data: bytes) -> bytes:
@@ -163,3 +165,19 @@ def test_a_write_larger_than_the_socket_buffer_arrives_whole() -> None:
     reader.join(10)
     receiver.close()
     assert bytes(received) == data
+
+
+def test_the_lean_header_parser_answers_as_the_standard_one() -> None:
+    """``_read_headers`` (no ``email`` parser, no policy pass on reads) gives what ``http.client``'s gives,
+    but for trailing whitespace, which is not part of a field value (RFC 9110, 5.5) and which it drops."""
+    block = ("Host: example\r\nX-Twice: one\r\nx-twice: two\r\nContent-Length: 12\r\n"
+             "X-Latin: caf\xe9\r\nX-Spaced:   padded value  \r\nExpect: 100-continue\r\n\r\n").encode("latin-1")
+    ours, standard = _read_headers(io.BytesIO(block)), http.client.parse_headers(io.BytesIO(block))
+    assert ours.items() == [(name, value.rstrip()) for name, value in standard.items()]
+    assert ours.get("X-Spaced") == "padded value"
+    for name in ("host", "X-TWICE", "content-length", "x-latin", "Expect", "Missing"):
+        assert ours.get(name) == standard.get(name)
+        assert ours.get(name, "fallback") == standard.get(name, "fallback")
+        assert ours[name] == standard[name]
+        assert ours.get_all(name) == standard.get_all(name)
+        assert (name in ours) == (name in standard)
