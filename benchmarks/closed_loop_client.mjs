@@ -14,7 +14,9 @@ const [root, concurrency, seconds, promptTokens, maxTokens] = [
   Number(process.argv[6])];
 const seed = Number(process.argv[7] || 1);
 const target = new URL("/v1/completions", root);
-const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+// Idle sockets are dropped after 4 s, before the server's 5 s keep-alive timeout closes them: as a
+// gateway sets its pool's idle expiry below its upstream's, lest it reuse a socket the server is closing.
+const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, timeout: 4000 });
 let counter = 0;
 
 function oneRequest() {

@@ -42,10 +42,12 @@ def main() -> None:
                  "--io", args.io]
         with server_process(llmsim_argv(*flags)) as (_, url):
             wait_ready()
-            out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(streams),
-                                  str(args.seconds), "16", str(TOKENS), str(streams)],
-                                 capture_output=True, text=True, check=True).stdout
-        result = json.loads(out)
+            client = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(streams),
+                                     str(args.seconds), "16", str(TOKENS), str(streams)],
+                                    capture_output=True, text=True)
+        if client.returncode != 0:  # say why (a request the client saw fail), not just that it exited 1
+            raise SystemExit(f"the client failed at {streams} streams:\n{client.stderr[-2000:]}")
+        result = json.loads(client.stdout)
         ttft = statistics.median(result["ttfts"]) * 1000
         gaps = result["gaps"]
         p50, p99 = statistics.median(gaps) * 1000, percentile(gaps, 0.99) * 1000

@@ -20,6 +20,14 @@ from typing import Any
 __all__ = ["HeadWatchdog", "WorkerPool"]
 
 
+def _always() -> bool:
+    return True
+
+
+# A handler past its deadline but busy with bytes the client did send is looked at again this much later.
+RECHECK_SECONDS = 0.25
+
+
 class HeadWatchdog:
     """Closes connections that have not sent a complete request head by their deadline.
 
@@ -27,10 +35,15 @@ class HeadWatchdog:
     and receive, a syscall per operation on the hot path); instead this one
     thread per server shuts down, at its deadline, any connection still
     reading its head, so the blocked read returns and the handler ends.
+
+    The deadline is the client's: a connection whose ``waiting_on_client``
+    says its handler is not blocked reading (it has the bytes and the server
+    is slow to parse them: a thousand handler threads under one GIL can
+    starve one for seconds) is looked at again later, not cut.
     """
 
     def __init__(self) -> None:
-        self._deadlines: dict[socket.socket, float] = {}
+        self._deadlines: dict[socket.socket, tuple[float, Callable[[], bool]]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -38,9 +51,11 @@ class HeadWatchdog:
         self._thread = threading.Thread(target=self._run, name="llmsim-head-watchdog", daemon=True)
         self._thread.start()
 
-    def watch(self, sock: socket.socket, deadline: float) -> None:
+    def watch(self, sock: socket.socket, deadline: float, waiting_on_client: Callable[[], bool] = _always) -> None:
+        """Cut ``sock`` at ``deadline`` (``time.monotonic()``) unless released, if its handler is then
+        ``waiting_on_client()`` (by default: always taken to be)."""
         with self._lock:
-            self._deadlines[sock] = deadline
+            self._deadlines[sock] = (deadline, waiting_on_client)
             sooner = deadline < self._next_wake
         if sooner:  # usually not: deadlines are now + a constant, later than those waiting
             self._wake.set()
@@ -58,13 +73,19 @@ class HeadWatchdog:
         while not self._closed:
             now = time.monotonic()
             with self._lock:
-                expired = [sock for sock, deadline in self._deadlines.items() if deadline <= now]
-                for sock in expired:
-                    del self._deadlines[sock]
-                upcoming = min(self._deadlines.values(), default=math.inf)
+                expired = [(sock, waiting_on_client) for sock, (deadline, waiting_on_client)
+                           in self._deadlines.items() if deadline <= now]
+                to_cut = []
+                for sock, waiting_on_client in expired:
+                    if waiting_on_client():
+                        del self._deadlines[sock]
+                        to_cut.append(sock)
+                    else:  # the server is behind, not the client
+                        self._deadlines[sock] = (now + RECHECK_SECONDS, waiting_on_client)
+                upcoming = min((deadline for deadline, _ in self._deadlines.values()), default=math.inf)
                 self._next_wake = upcoming
                 self._wake.clear()
-            for sock in expired:
+            for sock in to_cut:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:

@@ -53,13 +53,26 @@ class _PrefixedSocketReader(io.RawIOBase):
     remainder) read plainly, a little cheaper.
     """
 
-    def __init__(self, sock: socket.socket, prefix: bytes, received_at: float | None) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         super().__init__()
         self._sock = sock
-        self._prefix = memoryview(prefix)
-        self._received_at = received_at
+        self._prefix = memoryview(b"")
+        self._received_at: float | None = None
         self._ancillary: list[tuple[int, int, bytes]] = []  # the stamped read's, converted when asked
         self._stamp_next_read = False
+        self.waiting = False  # blocked reading from the socket: the client's turn (see HeadWatchdog)
+
+    def receive_first(self) -> None:
+        """Wait for the connection's first bytes (and their stamp) and put them in front."""
+        self.waiting = True
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(65536, _STAMP_SPACE)
+        except OSError:  # idle past the deadline, or gone: the head reads as empty, the connection ends
+            data, ancillary = b"", []
+        finally:
+            self.waiting = False
+        self._prefix = memoryview(data)
+        self._received_at = _received_at(ancillary)
 
     @property
     def received_at(self) -> float | None:
@@ -83,11 +96,15 @@ class _PrefixedSocketReader(io.RawIOBase):
             buffer[:count] = self._prefix[:count]
             self._prefix = self._prefix[count:]
             return count
-        if not self._stamp_next_read:
-            return self._sock.recv_into(buffer)
-        self._stamp_next_read = False
-        count, self._ancillary, _, _ = self._sock.recvmsg_into([buffer], _STAMP_SPACE)
-        return count
+        self.waiting = True
+        try:
+            if not self._stamp_next_read:
+                return self._sock.recv_into(buffer)
+            self._stamp_next_read = False
+            count, self._ancillary, _, _ = self._sock.recvmsg_into([buffer], _STAMP_SPACE)
+            return count
+        finally:
+            self.waiting = False
 
 
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
@@ -101,12 +118,6 @@ def _received_at(ancillary: list[tuple[int, int, bytes]]) -> float | None:
             age: float = time.time() - (seconds + micros / 1e6)
             return time.monotonic() - max(0.0, age)
     return None
-
-
-def _first_bytes(sock: socket.socket) -> tuple[bytes, float | None]:
-    """The first bytes a client sent, and when they arrived (``time.monotonic()``), if the kernel says."""
-    data, ancillary, _, _ = sock.recvmsg(65536, _STAMP_SPACE)
-    return data, _received_at(ancillary)
 
 
 _MAX_LINE = 65536  # http.client's limits
@@ -219,13 +230,16 @@ class QuietRequestHandler(KeepAliveHandler):
     """No access log; one packet per flushed write, sent at once (Nagle off); keep-alive."""
 
     server: PooledWSGIServer
+    # Whether the handler is blocked reading from its client (the head deadline cuts only then);
+    # None without our reader (no receive stamps): cut whatever the handler is doing.
+    _waiting_on_client: Callable[[], bool] | None = None
 
     def keepalive_policy(self) -> KeepAlivePolicy:
         return self.server.keepalive_policy()
 
     def handle_one_request(self) -> None:
         if self.requests_served:  # a kept-alive connection: a new deadline for the next request head
-            self.server.watch_head(self.connection)
+            self.server.watch_head(self.connection, self._waiting_on_client)
             if self._reader is not None:  # no stamp unless the next request needs a read of its own
                 self._reader.forget_stamp()
         super().handle_one_request()
@@ -237,19 +251,18 @@ class QuietRequestHandler(KeepAliveHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
-        self.server.watch_head(self.connection)
         self._reader: _PrefixedSocketReader | None = None
         if _SO_TIMESTAMP is None:
+            self.server.watch_head(self.connection)
             self.rfile = self.connection.makefile("rb", self.rbufsize)
             return
-        try:
-            first, stamp = _first_bytes(self.connection)
-        except OSError:  # idle past the timeout, or gone: the head reads as empty, the connection ends
-            first, stamp = b"", None
-        if stamp is not None:
-            self.arrived_at = stamp
-        self._reader = _PrefixedSocketReader(self.connection, first, stamp)
-        self.rfile = io.BufferedReader(self._reader)
+        self._reader = reader = _PrefixedSocketReader(self.connection)
+        self._waiting_on_client = lambda: reader.waiting  # bound once: passed with every request
+        self.server.watch_head(self.connection, self._waiting_on_client)
+        reader.receive_first()
+        if reader.received_at is not None:
+            self.arrived_at = reader.received_at
+        self.rfile = io.BufferedReader(reader)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """A protocol-level error (bad request line, URL or headers too long): JSON, never HTML.
@@ -423,8 +436,10 @@ class PooledWSGIServer(ThreadedWSGIServer):
 
     block_on_close = False  # the pool joins its workers in server_close
     # socketserver's default backlog of 5 drops SYNs from a burst of clients,
-    # which then retry a second later: a load test's TTFT would show that.
-    request_queue_size = 1024
+    # which then retry a second later: a load test's TTFT would show that. 1,024 still
+    # overflowed when 1,024 streams connected at once with threads mode's accept loop
+    # starved of the GIL (the kernel caps it at net.core.somaxconn, 4,096 on Linux >= 5.4).
+    request_queue_size = 4096
 
     def __init__(self, host: str, port: int, app: Any, handler: type[WSGIRequestHandler] | None = None,
                  request_timeout: Callable[[], float] | None = None,
@@ -467,9 +482,17 @@ class PooledWSGIServer(ThreadedWSGIServer):
                 time.sleep(ACCEPT_BACKOFF)  # the listening socket stays readable: do not spin
             raise
 
-    def watch_head(self, connection: socket.socket) -> None:
-        """Start the request-head deadline of ``connection`` (``request_timeout`` seconds from now)."""
-        self._watchdog.watch(connection, time.monotonic() + self.request_timeout())
+    def watch_head(self, connection: socket.socket, waiting_on_client: Callable[[], bool] | None = None) -> None:
+        """Start the request-head deadline of ``connection`` (``request_timeout`` seconds from now).
+
+        With ``waiting_on_client``, the deadline cuts the connection only when its handler is
+        then blocked reading (see ``HeadWatchdog``); without, whatever the handler is doing.
+        """
+        deadline = time.monotonic() + self.request_timeout()
+        if waiting_on_client is None:
+            self._watchdog.watch(connection, deadline)
+        else:
+            self._watchdog.watch(connection, deadline, waiting_on_client)
 
     def head_read(self, connection: socket.socket) -> None:
         """``connection`` sent its whole request head in time."""

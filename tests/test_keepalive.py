@@ -6,6 +6,7 @@ import json
 import socket
 import sys
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -166,8 +167,8 @@ def test_a_kept_alive_request_counts_from_when_it_arrived_not_from_when_it_was_r
     watch_head = server.watch_head
     calls: list[socket.socket] = []
 
-    def dawdling_watch_head(connection: socket.socket) -> None:
-        watch_head(connection)
+    def dawdling_watch_head(connection: socket.socket, *args: Any) -> None:
+        watch_head(connection, *args)
         calls.append(connection)
         if len(calls) == 2:  # the first is the connection's own; the second waits for the next request head
             time.sleep(0.2)
@@ -199,3 +200,33 @@ def test_a_pipelined_request_waits_for_the_one_before_it(llm_backend: LLMBackend
         second = time.monotonic() - sent
     assert head.startswith(b"HTTP/1.1 200")
     assert first >= 0.19 and second >= first + 0.19, (first, second)
+
+
+@pytest.mark.parametrize("which", ["first", "kept-alive"])
+def test_a_head_that_arrived_in_time_is_not_cut_when_the_server_is_slow_to_parse_it(
+        llm_backend: LLMBackend, monkeypatch: pytest.MonkeyPatch, which: str) -> None:
+    """The request-head deadline is the client's: a head that reached the server in time is answered
+    however long the server takes to get to parsing it (a thousand handler threads under one GIL can
+    starve one for seconds). Cutting it reset fresh connections under 1,024 closed-loop streams."""
+    if not hasattr(llm_backend, "_server"):
+        pytest.skip("slows the server's own handler: needs the backend in this process")
+    llm_backend.configure(keepalive_timeout=0.3)
+    handler_class = llm_backend._server.server.RequestHandlerClass
+    parse_request = handler_class.parse_request
+    starved: list[bool] = []
+
+    def starved_parse_request(self: Any) -> bool:
+        if (self.requests_served == 0) == (which == "first"):
+            starved.append(True)
+            time.sleep(0.8)  # the head is in this handler's hands; the server is slow, not the client
+        return parse_request(self)
+
+    monkeypatch.setattr(handler_class, "parse_request", starved_parse_request)
+    with connect(llm_backend) as sock:
+        sock.sendall(request())
+        head, _ = read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200")
+        sock.sendall(request())
+        head, _ = read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200")
+    assert starved
