@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from typing import Any
 
 import jsonschema
@@ -11,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_llmsim.content.schema import SchemaError, check_schema, generate_instance
+from pytest_llmsim.content.schema import SchemaError, _schema_problem, check_schema, generate_instance
 
 FORMATS = ["date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname"]
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -145,3 +147,34 @@ def test_structured_output_over_http_is_an_instance(llm_backend: Any, schema: di
         "tool_choice": "required"}).json()
     arguments = called["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     jsonschema.validate(json.loads(arguments), schema, format_checker=CHECKER)
+
+
+def test_a_schema_is_checked_once_however_many_requests_bring_it_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of first requests with the same tools (an agent's) checks their schema against its
+    metaschema once (~1 ms each under the GIL), not once per request."""
+    _schema_problem.cache_clear()
+    checked = 0
+    validator_for = jsonschema.validators.validator_for
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+    def counting_validator_for(candidate: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal checked
+        if candidate == schema:  # the check of our schema (jsonschema also calls it for its own)
+            checked += 1
+            time.sleep(0.01)  # a slow check: every thread arrives while the first is at it
+        return validator_for(candidate, *args, **kwargs)
+
+    monkeypatch.setattr(jsonschema.validators, "validator_for", counting_validator_for)
+    start = threading.Barrier(6)
+
+    def first_request() -> None:
+        start.wait()
+        check_schema(schema)
+
+    threads = [threading.Thread(target=first_request) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert checked == 1

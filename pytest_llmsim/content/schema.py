@@ -31,6 +31,7 @@ import json
 import math
 import random
 import re
+import threading
 import uuid
 from typing import Any
 
@@ -55,9 +56,15 @@ def check_schema(schema: Any) -> None:
     """
     if not isinstance(schema, (dict, bool)):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")
-    problem = _schema_problem(json.dumps(schema, sort_keys=True))
+    text = json.dumps(schema, sort_keys=True)
+    with _SCHEMA_CHECK:  # a burst of first requests with the same tools checks them once, not each
+        problem = _schema_problem(text)
     if problem is not None:
         raise SchemaError(problem)
+
+
+# lru_cache lets concurrent first calls all compute; one check at a time (they hold the GIL anyway).
+_SCHEMA_CHECK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=512)
