@@ -20,10 +20,6 @@ from typing import Any
 __all__ = ["HeadWatchdog", "WorkerPool"]
 
 
-def _always() -> bool:
-    return True
-
-
 # A handler past its deadline but busy with bytes the client did send is looked at again this much later.
 RECHECK_SECONDS = 0.25
 
@@ -43,7 +39,7 @@ class HeadWatchdog:
     """
 
     def __init__(self) -> None:
-        self._deadlines: dict[socket.socket, tuple[float, Callable[[], bool]]] = {}
+        self._deadlines: dict[socket.socket, tuple[float, Callable[[], bool] | None]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -51,9 +47,10 @@ class HeadWatchdog:
         self._thread = threading.Thread(target=self._run, name="llmsim-head-watchdog", daemon=True)
         self._thread.start()
 
-    def watch(self, sock: socket.socket, deadline: float, waiting_on_client: Callable[[], bool] = _always) -> None:
+    def watch(self, sock: socket.socket, deadline: float,
+              waiting_on_client: Callable[[], bool] | None = None) -> None:
         """Cut ``sock`` at ``deadline`` (``time.monotonic()``) unless released, if its handler is then
-        ``waiting_on_client()`` (by default: always taken to be)."""
+        ``waiting_on_client()`` (without one: whatever the handler is doing)."""
         with self._lock:
             self._deadlines[sock] = (deadline, waiting_on_client)
             sooner = deadline < self._next_wake
@@ -77,7 +74,7 @@ class HeadWatchdog:
                            in self._deadlines.items() if deadline <= now]
                 to_cut = []
                 for sock, waiting_on_client in expired:
-                    if waiting_on_client():
+                    if waiting_on_client is None or waiting_on_client():
                         del self._deadlines[sock]
                         to_cut.append(sock)
                     else:  # the server is behind, not the client

@@ -488,11 +488,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         With ``waiting_on_client``, the deadline cuts the connection only when its handler is
         then blocked reading (see ``HeadWatchdog``); without, whatever the handler is doing.
         """
-        deadline = time.monotonic() + self.request_timeout()
-        if waiting_on_client is None:
-            self._watchdog.watch(connection, deadline)
-        else:
-            self._watchdog.watch(connection, deadline, waiting_on_client)
+        self._watchdog.watch(connection, time.monotonic() + self.request_timeout(), waiting_on_client)
 
     def head_read(self, connection: socket.socket) -> None:
         """``connection`` sent its whole request head in time."""
