@@ -4,6 +4,7 @@ retained memory (VmHWM / VmRSS from /proc), so a regression shows as a number.
 
     python benchmarks/abuse.py            # every case, about a minute
     python benchmarks/abuse.py --only amplification,shutdown
+    python benchmarks/abuse.py --only attacks --io gevent   # one small request each (defects issue 1)
 
 Bounded: every case caps its request count and its time.
 """
@@ -152,6 +153,92 @@ def case_shutdown(url: str, pid: int) -> float:
     return elapsed
 
 
+def _schema_chat(schema: dict[str, object], max_tokens: int | None = 5) -> dict[str, object]:
+    return {**SMALL_CHAT, "max_tokens": max_tokens,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+
+
+def _tool_chat(parameters: dict[str, object]) -> dict[str, object]:
+    return {**SMALL_CHAT, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]}
+
+
+def _ref_tree(levels: int) -> dict[str, object]:
+    defs: dict[str, object] = {
+        f"d{i}": {"type": "array", "minItems": 2, "prefixItems": [{"$ref": f"#/$defs/d{i + 1}"}] * 2}
+        for i in range(levels)}
+    defs[f"d{levels}"] = {"type": "integer"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+# One small request each, from the first defects issue: (label, path, body).
+ATTACKS: list[tuple[str, str, object]] = [
+    ("schema minLength 10^9", CHAT, _schema_chat({"type": "string", "minLength": 1_000_000_000})),
+    ("schema minItems 10^9", CHAT, _schema_chat({"type": "array", "minItems": 1_000_000_000})),
+    ("schema minProperties 10^9", CHAT, _schema_chat({"type": "object", "minProperties": 1_000_000_000})),
+    ("$ref tree of 2^22 leaves", CHAT, _tool_chat(_ref_tree(22))),
+    ("1,000,000 spaces to /tokenize", "/tokenize", {"model": "m", "prompt": " " * 1_000_000 + "x"}),
+    ("1,000,000 tabs in a chat message", CHAT,
+     {**SMALL_CHAT, "messages": [{"role": "user", "content": "\t" * 1_000_000 + "x"}]}),
+    ("pattern (x+x+)+y, minLength 34", CHAT, _tool_chat(
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "(x+x+)+y", "minLength": 34}},
+         "required": ["a"]})),
+    ("n=16 x 32,000 tokens x top_logprobs 20", CHAT,
+     {**SMALL_CHAT, "n": 16, "max_tokens": 32000, "logprobs": True, "top_logprobs": 20}),
+    ("2,048 embedding inputs", "/v1/embeddings", {"model": "m", "input": ["x"] * 2048}),
+]
+
+
+def case_attacks(url: str, pid: int) -> None:
+    """Each attack with a closed-loop innocent client beside it: the attack's answer and time, the
+    server's memory, and the innocent requests' p50 and max while it ran."""
+    for label, path, body in ATTACKS:
+        latencies: list[float] = []
+        done = threading.Event()
+
+        def innocent(done: threading.Event = done, latencies: list[float] = latencies) -> None:
+            with httpx.Client(timeout=60) as client:
+                while not done.is_set():
+                    started = time.monotonic()
+                    client.post(url + CHAT, json=SMALL_CHAT)
+                    latencies.append(time.monotonic() - started)
+
+        other = threading.Thread(target=innocent)
+        other.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        try:
+            response = httpx.post(url + path, json=body, timeout=60)
+            code = response.json().get("error", {}).get("code", "") if response.status_code >= 400 else ""
+            answer = f"{response.status_code} {code}"
+        except httpx.HTTPError as error:
+            answer = f"no answer ({type(error).__name__})"
+        elapsed = time.monotonic() - started
+        time.sleep(0.2)
+        done.set()
+        other.join()
+        print(f"  {label}: {answer.strip()} in {elapsed * 1000:.0f} ms; innocent p50 "
+              f"{statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms; {memory(pid)}"
+              f"{'' if _alive(pid) else '; THE SERVER DIED'}", flush=True)
+        if not _alive(pid):
+            return
+    port = int(url.rsplit(":", 1)[1])
+    httpx.patch(url + "/llmsim/v1/config", json={"keepalive_timeout": 1.0}).raise_for_status()
+    stalled = []
+    for _ in range(200):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 500\r\n\r\n{")
+        stalled.append(sock)
+    started = time.monotonic()
+    statuses = []
+    for sock in stalled:
+        with sock:
+            statuses.append(sock.recv(12)[9:12].decode() or "none")
+    print(f"  200 bodies that stop after 1 of 500 bytes (keepalive_timeout 1 s): all answered "
+          f"{'/'.join(sorted(set(statuses)))} within {(time.monotonic() - started) * 1000:.0f} ms; {memory(pid)}")
+
+
 def _alive(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as status:
         return "State:\tZ" not in status.read()
@@ -163,17 +250,19 @@ CASES: dict[str, tuple[list[str], Callable[[str, int], object]]] = {
     "cardinality": (["--speed", "inf"], case_cardinality),
     "hangups": (["--itl", "0.01", "--speed", "1"], case_hangups),
     "shutdown": (["--itl", "0.01", "--speed", "1"], case_shutdown),
+    "attacks": (["--speed", "inf"], case_attacks),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(CASES), help="Comma-separated cases to run")
+    parser.add_argument("--io", default="threads", choices=["threads", "gevent"], help="llmsim serve --io")
     args = parser.parse_args()
     for name in args.only.split(","):
         flags, case = CASES[name]
-        print(f"{name}:", flush=True)
-        with server_process(llmsim_argv(*flags)) as (process, url):
+        print(f"{name} (--io {args.io}):", flush=True)
+        with server_process(llmsim_argv(*flags, "--io", args.io)) as (process, url):
             wait_ready()
             print(f"  start: {memory(process.pid)}")
             worker = threading.Thread(target=case, args=(url, process.pid))

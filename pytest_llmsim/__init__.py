@@ -14,6 +14,7 @@ from .metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E4
 from .pool import BackendPool  # noqa: E402
 from .records import RequestRecord  # noqa: E402
 from .remote import RemoteBackend, RemoteError  # noqa: E402
+from .sim.secrets import key_fingerprint  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -35,5 +36,6 @@ __all__ = [
     "SimConfig",
     "ToolCall",
     "__version__",
+    "key_fingerprint",
     "load_conversation",
 ]

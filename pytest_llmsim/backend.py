@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
 from .assertions import BackendAssertions
 from .config import SimConfig
 from .content.replies import Reply, Rule, RuleBuilder
+from .control import host_name
 from .faults import Fault
 from .metrics import MetricsSnapshot
 from .records import RequestRecord
@@ -29,12 +31,14 @@ class LLMBackend(BackendAssertions):
     """
 
     def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
-                 control_token: str | None = None, **settings: Any) -> None:
+                 control_token: str | None = None, allowed_hosts: Iterable[str] = (), **settings: Any) -> None:
         base = (config or SimConfig()).replace(**settings)
         self._simulator = Simulator(base)
         self._server = SimulatorServer(self._simulator, host, port)
         # the control API (/llmsim/v1/...) then needs "Authorization: Bearer <token>"
         self._server.control.token = control_token
+        # Host names the control API answers to besides loopback and the listen address (DNS rebinding)
+        self._server.control.allowed_hosts = frozenset(host_name(name) for name in allowed_hosts)
 
     # --- lifecycle ---
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import json
 import os
 import re
@@ -71,6 +72,16 @@ def _host(text: str) -> str:
         raise argparse.ArgumentTypeError("the host must not be empty (an empty host listens on every "
                                          "interface; say 0.0.0.0 if that is what you want)")
     return text
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _fault(text: str) -> tuple[str, dict[str, Any]]:
@@ -169,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "({'messages': [...], 'reply': ...}) (repeatable)")
     serve.add_argument("--control-token", default=None, metavar="TOKEN",
                        help="Require 'Authorization: Bearer TOKEN' on the control API (/llmsim/v1/...)")
+    serve.add_argument("--allowed-hosts", default="", metavar="NAME[,NAME...]",
+                       help="Host names the control API answers to besides localhost, 127.0.0.1, [::1] and the "
+                            "listen address (others get 403: DNS rebinding)")
+    serve.add_argument("--allow-remote-control", action="store_true",
+                       help="Serve the control API on a non-loopback address without --control-token (anyone "
+                            "who can reach the port can then drive the backend)")
     serve.add_argument("--fault", dest="faults", action="append", default=[], type=_fault, metavar="KIND[:K=V,...]",
                        help="Arm a fault at start, e.g. --fault rate_limit:times=2,retry_after=0.5 (repeatable)")
     defaults = SimConfig()
@@ -379,7 +396,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = SimConfig().replace(**{**file_settings, **flags})  # flags win over the file
     except ConfigError as error:
         parser.error(f"--config {args.config}: {error}")
-    backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token)
+    if not _is_loopback(args.host) and args.control_token is None and not args.allow_remote_control:
+        parser.error(f"--host {args.host} serves the control API (/llmsim/v1/...) beyond this machine: set "
+                     f"--control-token TOKEN, or say --allow-remote-control to serve it to anyone who can reach "
+                     f"the port")
+    allowed_hosts = [name.strip() for name in args.allowed_hosts.split(",") if name.strip()]
+    backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token,
+                         allowed_hosts=allowed_hosts)
     for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)
     for rule in rules:

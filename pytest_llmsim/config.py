@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["SETTING_HELP", "ConfigError", "SimConfig", "parse_setting"]
+__all__ = ["SETTING_HELP", "ConfigError", "SimConfig", "is_profile_path", "parse_setting", "profile_names"]
 
 OUTPUT_MODES = ("filler", "echo")
 SCHEDULERS = ("sequence", "step")
@@ -56,7 +56,7 @@ class SimConfig:
     request_overhead: float = 0.0
     request_serial: float = 0.0
     max_batch_size: int = 256
-    max_waiting: int = 1024
+    max_waiting: int = 2048
     max_model_len: int = 32768
     block_size: int = 16
     cache_capacity_blocks: int = 65536
@@ -74,6 +74,7 @@ class SimConfig:
     max_log_body_bytes: int = 1024 * 1024
     max_body_bytes: int = 8 * 1024 * 1024
     max_request_tokens: int = 524_288
+    max_response_bytes: int = 64 * 1024 * 1024
     keepalive_timeout: float = 5.0
     keepalive: bool = True
     keepalive_max_requests: int | None = None
@@ -101,7 +102,12 @@ class SimConfig:
                 f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}"
             )
         if settings.get("profile") is not None:  # a preset's settings first; the call's own keys win
-            settings = {**load_profile(settings["profile"]), **settings}
+            preset = load_profile(settings["profile"])
+            unknown = sorted(set(preset) - set(SETTING_NAMES))
+            if unknown:
+                raise ConfigError(f"profile {settings['profile']!r} has unknown setting(s) "
+                                  f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}")
+            settings = {**preset, **settings}
         checked = {key: _VALIDATORS[key](key, value) for key, value in settings.items()}
         return dataclasses.replace(self, **checked)
 
@@ -198,15 +204,31 @@ def profile_names() -> list[str]:
     return sorted(path.stem for path in PROFILES_DIR.glob("*.toml"))
 
 
+def is_profile_path(name: str) -> bool:
+    """Whether a ``profile`` value names a file (``.toml``) rather than a shipped preset."""
+    return name.endswith(".toml")
+
+
 def load_profile(name: Any) -> dict[str, Any]:
     """A preset's settings (``pytest_llmsim/profiles/NAME.toml``), or a TOML file's when ``name`` is a path."""
     if not isinstance(name, str) or not name:
         raise ConfigError(f"invalid value for 'profile': {name!r} (expected a preset name or a .toml path)")
-    path = Path(name) if name.endswith(".toml") else PROFILES_DIR / f"{name}.toml"
-    if not path.is_file():
-        raise ConfigError(f"unknown profile {name!r}; presets: {', '.join(profile_names())} (or a .toml path)")
-    with open(path, "rb") as handle:
-        data = tomllib.load(handle)
+    if is_profile_path(name):
+        path = Path(name)
+        try:
+            found = path.is_file()
+        except OSError:  # a name too long for the file system, ...
+            found = False
+    else:  # a preset: only the shipped names, never a path made of one ("../x")
+        path = PROFILES_DIR / f"{name}.toml"
+        found = name in profile_names()
+    if not found:
+        raise ConfigError(f"unknown profile {name[:100]!r}; presets: {', '.join(profile_names())} (or a .toml path)")
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"profile {name!r} cannot be read: {error}") from None
     data.pop("profile", None)
     return data
 
@@ -276,6 +298,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_log_body_bytes": _integer(0),
     "max_body_bytes": _integer(1),
     "max_request_tokens": _integer(1),
+    "max_response_bytes": _integer(1),
     "keepalive_timeout": _number(0.0, low_inclusive=False),
     "max_stored_responses": _integer(0),
     "max_trace_requests": _integer(0),
@@ -315,7 +338,8 @@ SETTING_HELP: dict[str, str] = {
     "request_serial": "step mode: API-server time each request takes in turn (one event loop), so requests sent "
                       "together reach the scheduler one after another, seconds",
     "max_batch_size": "Sequences decoded concurrently",
-    "max_waiting": "Waiting-queue capacity; a full queue answers 503",
+    "max_waiting": "Waiting-queue capacity in sequences; a full queue answers 503, a request with more sequences "
+                   "than max_batch_size + max_waiting 400",
     "max_model_len": "Context length: prompt plus max_tokens",
     "block_size": "Prefix-cache block size in tokens",
     "cache_capacity_blocks": "Prefix-cache capacity in blocks (LRU eviction)",
@@ -334,9 +358,11 @@ SETTING_HELP: dict[str, str] = {
     "max_log_body_bytes": "Larger bodies are logged as their first this many bytes plus a marker",
     "max_body_bytes": "Largest request body accepted; larger answers 413",
     "max_request_tokens": "Most tokens one request may ask for: prompt tokens plus n x max_tokens "
-                          "over all its prompts; more answers 400",
+                          "over all its prompts (x (1 + top_logprobs) with logprobs); more answers 400",
+    "max_response_bytes": "Largest non-streamed answer body a request may ask for (estimated from n, max_tokens "
+                          "and logprobs before any work); more answers 400",
     "keepalive_timeout": "Wall seconds a connection may take to send a request head (the first, or the next on a "
-                         "kept-alive connection) before it is closed",
+                         "kept-alive connection) before it is closed, and to send its body after the head (408)",
     "keepalive": "Keep HTTP/1.1 connections open between requests (false: Connection: close on every answer)",
     "keepalive_max_requests": "Close a kept-alive connection after this many requests, without telling the "
                               "client first; unset means no limit",

@@ -30,13 +30,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.datastructures import Headers
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .config import ConfigError, SimConfig
+from .config import ConfigError, SimConfig, is_profile_path, profile_names
 from .content.replies import Rule, reply_from_json
 from .faults import Fault, FaultError
 from .metrics import Distribution, MetricsSnapshot
 from .records import RequestRecord
+from .request_body import BodyTimeout, read_body
+from .sim.secrets import redact_headers
 from .trace_svg import timeline_svg
 
 if TYPE_CHECKING:
@@ -47,6 +50,24 @@ __all__ = ["CONTROL_PREFIX", "ControlAPI", "config_to_json", "fault_from_json", 
 
 CONTROL_PREFIX = "/llmsim/v1/"
 MAX_PAGE = 1000
+MAX_CONTROL_BODY = 16 * 1024 * 1024
+# Names a page on this machine reaches the backend by; any port. Others (a DNS-rebinding
+# attacker's name pointed at 127.0.0.1) are refused unless allowed (--allowed-hosts).
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+# Methods a web page can send to another site without a CORS preflight (which this API never
+# answers): they need Content-Type: application/json, which such a page cannot send. (DELETE
+# always needs a preflight.)
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH"})
+
+
+def host_name(value: str) -> str:
+    """The name in a ``Host`` header or an origin's authority, without its port, lower-cased."""
+    value = value.strip().lower()
+    if value.startswith("["):  # [v6]:port
+        end = value.find("]")
+        return value[:end + 1] if end > 0 else value
+    name, _, port = value.rpartition(":")
+    return name if name and port.isdigit() else value
 
 
 def _plain(value: Any) -> Any:
@@ -76,8 +97,9 @@ def snapshot_to_json(snapshot: MetricsSnapshot) -> dict[str, Any]:
 
 
 def record_to_json(record: RequestRecord) -> dict[str, Any]:
+    """A request log record as JSON, its credentials fingerprinted (see :mod:`pytest_llmsim.sim.secrets`)."""
     out = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
-    out["headers"] = list(record.headers.items())
+    out["headers"] = redact_headers(record.headers.items())
     return _plain(out)  # type: ignore[no-any-return]
 
 
@@ -96,6 +118,7 @@ class ControlAPI:
     def __init__(self, server: SimulatorServer) -> None:
         self._server = server
         self.token: str | None = None
+        self.allowed_hosts: frozenset[str] = frozenset()  # host names accepted besides loopback and the listen one
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "config"): self._get_config,
             ("PATCH", "config"): self._patch_config,
@@ -113,7 +136,25 @@ class ControlAPI:
             ("GET", "trace"): self._trace,
         }
 
+    def _refusal(self, request: Request) -> Response | None:
+        """A 403 for a request a web page could have made (another origin, or DNS rebinding), else None."""
+        allowed = LOOPBACK_NAMES | self.allowed_hosts | {host_name(self._server.host)}
+        host = request.headers.get("Host")
+        if host is not None and host_name(host) not in allowed:
+            return _error(403, f"The control API answers only to Host localhost, 127.0.0.1, [::1] or the listen "
+                               f"address, not {host!r} (allow more with --allowed-hosts).", "forbidden_host")
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            authority = origin.partition("://")[2] if "://" in origin else ""
+            if not authority or host_name(authority) not in allowed:
+                return _error(403, f"The control API refuses requests from web pages of other origins "
+                                   f"({origin!r}).", "forbidden_origin")
+        return None
+
     def handle(self, request: Request) -> Response:
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return refusal
         if self.token is not None:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
@@ -127,8 +168,22 @@ class ControlAPI:
                 return _error(405, f"Method {request.method} is not allowed on {request.path}; use "
                                    f"{', '.join(allowed)}.", "method_not_allowed")
             return _error(404, f"Unknown control route: {request.method} {request.path}.", "unknown_url")
+        if request.method in STATE_CHANGING:
+            mimetype = (request.headers.get("Content-Type") or "").partition(";")[0].strip().lower()
+            if mimetype != "application/json":
+                return _error(415, f"The control API's {', '.join(sorted(STATE_CHANGING))} calls take "
+                                   f"Content-Type: application/json (a web page cannot send it to another site "
+                                   f"without asking first), not {mimetype or 'none'!r}.", "unsupported_media_type")
         try:
             return handler(request)
+        except BodyTimeout:
+            response = _error(408, "The request body did not arrive in time (keepalive_timeout).", "request_timeout")
+            response.headers["Connection"] = "close"
+            return response
+        except (BadRequest, OSError) as error:
+            return _error(400, f"The request body could not be read: {error}", "invalid_body")
+        except RecursionError:
+            return _error(400, "The JSON body is nested too deeply.", "invalid_json")
         except (ConfigError, FaultError, TypeError, ValueError) as error:
             return _error(400, str(error), "invalid_value")
 
@@ -136,9 +191,13 @@ class ControlAPI:
     def _simulator(self) -> Any:
         return self._server.simulator
 
-    @staticmethod
-    def _body(request: Request) -> dict[str, Any]:
-        data = request.get_data(cache=False)
+    def _body(self, request: Request) -> dict[str, Any]:
+        try:  # its own limit: a test may set max_body_bytes small and still reset the backend
+            data = read_body(request.environ, MAX_CONTROL_BODY)
+        except RequestEntityTooLarge:
+            raise ValueError(f"a control API body is at most {MAX_CONTROL_BODY:,} bytes") from None
+        if data is None:
+            data = request.get_data(cache=False)
         if not data:
             return {}
         body = json.loads(data)
@@ -146,14 +205,21 @@ class ControlAPI:
             raise ValueError("the control API takes a JSON object")
         return body
 
+    def _profiles(self) -> tuple[str | None, ...]:
+        return self._simulator.config.profile, self._simulator._base.profile
+
     def _get_config(self, request: Request) -> Response:
         return _json(config_to_json(self._simulator.config))
 
     def _patch_config(self, request: Request) -> Response:
-        return _json(config_to_json(self._simulator.configure(**self._body(request))))
+        settings = _without_profile_paths(self._body(request), self._profiles())
+        return _json(config_to_json(self._simulator.configure(**settings)))
 
     def _reset(self, request: Request) -> Response:
         settings = self._body(request).get("settings")
+        if settings is not None and not isinstance(settings, dict):
+            raise ValueError("'settings' must be an object of settings")
+        settings = _without_profile_paths(settings or {}, self._profiles())
         base = None if not settings else self._simulator._base.replace(**settings)
         self._simulator.reset(base)
         self._server.clear()
@@ -218,6 +284,18 @@ class ControlAPI:
     def _errors(self, request: Request) -> Response:
         errors = [*self._server.handler_errors, *self._simulator.runtime.errors]
         return _json([f"{type(error).__name__}: {error}" for error in errors])
+
+
+def _without_profile_paths(settings: dict[str, Any], in_force: tuple[str | None, ...]) -> dict[str, Any]:
+    """``settings``, refused if its ``profile`` names a file: over HTTP, profiles by preset name only
+    (a path would let a client probe and read the server's files). ``in_force``: the profiles the
+    server already runs with (given on its command line), which a client may name again."""
+    profile = settings.get("profile")
+    if isinstance(profile, str) and profile not in in_force and (
+            is_profile_path(profile) or profile not in profile_names()):
+        raise ConfigError(f"the control API takes a profile by preset name only ({', '.join(profile_names())}); "
+                          f"a .toml file is given with --config or in Python")
+    return settings
 
 
 def fault_from_json(data: dict[str, Any]) -> Fault:

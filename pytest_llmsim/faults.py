@@ -21,7 +21,6 @@ Selection, for the request that is the backend's ``n``-th (1-based):
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,7 @@ from typing import Any
 from werkzeug.datastructures import Headers
 
 from .sim import SimError
+from .sim.patterns import Pattern, PatternError, compile_pattern
 
 __all__ = ["FAULT_HEADER", "FAULT_KINDS", "HTTP_FAULTS", "Fault", "FaultError", "FaultInjector"]
 
@@ -149,9 +149,9 @@ class Fault:
                 raise bad("route", f"{self.route} generates nothing; there only {', '.join(ROUTE_FAULT_KINDS)} apply")
         if self.prompt is not None:
             try:
-                re.compile(self.prompt)
-            except re.error as error:
-                raise bad("prompt", f"not a regular expression: {error}") from None
+                compile_pattern(self.prompt)
+            except PatternError as error:
+                raise bad("prompt", str(error)) from None
 
     def error(self) -> SimError:
         """The error response of an HTTP-error fault."""
@@ -173,7 +173,7 @@ class Fault:
 class _Armed:
     fault: Fault
     matched: int = 0
-    pattern: re.Pattern[str] | None = field(default=None)
+    pattern: Pattern | None = field(default=None)
 
 
 class FaultInjector:
@@ -188,7 +188,7 @@ class FaultInjector:
 
     def add(self, fault: Fault) -> Fault:
         with self._lock:
-            pattern = re.compile(fault.prompt) if fault.prompt is not None else None
+            pattern = compile_pattern(fault.prompt) if fault.prompt is not None else None
             self._armed.append(_Armed(fault, pattern=pattern))
         return fault
 

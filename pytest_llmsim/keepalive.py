@@ -188,8 +188,9 @@ class KeepAliveHandler(WSGIRequestHandler):
                 code = int(code_text)
                 headers = list(state["headers"])
                 keys = {key.lower() for key, _ in headers}
-                if not self._body_can_finish():
-                    keep = False  # a chunked or large unread body: say so now, not by closing later
+                if not self._body_can_finish() or ("connection" in keys and any(
+                        key.lower() == "connection" and "close" in value.lower() for key, value in headers)):
+                    keep = False  # a chunked or large unread body, or the application says so: say it now
                 no_body = environ["REQUEST_METHOD"] == "HEAD" or 100 <= code < 200 or code in (204, 304)
                 if "content-length" not in keys and not no_body:
                     if self.protocol_version >= "HTTP/1.1" and self.request_version == "HTTP/1.1":
@@ -197,7 +198,7 @@ class KeepAliveHandler(WSGIRequestHandler):
                         headers.append(("Transfer-Encoding", "chunked"))
                     else:
                         keep = False  # the body ends when the connection does
-                if not keep:
+                if not keep and "connection" not in keys:
                     headers.append(("Connection", "close"))
                 self.write_head(code, message, headers)
             if data:

@@ -40,9 +40,11 @@ from .faults import HTTP_FAULTS
 from .keepalive import KeepAlivePolicy
 from .metrics import PROMETHEUS_CONTENT_TYPE
 from .records import RequestRecord
+from .request_body import BodyTimeout, read_body
 from .responses import GenerationResponder, drop_connection, json_response
 from .sim import SimError
 from .simulator import Simulator
+from .tokens import TokenizeError
 from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["SimulatorServer", "validate_address"]
@@ -102,6 +104,10 @@ HTTP_ERROR_CODES = {
 
 
 
+def _untokenizable(error: TokenizeError, param: str | None) -> SimError:
+    return SimError(400, f"The request's text cannot be tokenized: {error}", param=param, code="invalid_text")
+
+
 class _ReceivedHeaders(Headers):
     """werkzeug's ``Headers`` over pairs the HTTP server already parsed and checked.
 
@@ -145,51 +151,6 @@ def _headers_of(environ: dict[str, Any]) -> Headers:
         if environ.get(key):
             pairs.append((_header_name(key), environ[key]))
     return _ReceivedHeaders(pairs)
-
-
-def _read_sized_body(environ: dict[str, Any], limit: int) -> bytes | None:
-    """A body with a ``Content-Length``, read straight from ``wsgi.input`` (None: use werkzeug's stream).
-
-    The usual request, without werkzeug's stream wrappers (about 4 % of a
-    non-streamed request); raises as werkzeug's would for a body over
-    ``limit`` (413) or one shorter than its length (400).
-    """
-    length = environ.get("CONTENT_LENGTH")
-    if not length or not length.isdigit() or environ.get("wsgi.input_terminated"):
-        return None
-    size = int(length)
-    if size > limit:
-        raise RequestEntityTooLarge()
-    stream = environ["wsgi.input"]
-    data = stream.read(size) if size else b""
-    while len(data) < size:  # a raw stream may return part of what was asked
-        more = stream.read(size - len(data))
-        if not more:
-            raise BadRequest(f"the body ended after {len(data)} of its {size} bytes")
-        data += more
-    return data
-
-
-def _read_terminated_body(environ: dict[str, Any], limit: int) -> bytes | None:
-    """A body the server delimits itself (chunked: ``wsgi.input_terminated``), read to its end; None for others.
-
-    It has no length to refuse up front, so it is read up to ``limit`` + 1
-    bytes: over ``limit`` is a 413 as for a sized body (werkzeug's stream
-    stops at the limit and returns what it has, which then parsed as
-    truncated JSON). A malformed chunk raises ``OSError`` (werkzeug's), a 400.
-    """
-    if not environ.get("wsgi.input_terminated"):
-        return None
-    stream = environ["wsgi.input"]
-    parts: list[bytes] = []
-    size = 0
-    while size <= limit:
-        part = stream.read(min(65536, limit + 1 - size))
-        if not part:
-            return b"".join(parts)
-        parts.append(part)
-        size += len(part)
-    raise RequestEntityTooLarge()
 
 
 class SimulatorServer(HTTPServer):
@@ -283,6 +244,8 @@ class SimulatorServer(HTTPServer):
         request.environ.pop("werkzeug.request", None)
         try:
             return self._route(request)
+        except TokenizeError as error:  # a text tiktoken cannot take: the client's input, logged by tokens
+            return self._api_error(request, _untokenizable(error, None))
         except Exception as error:
             self._keep_error(error)
             failure = SimError(500, f"pytest-llmsim internal error: {type(error).__name__}: {error}",
@@ -397,11 +360,13 @@ class SimulatorServer(HTTPServer):
         """The parsed body and its bytes (reads wait at most ``keepalive_timeout`` each)."""
         request.max_content_length = self.simulator.config.max_body_bytes
         try:
-            data = _read_sized_body(request.environ, request.max_content_length)
-            if data is None:
-                data = _read_terminated_body(request.environ, request.max_content_length)
+            data = read_body(request.environ, request.max_content_length)
             if data is None:  # no length and not chunked: werkzeug's stream (an empty body)
                 data = request.get_data(cache=False)
+        except BodyTimeout:
+            raise SimError(408, f"The request body did not arrive within {self.simulator.config.keepalive_timeout:g} "
+                                f"s of its head (keepalive_timeout).", code="request_timeout",
+                           headers={"Connection": "close"}) from None
         except RequestEntityTooLarge:
             raise SimError(413, f"Request body too large: the limit is "
                                 f"{self.simulator.config.max_body_bytes} bytes (max_body_bytes).",
@@ -451,6 +416,8 @@ class SimulatorServer(HTTPServer):
                 record.rule = parsed.rule
         except SimError as error:
             return self._api_error(request, error, record)
+        except TokenizeError as error:
+            return self._api_error(request, _untokenizable(error, parsed.prompt_param), record)
         return self._responder.respond(request, record, generation, api.id_prefix + self._next_id(), fault, api)
 
     # --- information routes ---

@@ -146,6 +146,12 @@ class Generation:
         return [run for seq in self.sequences for run in seq.gaps.runs()]
 
 
+# Bytes a generated token takes in a non-streamed JSON answer, for the size estimate of
+# _check_work: its text (filler words average ~6), and one logprob entry (the chosen token or
+# an alternative: {"token": ..., "logprob": ..., "bytes": [...]}, ~70-80 bytes as rendered).
+BYTES_PER_TOKEN = 8
+BYTES_PER_LOGPROB = 80
+
 MAX_EMBEDDING_INPUT_TOKENS = 8192  # OpenAI's limits for text-embedding-3
 MAX_EMBEDDING_REQUEST_TOKENS = 300_000
 
@@ -356,6 +362,13 @@ class Simulator:
                               f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
         self._check_work(request, prompts, budgets)
         sequence_count = len(prompts) * request.n
+        capacity = config.max_batch_size + config.max_waiting
+        if sequence_count > capacity:  # never admitted whole, however long a client retries: not a 503
+            what = "inputs" if request.kind == "embedding" else "prompts"
+            raise invalid(f"This request has {sequence_count:,} sequences ({len(prompts):,} {what} x n={request.n}); "
+                          f"this backend holds at most {capacity:,} at once (max_batch_size={config.max_batch_size}"
+                          f" + max_waiting={config.max_waiting}). Send fewer {what} or a smaller n.",
+                          "n" if request.n > 1 else request.prompt_param, "request_too_large")
         if not self.runtime.can_admit(sequence_count):
             raise _queue_full(config)
         rate_limit = None
@@ -435,17 +448,41 @@ class Simulator:
                           f"size ({size}).", "dimensions", "integer_above_max_value")
 
     def _check_work(self, request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> None:
-        """Refuse a request whose total work (prompt tokens plus every choice's max_tokens) is over the cap."""
-        cap = self.config.max_request_tokens
+        """Refuse, before any work, a request whose total work or non-streamed answer is over the caps.
+
+        Work is prompt tokens plus every choice's max_tokens, each generated
+        token counted once more per logprob alternative asked for
+        (``max_request_tokens``); the answer's size is estimated from the same
+        figures (``max_response_bytes``; a stream is sent as it is made).
+        """
+        config = self.config
+        cap = config.max_request_tokens
         prompt_tokens = sum(len(ids) for ids in prompts)
-        output_tokens = request.n * sum(budgets)
+        generated = request.n * sum(budgets)
+        fan_out = 1 + (request.logprobs or 0) if request.logprobs is not None else 1
+        output_tokens = generated * fan_out
         if prompt_tokens + output_tokens > cap:
             param = request.prompt_param if prompt_tokens > cap else request.max_tokens_param
+            logprobs = f" x (1 + top_logprobs={request.logprobs}) for the logprobs" if fan_out > 1 else ""
             raise invalid(
                 f"This request asks for {prompt_tokens + output_tokens:,} tokens of work ({prompt_tokens:,} "
-                f"prompt tokens in {len(prompts)} prompt(s), plus n={request.n} x max_tokens for each prompt: "
-                f"{output_tokens:,}); this backend accepts at most {cap:,} per request (max_request_tokens). "
-                f"Lower max_tokens or n, or send fewer prompts.", param, "request_too_large")
+                f"prompt tokens in {len(prompts)} prompt(s), plus n={request.n} x max_tokens for each prompt"
+                f"{logprobs}: {output_tokens:,}); this backend accepts at most {cap:,} per request "
+                f"(max_request_tokens). Lower max_tokens or n, or send fewer prompts.", param, "request_too_large")
+        if request.stream or request.kind == "embedding":
+            return
+        per_token = BYTES_PER_TOKEN
+        if request.logprobs is not None:
+            per_token += BYTES_PER_LOGPROB * (1 + request.logprobs)
+        estimate = generated * per_token
+        if estimate > config.max_response_bytes:
+            raise invalid(
+                f"The answer to this request would be about {estimate:,} bytes (n={request.n} x max_tokens="
+                f"{max(budgets, default=0):,} tokens at ~{per_token} bytes each"
+                f"{' with logprobs' if request.logprobs is not None else ''}); this backend sends at most "
+                f"{config.max_response_bytes:,} bytes in one non-streamed answer (max_response_bytes). Lower "
+                f"max_tokens, n or top_logprobs, or stream the answer.", request.max_tokens_param,
+                "response_too_large")
 
     def _prompts(self, request: GenerationRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
         if request.kind == "chat":

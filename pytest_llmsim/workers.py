@@ -39,7 +39,8 @@ class HeadWatchdog:
     """
 
     def __init__(self) -> None:
-        self._deadlines: dict[socket.socket, tuple[float, Callable[[], bool] | None]] = {}
+        # socket -> (deadline, waiting_on_client, how to shut it down at the deadline)
+        self._deadlines: dict[socket.socket, tuple[float, Callable[[], bool] | None, int]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -48,11 +49,15 @@ class HeadWatchdog:
         self._thread.start()
 
     def watch(self, sock: socket.socket, deadline: float,
-              waiting_on_client: Callable[[], bool] | None = None) -> None:
+              waiting_on_client: Callable[[], bool] | None = None, how: int = socket.SHUT_RDWR) -> None:
         """Cut ``sock`` at ``deadline`` (``time.monotonic()``) unless released, if its handler is then
-        ``waiting_on_client()`` (without one: whatever the handler is doing)."""
+        ``waiting_on_client()`` (without one: whatever the handler is doing).
+
+        ``how`` is the ``shutdown`` it gets: a request body's deadline shuts only the reading side,
+        so the blocked read ends and the handler can still answer 408.
+        """
         with self._lock:
-            self._deadlines[sock] = (deadline, waiting_on_client)
+            self._deadlines[sock] = (deadline, waiting_on_client, how)
             sooner = deadline < self._next_wake
         if sooner:  # usually not: deadlines are now + a constant, later than those waiting
             self._wake.set()
@@ -70,21 +75,21 @@ class HeadWatchdog:
         while not self._closed:
             now = time.monotonic()
             with self._lock:
-                expired = [(sock, waiting_on_client) for sock, (deadline, waiting_on_client)
+                expired = [(sock, waiting_on_client, how) for sock, (deadline, waiting_on_client, how)
                            in self._deadlines.items() if deadline <= now]
                 to_cut = []
-                for sock, waiting_on_client in expired:
+                for sock, waiting_on_client, how in expired:
                     if waiting_on_client is None or waiting_on_client():
                         del self._deadlines[sock]
-                        to_cut.append(sock)
+                        to_cut.append((sock, how))
                     else:  # the server is behind, not the client
-                        self._deadlines[sock] = (now + RECHECK_SECONDS, waiting_on_client)
-                upcoming = min((deadline for deadline, _ in self._deadlines.values()), default=math.inf)
+                        self._deadlines[sock] = (now + RECHECK_SECONDS, waiting_on_client, how)
+                upcoming = min((deadline for deadline, _, _ in self._deadlines.values()), default=math.inf)
                 self._next_wake = upcoming
                 self._wake.clear()
-            for sock in to_cut:
+            for sock, how in to_cut:
                 try:
-                    sock.shutdown(socket.SHUT_RDWR)
+                    sock.shutdown(how)
                 except OSError:
                     pass  # already gone
             # Sleep to the earliest deadline; watch() wakes us for a sooner one.

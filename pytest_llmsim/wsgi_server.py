@@ -34,6 +34,9 @@ __all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "nonblockin
 
 # WSGI environ key: time.monotonic() when the request reached the server.
 ACCEPTED_AT = "llmsim.accepted_at"
+# WSGI environ key: the time.monotonic() by which the request's body must have arrived (see
+# PooledWSGIServer.watch_body); a body read that ends short after it is a 408, not a 400.
+BODY_DEADLINE = "llmsim.body_deadline"
 _accepted = threading.local()  # the accept time of the connection this thread handles
 
 # Linux stamps each received packet with the kernel's receive time when asked
@@ -332,9 +335,16 @@ class QuietRequestHandler(KeepAliveHandler):
         return True
 
     def make_environ(self) -> Any:
-        self.server.head_read(self.connection)  # the head is in: no deadline from here on
+        headers = self.headers
+        has_body = (headers.get("Content-Length") or "0") != "0" or "Transfer-Encoding" in headers
+        deadline = None
+        if has_body and self._waiting_on_client is not None:  # the body gets a deadline of its own
+            deadline = self.server.watch_body(self.connection, self._waiting_on_client)
+        else:
+            self.server.head_read(self.connection)  # the head is in: no deadline from here on
         environ = super().make_environ()
         environ[ACCEPTED_AT] = self.arrived_at
+        environ[BODY_DEADLINE] = deadline
         return environ
 
     def build_environ(self) -> Any:
@@ -489,6 +499,16 @@ class PooledWSGIServer(ThreadedWSGIServer):
         then blocked reading (see ``HeadWatchdog``); without, whatever the handler is doing.
         """
         self._watchdog.watch(connection, time.monotonic() + self.request_timeout(), waiting_on_client)
+
+    def watch_body(self, connection: socket.socket, waiting_on_client: Callable[[], bool]) -> float:
+        """Start the request-body deadline of ``connection`` (``request_timeout`` seconds from now); return it.
+
+        At the deadline, a handler still blocked reading the body has the socket's reading side
+        shut: its read ends short, and the application answers 408 (``BODY_DEADLINE``).
+        """
+        deadline = time.monotonic() + self.request_timeout()
+        self._watchdog.watch(connection, deadline, waiting_on_client, socket.SHUT_RD)
+        return deadline
 
     def head_read(self, connection: socket.socket) -> None:
         """``connection`` sent its whole request head in time."""

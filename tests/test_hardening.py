@@ -25,7 +25,8 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.api.openai_completions import parse_completion
 from pytest_llmsim.records import RequestLog, RequestRecord
-from pytest_llmsim.server import _read_sized_body, _ReceivedHeaders
+from pytest_llmsim.request_body import _read_sized_body
+from pytest_llmsim.server import _ReceivedHeaders
 from pytest_llmsim.sim import SimError
 from pytest_llmsim.simulator import Simulator
 
@@ -126,7 +127,7 @@ def test_queue_is_checked_before_outputs_are_planned(monkeypatch: pytest.MonkeyP
 
         monkeypatch.setattr(simulator.planner, "plan", no_planning)
         with pytest.raises(SimError) as caught:
-            simulator.start(parse_completion({"model": "m", "prompt": "hi", "n": 2}))
+            simulator.start(parse_completion({"model": "m", "prompt": "hi"}))
         assert (caught.value.status, caught.value.code) == (503, "queue_full")
         simulator.cancel(first)
     finally:

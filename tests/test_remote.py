@@ -106,7 +106,8 @@ def test_curl_style_json_calls(llm_backend: LLMBackend) -> None:
     page = httpx.get(base + "/requests", params={"offset": 0, "limit": 10}).json()
     assert page["total"] == 1 and page["records"][0]["status"] == 503
     assert httpx.get(base + "/metrics").json()["requests_by_status"] == {"503": 1}
-    assert httpx.post(base + "/reset").status_code == 200 and llm_backend.requests == []
+    assert httpx.post(base + "/reset", json={}).status_code == 200 and llm_backend.requests == []
+    assert httpx.post(base + "/reset").status_code == 415  # no JSON content type: what a web page can send
 
 
 def test_remote_and_local_handles_offer_the_same_interface() -> None:

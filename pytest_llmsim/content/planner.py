@@ -22,14 +22,18 @@ from typing import TYPE_CHECKING
 from ..sim.request import SimError, invalid
 from ..tokens import FillerSource, PlannedCall, PlannedOutput, Tokenizer
 from .replies import ErrorReply, Reply, ToolCall
-from .schema import SchemaError, generate_instance
+from .schema import SchemaError, SchemaTooLarge, generate_instance
 from .tools import NO_ARGUMENTS, choose_tools
 
 if TYPE_CHECKING:
     from ..config import SimConfig
     from ..sim import GenerationRequest
 
-__all__ = ["ContentPlanner"]
+__all__ = ["MAX_CHARS_PER_TOKEN", "ContentPlanner"]
+
+#: A generated JSON answer may take this many characters per token of its budget: a token of JSON is
+#: rarely longer than a few characters, so an instance past it could never be sent whole or cut as built.
+MAX_CHARS_PER_TOKEN = 32
 
 
 def _compact(value: object) -> str:
@@ -75,19 +79,28 @@ class ContentPlanner:
     def _structured(self, request: GenerationRequest, key: int, limit: int) -> PlannedOutput | None:
         """Tool calls, or JSON for a requested format, seeded by ``key``; None when the tool rules say text."""
         rng = random.Random(key)  # only built here: plain answers draw nothing from it
+        max_chars = MAX_CHARS_PER_TOKEN * limit + 256  # past this, no cut of the answer is what it would be
+        where = ""
         try:
             tools = choose_tools(request.tool_use, request.after_tool_result, rng, self.config.tool_call_rate,
                                  self.config.tool_calls_per_reply)
             if tools:
-                return self._calls([(tool.name, _compact(generate_instance(tool.parameters or NO_ARGUMENTS, rng)))
-                                    for tool in tools], limit)
+                calls = []
+                for tool in tools:
+                    where = f"tool {tool.name!r}: "
+                    calls.append((tool.name, _compact(generate_instance(tool.parameters or NO_ARGUMENTS, rng,
+                                                                        max_chars))))
+                return self._calls(calls, limit)
             output_format = request.output_format
             if output_format is not None:
                 schema = output_format.schema if output_format.kind == "json_schema" else _ANY_OBJECT
-                text = _compact(generate_instance(schema, rng))
+                text = _compact(generate_instance(schema, rng, max_chars))
                 return self.tokenizer.plan(self.tokenizer.encode(text), limit, request.stops)
         except SchemaError as error:
-            raise invalid(f"pytest-llmsim cannot generate an instance of the schema: {error}",
+            budget = (f" ({request.max_tokens_param}={limit} tokens)" if request.max_tokens is not None
+                      else f" ({limit} tokens of context left)")
+            raise invalid(f"pytest-llmsim cannot generate an instance of the schema: {where}{error}"
+                          f"{budget if isinstance(error, SchemaTooLarge) else ''}",
                           "tools" if request.tool_use else "response_format", "invalid_schema") from None
         return None
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..sim.patterns import PatternError, compile_pattern, escape_pattern
 
 if TYPE_CHECKING:
     from ..sim import GenerationRequest
@@ -163,7 +164,10 @@ class Rule:
             value = getattr(self, key)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"rule matcher {key!r} must be a string, not {value!r}")
-        self._pattern = re.compile(self.prompt) if self.prompt is not None else None
+        try:  # a client's regex: linear time, never Python's backtracking re (see sim.patterns)
+            self._pattern = compile_pattern(self.prompt) if self.prompt is not None else None
+        except PatternError as error:
+            raise ValueError(f"rule {self.name or self.prompt!r}: prompt {error}") from None
 
     @property
     def exhausted(self) -> bool:
@@ -219,7 +223,7 @@ class Rule:
             return cls(tuple(reply_from_json(item) for item in raw), prompt=data.get("prompt"),
                        model=data.get("model"), tool=data.get("tool"), api=data.get("api"),
                        times=data.get("times"), name=str(data.get("name") or ""))
-        except (TypeError, re.error) as error:
+        except TypeError as error:
             raise ValueError(str(error)) from None
 
 
@@ -299,7 +303,7 @@ def load_conversation(path: str | Path) -> list[Rule]:
             text = users[-1]["content"] if users else messages[-1]["content"]
             if not isinstance(text, str):
                 text = "".join(part.get("text", "") for part in text if isinstance(part, dict))
-            rules.append(Rule((_recorded_reply(entry["reply"]),), prompt=f"\\A{re.escape(text)}\\Z",
+            rules.append(Rule((_recorded_reply(entry["reply"]),), prompt=f"\\A{escape_pattern(text)}\\z",
                               name=f"{Path(path).name}:{number}"))
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"{path}, line {number}: not a recorded exchange ({error})") from None

@@ -18,7 +18,8 @@ What is honoured, always valid: ``type`` (one or a list), ``enum``,
 exclusive bounds in both draft styles, ``multipleOf``), ``anyOf``,
 ``oneOf``, ``allOf`` (merged), local ``$ref`` into ``$defs``/``definitions``.
 ``pattern`` is tried, not guaranteed (a string matching an arbitrary regex
-cannot be generated in general). Instances are small: strings of one to three
+cannot be generated in general); patterns run under RE2, and one RE2 cannot
+run (lookaround, backreferences) is refused by :func:`check_schema`. Instances are small: strings of one to three
 words, arrays of one or two items (more only when ``minItems`` says so),
 optional properties included half the time near the top and never below
 depth 3.
@@ -30,12 +31,14 @@ import functools
 import json
 import math
 import random
-import re
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["SchemaError", "check_schema", "generate_instance"]
+from ..sim.patterns import PatternError, compile_pattern
+
+__all__ = ["SchemaError", "SchemaTooLarge", "check_schema", "generate_instance", "linear_time_validator"]
 
 MAX_DEPTH = 32  # a recursive schema whose required fields never end is refused past this
 OPTIONAL_DEPTH = 3  # optional properties only above this depth: instances stay small
@@ -77,57 +80,182 @@ def _schema_problem(text: str) -> str | None:
     except jsonschema.SchemaError as error:
         where = "/".join(str(p) for p in error.path)
         return f"invalid JSON Schema{' at ' + where if where else ''}: {error.message}"
+    for where, pattern in _patterns(schema, ""):
+        try:
+            compile_pattern(pattern)
+        except PatternError as error:
+            return f"invalid JSON Schema at {where or '/'}: {error}"
     return None
 
 
-def generate_instance(schema: Any, rng: random.Random) -> Any:
-    """A small instance of ``schema``, drawn from ``rng`` (same seed, same instance)."""
-    return _Generator(schema, rng).value(schema, 0)
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMAS = ("additionalProperties", "additionalItems", "items", "contains", "not", "if", "then", "else",
+               "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+
+
+def _patterns(schema: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every regex in ``schema`` (``pattern`` values, ``patternProperties`` names), with its schema path."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(schema.get("pattern"), str):
+        yield f"{path}/pattern", schema["pattern"]
+    if isinstance(schema.get("patternProperties"), dict):
+        for name in schema["patternProperties"]:
+            yield f"{path}/patternProperties", name
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            for name, sub in schema[key].items():
+                yield from _patterns(sub, f"{path}/{key}/{name}")
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            for index, sub in enumerate(schema[key]):
+                yield from _patterns(sub, f"{path}/{key}/{index}")
+    for key in _SUBSCHEMAS:
+        sub = schema.get(key)
+        if isinstance(sub, list):
+            for index, item in enumerate(sub):
+                yield from _patterns(item, f"{path}/{key}/{index}")
+        else:
+            yield from _patterns(sub, f"{path}/{key}")
+
+
+@functools.lru_cache(maxsize=16)
+def _linear_time(base: Any) -> Any:
+    import jsonschema
+
+    def pattern(validator: Any, regex: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if validator.is_type(instance, "string") and compile_pattern(regex).search(instance) is None:
+            yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
+
+    def pattern_properties(validator: Any, properties: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+        if not validator.is_type(instance, "object"):
+            return
+        for regex, subschema in properties.items():
+            compiled = compile_pattern(regex)
+            for name, value in instance.items():
+                if compiled.search(name) is not None:
+                    yield from validator.descend(value, subschema, path=name, schema_path=regex)
+
+    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # untyped in types-jsonschema
+        base, {"pattern": pattern, "patternProperties": pattern_properties})
+
+
+def linear_time_validator(schema: Any) -> Any:
+    """The ``jsonschema`` validator class for ``schema``'s draft, its regexes run by RE2 (never ``re``)."""
+    import jsonschema
+
+    return _linear_time(jsonschema.validators.validator_for(schema))
+
+
+#: Schema nodes (values, ``$ref`` hops, ``allOf`` parts) one instance may take to build: a 3 KB
+#: ``$ref`` tree of 2^22 leaves or nested ``allOf`` of 2^28 stops here, in well under a second.
+MAX_STEPS = 100_000
+#: Instance size (characters of compact JSON) when the caller sets none.
+DEFAULT_MAX_CHARS = 1 << 20
+
+
+class SchemaTooLarge(SchemaError):
+    """The schema's instance would not fit the output budget, or takes too much work to build."""
+
+
+def generate_instance(schema: Any, rng: random.Random, max_chars: int = DEFAULT_MAX_CHARS) -> Any:
+    """A small instance of ``schema``, drawn from ``rng`` (same seed, same instance).
+
+    Bounded before anything big is built: an instance whose compact JSON
+    would pass ``max_chars`` characters, or that takes more than
+    :data:`MAX_STEPS` schema nodes to build, raises :class:`SchemaTooLarge`
+    naming the schema path (``minLength: 1000000000`` costs nothing).
+    """
+    try:
+        return _Generator(schema, rng, max_chars).value(schema, 0, "")
+    except RecursionError:
+        raise SchemaError("the schema refers to itself without end (allOf or $ref)") from None
+    except (OverflowError, ArithmeticError) as error:
+        raise SchemaError(f"the schema's numbers are out of range: {error}") from None
 
 
 class _Generator:
-    def __init__(self, root: Any, rng: random.Random) -> None:
+    def __init__(self, root: Any, rng: random.Random, max_chars: int) -> None:
         self.root = root
         self.rng = rng
+        self.max_chars = max_chars
+        self.size = 0  # characters of compact JSON built so far
+        self.steps = 0
+
+    # --- budget ---
+
+    def step(self, path: str) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise SchemaTooLarge(f"building an instance takes more than {MAX_STEPS:,} steps (at schema path "
+                                 f"{path or '/'}); the schema is too large to generate from")
+
+    def charge(self, chars: int, path: str, why: str = "") -> None:
+        """Count ``chars`` more characters of output; past the budget, refuse naming ``path`` (and ``why``)."""
+        self.size += chars
+        if self.size > self.max_chars:
+            raise SchemaTooLarge(f"an instance does not fit the output budget of {self.max_chars:,} characters "
+                                 f"(at schema path {path or '/'}{': ' + why if why else ''}); raise max_tokens "
+                                 f"or make the schema's minimums smaller")
+
+    def room(self) -> int:
+        return self.max_chars - self.size
 
     # --- dispatch ---
 
-    def value(self, schema: Any, depth: int) -> Any:
+    def value(self, schema: Any, depth: int, path: str) -> Any:
+        self.step(path)
         if depth > MAX_DEPTH:
             raise SchemaError(f"the schema nests deeper than {MAX_DEPTH} levels (a recursive $ref that never ends?)")
         if schema is True or schema == {}:
-            return self.words()
+            return self.words(path)
         if schema is False:
             raise SchemaError("the schema 'false' has no instance")
         if not isinstance(schema, dict):
             raise SchemaError(f"expected a schema object, got {type(schema).__name__}")
-        schema = self.expand(schema, depth)
+        schema = self.expand(schema, depth, path)
         if "const" in schema:
+            self.charge(len(json.dumps(schema["const"])), path, "const")
             return schema["const"]
         if "enum" in schema:
             if not isinstance(schema["enum"], list) or not schema["enum"]:
                 raise SchemaError("'enum' must be a non-empty array")
-            return self.rng.choice(schema["enum"])
+            choice = self.rng.choice(schema["enum"])
+            self.charge(len(json.dumps(choice)), path, "enum")
+            return choice
         if "anyOf" in schema:
-            return self.value(_merge(_without(schema, "anyOf"), self.rng.choice(schema["anyOf"])), depth + 1)
+            if not isinstance(schema["anyOf"], list) or not schema["anyOf"]:
+                raise SchemaError("'anyOf' must be a non-empty array")
+            index = self.rng.randrange(len(schema["anyOf"]))
+            return self.value(_merge(_without(schema, "anyOf"), schema["anyOf"][index]), depth + 1,
+                              f"{path}/anyOf/{index}")
         if "oneOf" in schema:
-            return self.one_of(schema, depth)
+            return self.one_of(schema, depth, path)
         kind = self.type_of(schema)
-        return getattr(self, "_" + kind)(schema, depth)
+        return getattr(self, "_" + kind)(schema, depth, path)
 
-    def expand(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+    def expand(self, schema: dict[str, Any], depth: int, path: str) -> dict[str, Any]:
         """Resolve ``$ref`` and merge ``allOf`` into one schema."""
+        if depth > MAX_DEPTH:
+            raise SchemaError(f"the schema nests deeper than {MAX_DEPTH} levels (an allOf that refers to itself?)")
         hops = 0
         while "$ref" in schema:
+            self.step(path)
             target = self.resolve(schema["$ref"])
             schema = _merge(target if isinstance(target, dict) else {}, _without(schema, "$ref"))
             hops += 1
             if hops > MAX_DEPTH:
                 raise SchemaError("the schema's $refs refer to each other in a loop")
         if "allOf" in schema:
+            parts = schema["allOf"]
+            if not isinstance(parts, list):
+                raise SchemaError("'allOf' must be an array")
             merged = _without(schema, "allOf")
-            for part in schema["allOf"]:
-                merged = _merge(merged, self.expand(part, depth + 1) if isinstance(part, dict) else {})
+            for index, part in enumerate(parts):
+                self.step(f"{path}/allOf/{index}")
+                merged = _merge(merged, self.expand(part, depth + 1, f"{path}/allOf/{index}")
+                                if isinstance(part, dict) else {})
             schema = merged
         return schema
 
@@ -145,20 +273,26 @@ class _Generator:
                 raise SchemaError(f"$ref {ref!r} does not resolve")
         return node
 
-    def one_of(self, schema: dict[str, Any], depth: int) -> Any:
+    def one_of(self, schema: dict[str, Any], depth: int, path: str) -> Any:
         """A branch's instance that matches exactly one branch (checked with ``jsonschema``)."""
-        import jsonschema
-
         base = _without(schema, "oneOf")
         branches = schema["oneOf"]
+        if not isinstance(branches, list) or not branches:
+            raise SchemaError("'oneOf' must be a non-empty array")
         definitions = {k: self.root[k] for k in ("$defs", "definitions")
                        if isinstance(self.root, dict) and k in self.root}
-        validator_class = jsonschema.validators.validator_for(self.root if isinstance(self.root, dict) else {})
+        validator_class = linear_time_validator(self.root if isinstance(self.root, dict) else {})
         checkers = [validator_class({**definitions, **branch} if isinstance(branch, dict) else branch)
                     for branch in branches]
+        start_size = self.size
         for _ in range(ONE_OF_TRIES):
-            candidate = self.value(_merge(base, self.rng.choice(branches)), depth + 1)
-            matches = sum(1 for checker in checkers if checker.is_valid(candidate))
+            self.size = start_size  # a candidate that is thrown away costs no output
+            index = self.rng.randrange(len(branches))
+            candidate = self.value(_merge(base, branches[index]), depth + 1, f"{path}/oneOf/{index}")
+            try:
+                matches = sum(1 for checker in checkers if checker.is_valid(candidate))
+            except Exception as error:  # a $ref the branch cannot resolve on its own, a bad pattern, ...
+                raise SchemaError(f"the 'oneOf' at schema path {path or '/'} cannot be checked: {error}") from None
             if matches == 1:
                 return candidate
         raise SchemaError("could not generate an instance matching exactly one 'oneOf' branch")
@@ -184,21 +318,27 @@ class _Generator:
 
     # --- one per type ---
 
-    def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+    def _object(self, schema: dict[str, Any], depth: int, path: str) -> dict[str, Any]:
         properties = schema.get("properties") or {}
         required = list(schema.get("required") or [])
         extra = schema.get("additionalProperties", True)
         result: dict[str, Any] = {}
         optional = [name for name in properties if name not in required]
-        for name in required:
-            result[name] = self.value(properties.get(name, extra if isinstance(extra, dict) else {}), depth + 1)
         maximum = schema.get("maxProperties", math.inf)
-        minimum = schema.get("minProperties", 0)
+        minimum = _count(schema, "minProperties")
+        # every property takes at least '"k":0,' (6 characters): refuse an impossible minimum before building
+        self.charge(2 + 6 * max(0, minimum - len(required)), path, f"minProperties {minimum:,}")
+        self.size -= 6 * max(0, minimum - len(required))  # charged again, property by property
+        for name in required:
+            self.charge(len(json.dumps(name)) + 2, path)
+            result[name] = self.value(properties.get(name, extra if isinstance(extra, dict) else {}), depth + 1,
+                                      f"{path}/properties/{name}")
         for name in optional:
             if len(result) >= maximum:
                 break
             if len(result) < minimum or (depth < OPTIONAL_DEPTH and self.rng.random() < 0.5):
-                result[name] = self.value(properties[name], depth + 1)
+                self.charge(len(json.dumps(name)) + 2, path)
+                result[name] = self.value(properties[name], depth + 1, f"{path}/properties/{name}")
         number = 1
         while len(result) < minimum:
             if extra is False:
@@ -206,50 +346,65 @@ class _Generator:
             key = f"key{number}"
             number += 1
             if key not in result:
-                result[key] = self.value(extra if isinstance(extra, dict) else {}, depth + 1)
+                self.charge(len(key) + 4, path, f"minProperties {minimum:,}")
+                result[key] = self.value(extra if isinstance(extra, dict) else {}, depth + 1,
+                                         f"{path}/additionalProperties")
         if len(result) > maximum:
             raise SchemaError("'required' lists more properties than 'maxProperties' allows")
         return result
 
-    def _array(self, schema: dict[str, Any], depth: int) -> list[Any]:
+    def _array(self, schema: dict[str, Any], depth: int, path: str) -> list[Any]:
         prefix = schema.get("prefixItems")
         items = schema.get("items", {})
         if isinstance(items, list):  # draft 4-7 tuple form
             prefix, items = items, schema.get("additionalItems", {})
         prefix = prefix or []
-        low = max(int(schema.get("minItems", 0)), 0)
-        high = int(schema.get("maxItems", max(low, len(prefix), 2)))
+        low = _count(schema, "minItems")
+        high = _count(schema, "maxItems", max(low, len(prefix), 2))
         if low > high:
             raise SchemaError("'minItems' is greater than 'maxItems'")
+        # every item takes at least two characters ('0,'): refuse an impossible minimum before building
+        self.charge(2, path)
+        if 2 * low > self.room():
+            self.charge(2 * low, path, f"minItems {low:,}")
         wanted = low if depth >= OPTIONAL_DEPTH else self.rng.randint(min(max(low, 1), high), max(min(high, 2), low))
-        result: list[Any] = [self.value(s, depth + 1) for s in prefix[:max(wanted, min(len(prefix), high))]]
+        result: list[Any] = [self.value(s, depth + 1, f"{path}/prefixItems/{i}")
+                             for i, s in enumerate(prefix[:max(wanted, min(len(prefix), high))])]
         unique = bool(schema.get("uniqueItems"))
         seen = {json.dumps(v, sort_keys=True) for v in result}
         tries = 0
         while len(result) < wanted:
             if items is False:
                 raise SchemaError("'minItems' cannot be met: no items are allowed beyond 'prefixItems'")
-            candidate = self.value(items, depth + 1)
-            key = json.dumps(candidate, sort_keys=True)
+            self.charge(1, path, f"minItems {low:,}")
+            candidate = self.value(items, depth + 1, f"{path}/items")
             tries += 1
-            if unique and key in seen:
-                if tries > 50:
-                    raise SchemaError("could not generate enough distinct items for 'uniqueItems'")
-                continue
-            seen.add(key)
+            if unique:
+                key = json.dumps(candidate, sort_keys=True)
+                if key in seen:
+                    if tries > 50:
+                        raise SchemaError("could not generate enough distinct items for 'uniqueItems'")
+                    continue
+                seen.add(key)
             result.append(candidate)
         return result
 
-    def _string(self, schema: dict[str, Any], depth: int) -> str:
-        low = int(schema.get("minLength", 0))
+    def _string(self, schema: dict[str, Any], depth: int, path: str) -> str:
+        low = _count(schema, "minLength")
         high = schema.get("maxLength")
+        if low + 2 > self.room():  # before "x" * low is built
+            self.charge(low + 2, path, f"minLength {low:,}")
         pattern = schema.get("pattern")
+        start_size = self.size
         for _ in range(20 if pattern else 1):
-            text = self.formatted(schema.get("format")) or self.words()
+            self.size = start_size
+            text = self.formatted(schema.get("format")) or self.words(path)
             if len(text) < low:
                 text += "x" * (low - len(text))
             if high is not None and len(text) > high:
                 text = text[:int(high)]
+            self.size = start_size
+            self.charge(len(text) + 2, path)
             if not pattern or _matches(pattern, text):
                 return text
         return text
@@ -277,10 +432,12 @@ class _Generator:
             return f"{rng.choice(_WORDS)}.example.com"
         return None
 
-    def words(self) -> str:
-        return " ".join(self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3)))
+    def words(self, path: str) -> str:
+        text = " ".join(self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3)))
+        self.charge(len(text) + 2, path)
+        return text
 
-    def _integer(self, schema: dict[str, Any], depth: int) -> int:
+    def _integer(self, schema: dict[str, Any], depth: int, path: str) -> int:
         low, high = _bounds(schema, integer=True)
         step = schema.get("multipleOf")
         if isinstance(step, (int, float)) and step > 0:
@@ -288,13 +445,17 @@ class _Generator:
                 first, last = math.ceil(low / step), math.floor(high / step)
                 if first > last:
                     raise SchemaError("no integer multiple of 'multipleOf' lies within the bounds")
-                return int(self.rng.randint(first, last) * step)
+                value = int(self.rng.randint(first, last) * step)
+                self.charge(len(str(value)), path)
+                return value
             raise SchemaError("a fractional 'multipleOf' on an integer is not supported")
         if low > high:
             raise SchemaError("the integer bounds leave no value")
-        return self.rng.randint(int(low), int(high))
+        value = self.rng.randint(int(low), int(high))
+        self.charge(len(str(value)), path)
+        return value
 
-    def _number(self, schema: dict[str, Any], depth: int) -> float | int:
+    def _number(self, schema: dict[str, Any], depth: int, path: str) -> float | int:
         step = schema.get("multipleOf")
         low, high = _bounds(schema, integer=False)
         if isinstance(step, (int, float)) and step > 0:
@@ -306,18 +467,32 @@ class _Generator:
                 value = int(value) if float(value).is_integer() else round(value, 12)
                 quotient = value / step
                 if low <= value <= high and int(quotient) == quotient:
+                    self.charge(len(repr(value)), path)
                     return value
             raise SchemaError("no multiple of 'multipleOf' lies within the bounds")
         if low > high:
             raise SchemaError("the number bounds leave no value")
-        value = round(self.rng.uniform(low, high), 2)
-        return min(max(value, low), high)
+        value = min(max(round(self.rng.uniform(low, high), 2), low), high)
+        if math.isinf(value) or math.isnan(value):
+            raise SchemaError(f"the number bounds at schema path {path or '/'} leave no finite value")
+        self.charge(len(repr(value)), path)
+        return value
 
-    def _boolean(self, schema: dict[str, Any], depth: int) -> bool:
+    def _boolean(self, schema: dict[str, Any], depth: int, path: str) -> bool:
+        self.charge(5, path)
         return self.rng.random() < 0.5
 
-    def _null(self, schema: dict[str, Any], depth: int) -> None:
+    def _null(self, schema: dict[str, Any], depth: int, path: str) -> None:
+        self.charge(4, path)
         return None
+
+
+def _count(schema: dict[str, Any], key: str, default: int = 0) -> int:
+    """A non-negative integer keyword (minItems, minLength, ...); bad values are check_schema's to refuse."""
+    value = schema.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SchemaError(f"'{key}' must be a non-negative integer")
+    return max(int(value), 0)
 
 
 def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
@@ -374,7 +549,7 @@ def _merge(base: dict[str, Any], extra: Any) -> dict[str, Any]:
 
 def _matches(pattern: str, text: str) -> bool:
     try:
-        return re.search(pattern, text) is not None
-    except re.error:
-        return True  # an invalid pattern cannot be honoured; check_schema does not catch every one
+        return compile_pattern(pattern).search(text) is not None
+    except PatternError:
+        return True  # a pattern RE2 cannot run is refused by check_schema; here it cannot be honoured
 

@@ -1,0 +1,43 @@
+"""Credentials that leave the process are fingerprinted, never sent as they came.
+
+The request log keeps the headers a client sent (a test asserts which key a
+gateway forwarded), but what leaves the process (the control API's
+``/llmsim/v1/requests``, and so :class:`~pytest_llmsim.RemoteBackend`)
+shows each credential as ``scheme …last4 (sha256:8 hex digits)``: enough to
+tell keys apart and to check one with :func:`key_fingerprint`, not enough to
+use one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+__all__ = ["SECRET_HEADERS", "key_fingerprint", "redact_headers"]
+
+#: Request headers whose values are credentials (lower-case names).
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
+                            "x-goog-api-key", "x-amz-security-token"})
+# A credential shorter than this shows no characters at all (four of eight would be half of it).
+_SHOWN_FROM = 12
+
+
+def key_fingerprint(value: str) -> str:
+    """The redacted form of a credential: ``"Bearer sk-…"`` -> ``"Bearer …1234 (sha256:0a1b2c3d)"``.
+
+    A header value with an auth scheme keeps the scheme; the hash and the
+    last four characters are of the credential after it, so the fingerprint
+    of a bare key (``key_fingerprint("sk-...")``) is the end of its header's.
+    """
+    scheme, space, credential = value.partition(" ")
+    if not space or not scheme.isalpha() or not credential.strip():
+        scheme, credential = "", value
+    credential = credential.strip()
+    digest = hashlib.sha256(credential.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    tail = credential[-4:] if len(credential) >= _SHOWN_FROM else ""
+    return f"{scheme + ' ' if scheme else ''}…{tail} (sha256:{digest})"
+
+
+def redact_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(name, value)`` pairs with every credential's value replaced by its fingerprint."""
+    return [(name, key_fingerprint(value) if name.lower() in SECRET_HEADERS else value) for name, value in pairs]
