@@ -79,7 +79,11 @@ class SimConfig:
     keepalive: bool = True
     keepalive_max_requests: int | None = None
     max_stored_responses: int = 1000
+    max_stored_response_bytes: int = 256 * 1024 * 1024
     max_trace_requests: int = 10_000
+    max_queued_replies: int = 10_000
+    max_rules: int = 1_000
+    max_script_bytes: int = 16 * 1024 * 1024
     tool_call_rate: float = 1.0
     tool_calls_per_reply: int = 1
     embedding_size: int = 1536
@@ -138,12 +142,17 @@ def _number(low: float, *, low_inclusive: bool = True, high: float = math.inf,
     return check
 
 
+# The largest integer setting: exact in JSON (a double) and far below what a deque or a
+# range can take (2^63 overflowed them: a 500 from the control API).
+MAX_INTEGER = 2**53
+
+
 def _integer(low: int) -> Callable[[str, Any], int]:
     def check(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer >= {low})")
-        if value < low:
-            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer >= {low})")
+        if value > MAX_INTEGER:
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer <= 2^53)")
         return value
 
     return check
@@ -301,7 +310,11 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_response_bytes": _integer(1),
     "keepalive_timeout": _number(0.0, low_inclusive=False),
     "max_stored_responses": _integer(0),
+    "max_stored_response_bytes": _integer(1),
     "max_trace_requests": _integer(0),
+    "max_queued_replies": _integer(0),
+    "max_rules": _integer(0),
+    "max_script_bytes": _integer(0),
     "keepalive": _boolean,
     "keepalive_max_requests": _optional_limit,
     "tool_call_rate": _number(0.0, high=1.0),
@@ -367,7 +380,12 @@ SETTING_HELP: dict[str, str] = {
     "keepalive_max_requests": "Close a kept-alive connection after this many requests, without telling the "
                               "client first; unset means no limit",
     "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
+    "max_stored_response_bytes": "Bytes of text those stored answers may hold in all, their conversations "
+                                 "included (oldest dropped; the newest always kept)",
     "max_trace_requests": "Requests the backend's trace keeps (oldest dropped first); 0 turns recording off",
+    "max_queued_replies": "Scripted replies that may wait in the queue (reply_with); more raise / answer 400",
+    "max_rules": "Rules a backend may hold (on(), add_rule); more raise / answer 400",
+    "max_script_bytes": "Bytes of JSON the queued replies and rules may take in all; more raise / answer 400",
     "tool_call_rate": "Under tool_choice auto, the seeded chance that a reply calls a tool (0 to 1)",
     "tool_calls_per_reply": "Tool calls in a reply that calls tools (1 when the request disables parallel calls)",
     "embedding_size": "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)",

@@ -33,6 +33,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
+from .api.validation import lone_surrogate
 from .config import ConfigError, SimConfig, is_profile_path, profile_names
 from .content.replies import Rule, reply_from_json
 from .faults import Fault, FaultError
@@ -156,8 +157,9 @@ class ControlAPI:
         if refusal is not None:
             return refusal
         if self.token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+            # the scheme is case-insensitive (RFC 9110 §11.1); the token is compared in constant time
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
                 return _error(401, "The control API needs 'Authorization: Bearer <control token>'.",
                               "invalid_control_token")
         name = request.path[len(CONTROL_PREFIX):]
@@ -201,6 +203,9 @@ class ControlAPI:
         if not data:
             return {}
         body = json.loads(data)
+        where = lone_surrogate(data, body)
+        if where is not None:
+            raise ValueError(f"'{where}': the string contains a lone surrogate, which is not valid Unicode")
         if not isinstance(body, dict):
             raise ValueError("the control API takes a JSON object")
         return body

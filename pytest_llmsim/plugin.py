@@ -11,6 +11,7 @@ reset *before* each test and then set from the test's markers.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -526,8 +527,9 @@ def _llmsim_pools(request: pytest.FixtureRequest) -> Iterator[None]:
                                 if name in request.fixturenames]
     if pools:
         markers, faults = settings_from_markers(request.node), faults_from_markers(request.node)
+        scripted = replies_from_markers(request.node)
         for pool in pools:
-            pool.prepare(markers, faults)
+            pool.prepare(markers, functools.partial(_arm, faults=faults, scripted=scripted))
             for backend in pool:
                 _trace_before(request, backend)
     started = time.monotonic()

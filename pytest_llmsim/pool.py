@@ -9,7 +9,7 @@ state), records report rows and runs the teardown check after it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .backend import LLMBackend
@@ -60,15 +60,15 @@ class BackendPool:
     def __len__(self) -> int:
         return len(self._backends)
 
-    def prepare(self, markers: dict[str, Any], faults: list[tuple[str, dict[str, Any]]]) -> None:
-        """Before a test: each backend back to the test's markers plus its own settings, empty state.
+    def prepare(self, markers: dict[str, Any], arm: Callable[[LLMBackend], None]) -> None:
+        """Before a test: each backend back to the test's markers plus its own settings, empty state,
+        then armed by ``arm`` (the test's faults and scripted replies, as every other backend is).
 
         As with ``llm_backend_factory``, a backend's explicit settings win over markers.
         """
         for backend, created in self._backends.values():
             backend.reset(self._base.replace(**{**markers, **created}))
-            for kind, params in faults:
-                backend.add_fault(kind, **params)
+            arm(backend)
 
     def stop(self) -> None:
         """Stop every backend (the pool's scope is over)."""

@@ -33,7 +33,7 @@ from werkzeug.wrappers import Request, Response
 from . import wire_json
 from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
 from .api.anthropic_messages import parse_messages
-from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds
+from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
 from .api.vllm_extras import detokenize_tokens, lora_fields, tokenize_fields
 from .control import CONTROL_PREFIX, ControlAPI
 from .faults import HTTP_FAULTS
@@ -382,6 +382,11 @@ class SimulatorServer(HTTPServer):
         if json_depth_exceeds(data):
             raise SimError(400, f"The JSON body of your request is nested too deeply "
                                 f"(more than {MAX_JSON_DEPTH} levels of objects and arrays).", code="invalid_json")
+        where = lone_surrogate(data, body)
+        if where is not None:  # nothing that echoes it could be encoded: refused before anything is done
+            raise SimError(400, f"Invalid '{where}': the string contains a lone surrogate (an unpaired "
+                                f"\\ud800-\\udfff escape), which is not valid Unicode.", param=where,
+                           code="invalid_value")
         return body, data
 
     # --- generation routes ---

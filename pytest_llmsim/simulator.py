@@ -20,6 +20,7 @@ from .content.embeddings import embed
 from .content.logprobs import LogprobSource, TokenLogprob
 from .content.planner import ContentPlanner
 from .content.replies import Rule, Script
+from .content.tools import check_schemas
 from .engine import SeqState, SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
 from .metrics import Metrics, MetricsSnapshot
@@ -173,11 +174,11 @@ class Simulator:
         self.runtime = Runtime(self.config, self.trace.sample)
         self.metrics = Metrics(self.config.model)
         self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
-        self.conversations = ConversationStore(self.config.max_stored_responses)
+        self.conversations = ConversationStore(self.config.max_stored_responses, self.config.max_stored_response_bytes)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self.planner = ContentPlanner(self.tokenizer, self._filler, self.config)
-        self.script = Script()
+        self.script = Script(self.config.max_queued_replies, self.config.max_rules, self.config.max_script_bytes)
         self.adapters: dict[str, str] = dict.fromkeys(self.config.lora_adapters, "")  # LoRA name -> path
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
         self.faults = FaultInjector(self.config.seed)
@@ -207,7 +208,7 @@ class Simulator:
             self.runtime.reset(config)
             self.metrics = Metrics(config.model)
             self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
-            self.conversations = ConversationStore(config.max_stored_responses)
+            self.conversations = ConversationStore(config.max_stored_responses, config.max_stored_response_bytes)
             self.script.clear()
             self.trace.clear(config.max_trace_requests)
             self.adapters = dict.fromkeys(config.lora_adapters, "")
@@ -230,7 +231,11 @@ class Simulator:
         if config.lora_adapters != self.config.lora_adapters:
             self.adapters = {name: self.adapters.get(name, "") for name in config.lora_adapters}
         self.faults.seed = config.seed
+        script = self.script
+        script.max_replies, script.max_rules, script.max_bytes = (config.max_queued_replies, config.max_rules,
+                                                                  config.max_script_bytes)
         self.conversations.max_entries = config.max_stored_responses
+        self.conversations.max_bytes = config.max_stored_response_bytes
         if config.max_trace_requests != self.config.max_trace_requests:
             self.trace.clear(config.max_trace_requests)
         if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
@@ -361,6 +366,7 @@ class Simulator:
                               f"{blocks * config.block_size} (kv_cache_blocks={blocks} x block_size="
                               f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
         self._check_work(request, prompts, budgets)
+        self._check_schemas(request)  # after the cheap limits: thousands of schemas cost seconds
         sequence_count = len(prompts) * request.n
         capacity = config.max_batch_size + config.max_waiting
         if sequence_count > capacity:  # never admitted whole, however long a client retries: not a 503
@@ -429,7 +435,14 @@ class Simulator:
         """Prompt tokens of ``request`` as the engine would count them (nothing is run)."""
         self._continue(request)
         prompts, _ = self._prompts(request, self.tokenizer)
+        self._check_schemas(request)
         return sum(len(ids) for ids in prompts)
+
+    @staticmethod
+    def _check_schemas(request: GenerationRequest) -> None:
+        problem = check_schemas(request.tool_use, request.output_format)
+        if problem is not None:
+            raise invalid(problem[0], problem[1], "invalid_schema")
 
     def _check_embedding(self, request: GenerationRequest, prompts: list[list[int]]) -> None:
         """OpenAI's embedding limits: tokens per input and per request; ``dimensions`` within the vector."""

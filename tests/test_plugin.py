@@ -516,6 +516,31 @@ def test_module_backends_outlive_tests_and_are_reset_before_each(pytester: pytes
     result.stdout.fnmatch_lines(["*test_one*alpha:*429x1*", "*test_one*beta:*200x1*"])
 
 
+def test_llm_reply_markers_reach_pool_backends(pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile(test_gateway="""
+        import pytest
+        from llmsim_helpers import ask
+
+        @pytest.fixture(scope="module")
+        def primary(llmsim_module_backends):
+            return llmsim_module_backends.get("primary")
+
+        @pytest.mark.llm_reply("scripted for the pool")
+        def test_scripted(primary):
+            assert ask(primary, max_tokens=20).json()["choices"][0]["message"]["content"] == "scripted for the pool"
+
+        @pytest.mark.llm_reply("only here", prompt="hi")
+        def test_rule(primary):
+            assert ask(primary, max_tokens=20).json()["choices"][0]["message"]["content"] == "only here"
+
+        def test_next_test_gets_filler(primary):
+            assert ask(primary).json()["choices"][0]["message"]["content"] not in ("scripted for the pool",
+                                                                                   "only here")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf")
+    result.assert_outcomes(passed=3)
+
+
 def test_session_backends_keep_their_port_across_modules(pytester: pytest.Pytester, helpers: None) -> None:
     pytester.makeconftest("""
         import pytest

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .. import wire_json
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid
 from ..tokens import PlannedCall
+from .base import PIECE_MARK
 from .tool_fields import anthropic_tool_use
 from .validation import describe, expect_object, is_int, optional, ranged
 
@@ -185,7 +186,7 @@ class _MessagesStream:
     ``content_block_stop``, ``message_delta``, ``message_stop``: the sequence the SDK's
     ``messages.stream()`` reads."""
 
-    _MARK = "\x00llmsim-piece\x00"
+    _MARK = PIECE_MARK
 
     def __init__(self, generation: Generation, response_id: str) -> None:
         self._generation = generation

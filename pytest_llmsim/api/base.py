@@ -8,6 +8,7 @@ route table.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..sim import GenerationRequest, RateLimitStatus, SimError
@@ -15,7 +16,11 @@ from ..sim import GenerationRequest, RateLimitStatus, SimError
 if TYPE_CHECKING:
     from ..simulator import Generation
 
-__all__ = ["StreamRenderer", "WireAPI"]
+__all__ = ["PIECE_MARK", "StreamRenderer", "WireAPI"]
+
+#: Where a token's text goes in a stream event's cached template. Random per process: a client
+#: cannot put it in a string the event also carries (a model name), which would split the template.
+PIECE_MARK = f"\x00llmsim-piece-{os.urandom(8).hex()}\x00"
 
 
 class StreamRenderer(Protocol):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import wire_json
 from ..ratelimit import openai_rate_limit_headers
 from ..sim import RateLimitStatus, SimError, invalid
+from .base import PIECE_MARK
 from .validation import describe, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class OpenAIStream:
     (logprobs, a tool call's fragment) is built by :meth:`token_choice`.
     """
 
-    _MARK = "\x00llmsim-piece\x00"
+    _MARK = PIECE_MARK
 
     def __init__(self, generation: Generation, response_id: str, obj: str,
                  choice: Callable[[int, str, str | None], dict[str, Any]]) -> None:

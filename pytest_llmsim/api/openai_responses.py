@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import wire_json
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid
 from ..tokens import PlannedCall
+from .base import PIECE_MARK
 from .openai_common import OpenAIErrors, model_field
 from .tool_fields import openai_tool_use, responses_output_format
 from .validation import describe, expect_object, is_int, optional, ranged
@@ -185,7 +186,7 @@ class _ResponsesStream:
     an ``output_text.delta`` per token, ``output_text.done``, ``content_part.done``,
     ``output_item.done``, then ``response.completed`` (or ``response.incomplete``)."""
 
-    _PIECE = "\x00llmsim-piece\x00"
+    _PIECE = PIECE_MARK
     _NUMBER = "\x00llmsim-number\x00"
 
     def __init__(self, generation: Generation, response_id: str) -> None:

@@ -15,23 +15,23 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..content.schema import SchemaError
-from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse, schema_or_error
+from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
 from ..sim import invalid
 from .validation import describe
 
 __all__ = ["anthropic_tool_use", "openai_output_format", "openai_tool_use", "responses_output_format"]
 
 FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+MAX_OPENAI_TOOLS = 128  # "A max of 128 functions are supported" (OpenAI's API reference)
 
 
 def _schema(value: Any, param: str) -> dict[str, Any]:
+    """``value`` if it is a schema object; its metaschema check comes later (``check_schemas``)."""
     if value is None:
         return NO_ARGUMENTS
-    try:
-        return schema_or_error(value, param)
-    except SchemaError as error:
-        raise invalid(str(error), param, "invalid_schema") from None
+    if not isinstance(value, dict):
+        raise invalid(f"Invalid '{param}': expected a JSON Schema object.", param, "invalid_schema")
+    return value
 
 
 def _name(value: Any, param: str) -> str:
@@ -53,6 +53,9 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
     if not isinstance(tools, list):
         raise invalid(f"Invalid type for 'tools': expected an array, but got {describe(tools)}.", "tools",
                       "invalid_type")
+    if len(tools) > MAX_OPENAI_TOOLS:
+        raise invalid(f"Invalid 'tools': array too long. Expected an array with maximum length {MAX_OPENAI_TOOLS}, "
+                      f"but got an array with length {len(tools)} instead.", "tools", "array_above_max_length")
     specs = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
@@ -65,7 +68,7 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
                           f"{param}.function", "invalid_value")
         where = param if flat else f"{param}.function"
         specs.append(ToolSpec(_name(function.get("name"), f"{where}.name"),
-                              _schema(function.get("parameters"), f"{where}.parameters")))
+                              _schema(function.get("parameters"), f"{where}.parameters"), f"{where}.parameters"))
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise invalid(f"Invalid type for 'parallel_tool_calls': expected a boolean, but got {describe(parallel)}.",
@@ -74,7 +77,8 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
     if choice is None or choice in ("auto", "none", "required"):
         return ToolUse(use.tools, choice or "auto", None, use.parallel)
     if isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name") if flat else (choice.get("function") or {}).get("name")
+        function = choice if flat else choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
         if use.named(name) is None:
             raise invalid(f"Invalid value for 'tool_choice': function {describe(name)} is not among the tools.",
                           "tool_choice", "invalid_value")
@@ -90,7 +94,7 @@ def _json_schema_format(schema: Any, name: Any, param: str) -> OutputFormat:
     if schema is None:
         raise invalid(f"Missing required parameter: '{param}.schema'.", f"{param}.schema",
                       "missing_required_parameter")
-    return OutputFormat("json_schema", _schema(schema, f"{param}.schema"), name)
+    return OutputFormat("json_schema", _schema(schema, f"{param}.schema"), name, f"{param}.schema")
 
 
 def openai_output_format(body: dict[str, Any]) -> OutputFormat | None:
@@ -149,7 +153,7 @@ def anthropic_tool_use(body: dict[str, Any]) -> ToolUse | None:
             raise invalid(f"tools.{i}.input_schema: Field required.", f"tools.{i}.input_schema",
                           "missing_required_parameter")
         specs.append(ToolSpec(_name(tool.get("name"), f"tools.{i}.name"),
-                              _schema(tool["input_schema"], f"tools.{i}.input_schema")))
+                              _schema(tool["input_schema"], f"tools.{i}.input_schema"), f"tools.{i}.input_schema"))
     kind = "auto" if choice is None else choice["type"]
     parallel = not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)
     use = ToolUse(tuple(specs), parallel=parallel)

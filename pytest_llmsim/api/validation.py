@@ -14,7 +14,7 @@ from typing import Any
 from ..sim import invalid
 
 __all__ = ["MAX_JSON_DEPTH", "describe", "expect_object", "is_int", "is_number", "json_depth_exceeds",
-           "optional", "ranged"]
+           "lone_surrogate", "optional", "ranged"]
 
 # JSON nested deeper than this is refused before anything walks it recursively.
 MAX_JSON_DEPTH = 128
@@ -22,6 +22,36 @@ MAX_JSON_DEPTH = 128
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+# An escaped surrogate (\\ud800-\\udfff) in JSON text: only then can a parsed string hold a lone one.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(data: bytes, body: Any) -> str | None:
+    """Where the parsed JSON ``body`` (of text ``data``) has a string with a lone surrogate
+    (``"\\ud800"``: not Unicode, so no answer that echoes it can be encoded), as a field path
+    such as ``messages[0].content``; None when it has none (the usual case costs one scan of ``data``).
+
+    A pair (``"\\ud83d\\ude00"``) parses to one character and is fine.
+    """
+    if _ESCAPED_SURROGATE.search(data) is None:
+        return None
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return path or "body"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    return f"{path}.{key.encode('utf-8', 'backslashreplace').decode()}".lstrip(".")
+                stack.append((f"{path}.{key}".lstrip("."), item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+    return None
 
 
 def json_depth_exceeds(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:

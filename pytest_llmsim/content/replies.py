@@ -26,7 +26,7 @@ from ..sim.patterns import PatternError, compile_pattern, escape_pattern
 if TYPE_CHECKING:
     from ..sim import GenerationRequest
 
-__all__ = ["ErrorReply", "Reply", "Rule", "RuleBuilder", "Script", "ToolCall", "load_conversation",
+__all__ = ["ErrorReply", "Reply", "Rule", "RuleBuilder", "Script", "ScriptFull", "ToolCall", "load_conversation",
            "normalize_reply", "reply_from_json", "reply_to_json"]
 
 
@@ -242,45 +242,81 @@ class RuleBuilder:
                               name=name))
 
 
-class Script:
-    """A backend's scripted replies (a queue) and rules, safe to use from handler threads."""
+class ScriptFull(ValueError):
+    """A reply or rule past the script's bounds (``max_queued_replies``, ``max_rules``, ``max_script_bytes``)."""
 
-    def __init__(self) -> None:
+
+def _reply_size(reply: Reply) -> int:
+    return len(json.dumps(reply_to_json(reply), default=str))
+
+
+class Script:
+    """A backend's scripted replies (a queue) and rules, safe to use from handler threads.
+
+    Bounded, as anything a client can fill over the control API is: at most ``max_replies``
+    queued replies, ``max_rules`` rules, and ``max_bytes`` of their JSON in all; past a bound,
+    :class:`ScriptFull` names it and nothing is added.
+    """
+
+    def __init__(self, max_replies: int = 10_000, max_rules: int = 1_000, max_bytes: int = 16 * 1024 * 1024) -> None:
         self._lock = threading.Lock()
-        self._queue: deque[Reply] = deque()
-        self._rules: list[Rule] = []
+        self._queue: deque[tuple[Reply, int]] = deque()
+        self._rules: list[tuple[Rule, int]] = []
         self._numbers = itertools.count(1)
+        self.max_replies, self.max_rules, self.max_bytes = max_replies, max_rules, max_bytes
+        self.total_bytes = 0
 
     def queue(self, replies: Iterable[Any]) -> None:
         checked = [normalize_reply(reply) for reply in replies]
+        sizes = [_reply_size(reply) for reply in checked]
         with self._lock:
-            self._queue.extend(checked)
+            if len(self._queue) + len(checked) > self.max_replies:
+                raise ScriptFull(f"{len(self._queue) + len(checked):,} queued replies would pass max_queued_replies "
+                                 f"({self.max_replies:,})")
+            self._check_bytes(sum(sizes))
+            self._queue.extend(zip(checked, sizes))
+            self.total_bytes += sum(sizes)
 
     def add_rule(self, rule: Rule) -> Rule:
+        size = len(json.dumps(rule.to_json(), default=str))
         with self._lock:
+            if len(self._rules) >= self.max_rules:
+                raise ScriptFull(f"a rule past max_rules ({self.max_rules:,})")
+            self._check_bytes(size)
             if not rule.name:
                 rule.name = f"rule-{next(self._numbers)}"
-            self._rules.append(rule)
+            self._rules.append((rule, size))
+            self.total_bytes += size
         return rule
+
+    def _check_bytes(self, size: int) -> None:
+        if self.total_bytes + size > self.max_bytes:
+            raise ScriptFull(f"{self.total_bytes + size:,} bytes of scripted replies and rules would pass "
+                             f"max_script_bytes ({self.max_bytes:,})")
 
     @property
     def rules(self) -> list[Rule]:
         with self._lock:
-            return list(self._rules)
+            return [rule for rule, _ in self._rules]
 
     def clear(self) -> None:
         with self._lock:
             self._queue.clear()
             self._rules.clear()
+            self.total_bytes = 0
             self._numbers = itertools.count(1)
 
     def next_reply(self, request: GenerationRequest) -> tuple[Reply | None, str | None]:
         """The reply for ``request`` and the name of the rule that gave it (None: the queue, or nothing)."""
         with self._lock:
-            for rule in self._rules:
+            for rule, _ in self._rules:
                 if rule.matches(request):
                     return rule.take(), rule.name
-            return (self._queue.popleft() if self._queue else None), None
+            if not self._queue:
+                return None, None
+            reply, size = self._queue.popleft()
+            self.total_bytes -= size
+            return reply, None
 
 
 def load_conversation(path: str | Path) -> list[Rule]:

@@ -23,17 +23,22 @@ from typing import Any
 
 from .schema import SchemaError, check_schema
 
-__all__ = ["NO_ARGUMENTS", "OutputFormat", "ToolSpec", "ToolUse", "choose_tools", "schema_or_error"]
+__all__ = ["NO_ARGUMENTS", "OutputFormat", "ToolSpec", "ToolUse", "check_schemas", "choose_tools", "schema_or_error"]
 
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A function the request offers: its name and the JSON Schema of its arguments."""
+    """A function the request offers: its name and the JSON Schema of its arguments.
+
+    ``param`` names the schema's field for errors; the schema is checked against its
+    metaschema by :func:`check_schemas`, after the request's cheap limits (its length).
+    """
 
     name: str
     parameters: dict[str, Any]
+    param: str = "tools"
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,24 @@ class OutputFormat:
     kind: str
     schema: dict[str, Any] | None = None
     name: str | None = None
+    param: str = "response_format"
+
+
+def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tuple[str, str] | None:
+    """The first schema of a request that is not a valid JSON Schema, as ``(message, param)``; None if all are.
+
+    Run after the request's cheap limits: 60,000 distinct tool schemas cost ~40 s to check, and
+    a request that long is refused by its context length first.
+    """
+    schemas = [(tool.parameters, tool.param) for tool in use.tools] if use is not None else []
+    if output_format is not None and output_format.schema is not None:
+        schemas.append((output_format.schema, output_format.param))
+    for schema, param in schemas:
+        try:
+            schema_or_error(schema, param)
+        except SchemaError as error:
+            return str(error), param
+    return None
 
 
 def schema_or_error(schema: Any, param: str) -> dict[str, Any]:

@@ -2,12 +2,15 @@
 
 Protocol-blind: an id maps to the messages of that exchange (its whole
 history plus the answer) and the API's own rendering of the answer, for
-retrieval. Bounded: the oldest entries are dropped past ``max_entries``;
-a backend's :meth:`reset` empties it.
+retrieval. Bounded: the oldest entries are dropped past ``max_entries`` or
+``max_bytes`` (their text's size: a chain of long requests stores each whole
+history again, 250 of ~3.6 MB took a gigabyte); the newest is always kept. A
+backend's :meth:`reset` empties it.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -25,28 +28,48 @@ class StoredExchange:
     messages: tuple[ChatMessage, ...]
     body: dict[str, Any]
 
+    def size_bytes(self) -> int:
+        """About what it holds: its messages' text and its body's JSON (characters, plus a little per message)."""
+        text = sum(len(m.content) + len(m.role) + len(m.name or "") + 64 for m in self.messages)
+        return text + len(json.dumps(self.body, separators=(",", ":"), default=str))
+
 
 class ConversationStore:
     """Thread-safe, bounded map of response id to :class:`StoredExchange`, oldest dropped first."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, StoredExchange] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.total_bytes = 0
+        self._entries: OrderedDict[str, tuple[StoredExchange, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def put(self, response_id: str, exchange: StoredExchange) -> None:
+        size = exchange.size_bytes()
         with self._lock:
-            self._entries[response_id] = exchange
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            previous = self._entries.pop(response_id, None)
+            if previous is not None:
+                self.total_bytes -= previous[1]
+            self._entries[response_id] = (exchange, size)
+            self.total_bytes += size
+            while len(self._entries) > 1 and (len(self._entries) > self.max_entries
+                                              or self.total_bytes > self.max_bytes):
+                self.total_bytes -= self._entries.popitem(last=False)[1][1]
+            if len(self._entries) > self.max_entries:  # max_entries 0: nothing is kept
+                self._entries.clear()
+                self.total_bytes = 0
 
     def get(self, response_id: str) -> StoredExchange | None:
         with self._lock:
-            return self._entries.get(response_id)
+            entry = self._entries.get(response_id)
+        return entry[0] if entry is not None else None
 
     def delete(self, response_id: str) -> bool:
         with self._lock:
-            return self._entries.pop(response_id, None) is not None
+            entry = self._entries.pop(response_id, None)
+            if entry is not None:
+                self.total_bytes -= entry[1]
+        return entry is not None
 
     def __len__(self) -> int:
         return len(self._entries)
