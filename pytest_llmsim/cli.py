@@ -24,7 +24,7 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
-from typing import Any
+from typing import Any, TextIO
 
 from .backend import LLMBackend
 from .calibration import BUDGETS, SweepRow, calibrate, read_sweep, render_profile, render_table
@@ -128,9 +128,15 @@ def load_config_rules(path: str) -> list[Rule]:
     return _load_config_file(path)[2]
 
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a --config of /dev/zero or a log file is refused, not read without end
+
+
 def _load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[Rule]]:
     with open(path, "rb") as handle:
-        data = tomllib.load(handle)
+        text = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(f"larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB: not a settings file")
+    data = tomllib.loads(text.decode("utf-8"))
     rules_data = data.pop("rules", [])
     if not isinstance(rules_data, list):
         raise ValueError("'rules' must be an array of tables ([[rules]])")
@@ -257,25 +263,62 @@ def _replica_argv(argv: Sequence[str], port: int) -> list[str]:
     return [*out, "--port", str(port)]
 
 
+def _start_replica(argv: Sequence[str], number: int, port: int) -> tuple[subprocess.Popen[str], str]:
+    """Replica ``number`` as an ``llmsim serve`` process on ``port`` that dies with this one; its URL (or OSError)."""
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", *_replica_argv(argv, port)],
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                               preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    process.stdout.close()  # the URL is all the parent reads; the replica's later lines go nowhere
+    match = re.search(r" at (http://\S+)", line)
+    if match is None:
+        process.kill()
+        process.wait()
+        raise OSError(f"replica {number} did not start on port {port}: {line.strip() or 'no output'}")
+    return process, match.group(1)
+
+
 def _start_replicas(argv: Sequence[str], args: argparse.Namespace) -> list[tuple[subprocess.Popen[str], str]]:
-    """Replicas 2..N as ``llmsim serve`` processes that die with this one; their URLs (or OSError)."""
+    """Replicas 2..N (see :func:`_start_replica`); their processes and URLs (or OSError)."""
     started: list[tuple[subprocess.Popen[str], str]] = []
     for index in range(1, args.replicas):
-        port = args.port + index if args.port else 0
-        process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", *_replica_argv(argv, port)],
-                                   stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                   preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        match = re.search(r" at (http://\S+)", line)
-        if match is None:
-            process.kill()
-            process.wait()
+        try:
+            started.append(_start_replica(argv, index + 1, args.port + index if args.port else 0))
+        except OSError:
             _stop_replicas(started)
-            raise OSError(f"replica {index + 1} did not start on port {port}: {line.strip() or 'no output'}")
-        started.append((process, match.group(1)))
+            raise
     return started
+
+
+def _heal(replicas: list[tuple[subprocess.Popen[str], str]], argv: Sequence[str]) -> None:
+    """Restart, on its own port, each replica whose process has exited (killed, out of memory); log it."""
+    for index, (process, url) in enumerate(replicas):
+        status = process.poll()
+        if status is None:
+            continue
+        number, port = index + 2, int(url.rsplit(":", 1)[1].split("/")[0])
+        how = f"killed by {signal.Signals(-status).name}" if status < 0 else f"exited with status {status}"
+        try:
+            replicas[index] = _start_replica(argv, number, port)
+        except OSError as error:
+            _say(f"llmsim: replica {number} (pid {process.pid}) {how}; restarting it failed, trying again: {error}",
+                 sys.stderr)
+            continue
+        _say(f"llmsim: replica {number} (pid {process.pid}) {how}; restarted on port {port} "
+             f"(pid {replicas[index][0].pid})", sys.stderr)
+
+
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Print a line; once the reader is gone (a replica whose parent was killed), print nothing more."""
+    out = stream or sys.stdout
+    try:
+        print(text, file=out, flush=True)
+    except (BrokenPipeError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())  # so the interpreter's last flush does not raise again at exit
+        os.close(devnull)
 
 
 def _stop_replicas(replicas: list[tuple[subprocess.Popen[str], str]]) -> None:
@@ -287,7 +330,7 @@ def _stop_replicas(replicas: list[tuple[subprocess.Popen[str], str]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stdout is not None:
+        if process.stdout is not None and not process.stdout.closed:
             process.stdout.close()
 
 
@@ -426,16 +469,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)", flush=True)
+    _say(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)")
     for number, (_, url) in enumerate(replicas, 2):
-        print(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}", flush=True)
+        _say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}")
+    serve_argv = argv[argv.index("serve") + 1:]
     while not stop.wait(0.5):
-        if any(process.poll() is not None for process, _ in replicas):
-            print("llmsim: a replica exited; stopping the fleet", file=sys.stderr)
-            break
+        _heal(replicas, serve_argv)  # a dead replica comes back on its port; the others never stopped
     _stop_replicas(replicas)
     backend.stop()
-    print("llmsim stopped", flush=True)
+    _say("llmsim stopped")
     return 0
 
 

@@ -233,7 +233,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.report:
         config.pluginmanager.register(Reporter(), "llmsim-reporter")
     if settings.trace:
-        config.stash[_TRACE_KEY] = TraceFiles(settings.trace, only_failed=settings.trace_on == "failed")
+        files = TraceFiles(settings.trace, only_failed=settings.trace_on == "failed")
+        problem = files.check_writable()
+        if problem is not None:
+            raise pytest.UsageError(f"--llmsim-trace: {problem}")
+        config.stash[_TRACE_KEY] = files
     watch = PauseWatch()
     watch.install()
     config.stash[_PAUSES_KEY] = watch
@@ -442,15 +446,31 @@ def llm_backend(llmsim_session_backend: AnyBackend, llmsim_config: SimConfig,
     test's ``llm_*`` markers. Point a client at ``llm_backend.base_url``.
     """
     backend = llmsim_session_backend
-    backend.reset(llmsim_config.replace(**settings_from_markers(request.node)))
+    config = llmsim_config.replace(**settings_from_markers(request.node))
+    _revive(backend, llmsim_config, "before this test")
+    backend.reset(config)
     _arm(backend, faults_from_markers(request.node), replies_from_markers(request.node))
     _trace_before(request, backend)
     started = time.monotonic()
     yield backend
+    _revive(backend, llmsim_config, "during this test")
     _trace_after(request, backend)
     _record_for_report(request, backend)
     warn_if_lagging(backend, _gc_pause_since(request.config, started))
     backend.check()
+
+
+def _revive(backend: AnyBackend, config: SimConfig, when: str) -> None:
+    """A session's backend process that died: start a new one for the tests after, and fail here, once,
+    saying how it died (every later test failed with 'Connection refused' on its reset before)."""
+    if not isinstance(backend, ProcessBackend):
+        return
+    death = backend.death()
+    if death is None:
+        return
+    backend.respawn(config)
+    pytest.fail(f"{when}, {death}\n(a new backend process serves the tests after this one, at {backend.base_url})",
+                pytrace=False)
 
 
 @pytest.fixture

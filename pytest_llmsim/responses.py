@@ -24,6 +24,7 @@ from .engine import SeqState, SimSequence
 from .faults import Fault
 from .records import RequestRecord
 from .runtime import FINISH, ClientGone
+from .sim import SimError
 from .simulator import Generation, Outcome, Simulator
 from .wsgi_server import nonblocking_socket
 
@@ -190,6 +191,10 @@ class _DirectWriter:
             self.lock.release()
 
 
+STREAM_RESET = SimError(500, "The backend was reset while this answer was streaming (pytest-llmsim); the "
+                              "answer is incomplete.", type="server_error", code="backend_reset")
+
+
 class GenerationResponder:
     """Builds the response of a started generation, applying the request's fault."""
 
@@ -316,8 +321,9 @@ class GenerationResponder:
                                 reset = True
                     yield b"".join(due)
                     self.simulator.note_lag(generation, min(event[3] for event in batch))
-            if reset:
-                return  # the backend was reset under this stream: end it without [DONE]
+            if reset:  # the backend was reset under this stream: its API's failure ending, never [DONE]
+                yield events.aborted(STREAM_RESET)
+                return
             if cut_at is not None and fault is not None:  # fewer tokens than after_tokens: cut at the end
                 cut = yield from self._apply_cut(request, fault, events, out, gone)
                 if cut:

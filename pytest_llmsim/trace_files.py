@@ -40,6 +40,19 @@ class TraceFiles:
         self.directory = directory
         self.only_failed = only_failed
 
+    def check_writable(self) -> str | None:
+        """Why traces cannot be written into the directory (made now if missing), or None when they can:
+        said once at the start, not by every test's teardown."""
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as error:
+            return f"cannot make the directory {self.directory!r}: {error.strerror or error}"
+        if not os.path.isdir(self.directory):
+            return f"{self.directory!r} is not a directory"
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            return f"the directory {self.directory!r} is not writable"
+        return None
+
     def base_path(self, nodeid: str, backend: LLMBackend | RemoteBackend) -> str:
         """The path of a test's backend's files, without their extension."""
         return os.path.join(self.directory, f"{_safe(nodeid)}--{_safe(backend.config.model)}-{backend.port}")

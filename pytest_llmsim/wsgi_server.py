@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 from werkzeug.http import parse_set_header
 from werkzeug.serving import DechunkedInput, ThreadedWSGIServer, WSGIRequestHandler
 
+from .chunked import ChunkedBody, transfer_coding_problem
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .workers import HeadWatchdog, WorkerPool
 
@@ -161,8 +162,18 @@ def _read_headers(rfile: Any) -> http.client.HTTPMessage:
         if count > _MAX_HEADERS:
             raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
         name, colon, value = line.decode("iso-8859-1").partition(":")
-        if colon and name.strip():
-            lines.append((name.strip(), value.strip()))  # what ``message[name] = value`` stores, without the policy
+        # RFC 9112 §5: a field name is a token right before its colon; no folded lines (§5.2);
+        # no NUL or bare CR in a value (RFC 9110 §5.5). Each is a 400, never a guess.
+        if not colon or not name or name != name.strip() or name[0] in " \t":
+            raise _BadHeader(f"invalid header line {line[:80]!r}")
+        value = value.strip(" \t\r\n")
+        if "\x00" in value or "\r" in value or "\n" in value:
+            raise _BadHeader(f"invalid character in the value of header {name!r}")
+        lines.append((name, value))  # what ``message[name] = value`` stores, without the policy
+
+
+class _BadHeader(http.client.HTTPException):
+    """A header line that RFC 9112 says to refuse."""
 
 
 def nonblocking_socket(sock: socket.socket) -> socket.socket:
@@ -222,11 +233,6 @@ def _http_date() -> str:
     if _date_header[0] != second:
         _date_header = (second, email.utils.formatdate(second, usegmt=True))
     return _date_header[1]
-
-
-def _latin1_of_utf8(text: str) -> str:
-    """WSGI's str-of-bytes convention (werkzeug's ``_wsgi_encoding_dance``); ASCII is unchanged."""
-    return text if text.isascii() else text.encode().decode("latin1")
 
 
 class QuietRequestHandler(KeepAliveHandler):
@@ -301,6 +307,9 @@ class QuietRequestHandler(KeepAliveHandler):
         if not words:
             self.send_error(HTTPStatus.BAD_REQUEST, "Bad request line (empty)")
             return False
+        if len(words) >= 2 and "" in requestline.split(" "):  # method SP target SP version (RFC 9112 §3)
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line ({requestline[:100]!r}): one space apart")
+            return False
         if len(words) >= 3:
             version = words[-1]
             numbers = version[5:].split(".") if version.startswith("HTTP/") else []
@@ -329,10 +338,32 @@ class QuietRequestHandler(KeepAliveHandler):
         except http.client.LineTooLong as error:
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long", str(error))
             return False
+        except _BadHeader as error:
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad header: {error}")
+            return False
         except http.client.HTTPException as error:
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers", str(error))
             return False
+        problem = self._framing_problem()
+        if problem is not None:
+            self.send_error(*problem)
+            return False
         return True
+
+    def _framing_problem(self) -> tuple[HTTPStatus, str] | None:
+        """What RFC 9112 says to refuse in a request's head: HTTP/1.1 without exactly one Host (§3.2),
+        a Transfer-Encoding this server cannot decode (§6.1), or one beside a Content-Length (§6.3)."""
+        pairs = self.headers.items()
+        if self.request_version == "HTTP/1.1" and sum(1 for name, _ in pairs if name.lower() == "host") != 1:
+            return HTTPStatus.BAD_REQUEST, "An HTTP/1.1 request needs exactly one Host header"
+        codings = [value for name, value in pairs if name.lower() == "transfer-encoding"]
+        if codings:
+            if any(name.lower() == "content-length" for name, _ in pairs):
+                return HTTPStatus.BAD_REQUEST, "Transfer-Encoding and Content-Length together"
+            problem = transfer_coding_problem(codings)
+            if problem is not None:
+                return HTTPStatus(problem[0]), problem[1]
+        return None
 
     def make_environ(self) -> Any:
         headers = self.headers
@@ -343,6 +374,8 @@ class QuietRequestHandler(KeepAliveHandler):
         else:
             self.server.head_read(self.connection)  # the head is in: no deadline from here on
         environ = super().make_environ()
+        if isinstance(environ.get("wsgi.input"), DechunkedInput):  # werkzeug's own environ (an absolute URL)
+            environ["wsgi.input"] = ChunkedBody(self.rfile)
         environ[ACCEPTED_AT] = self.arrived_at
         environ[BODY_DEADLINE] = deadline
         return environ
@@ -358,9 +391,11 @@ class QuietRequestHandler(KeepAliveHandler):
         if (not target.startswith("/") or "#" in target or self.server.ssl_context is not None
                 or not isinstance(address, tuple) or not address):
             return super().build_environ()
+        # The target came as latin-1 of its bytes: WSGI's convention already, raw UTF-8 included
+        # (werkzeug encodes it once more, and a raw "/café" read as "/cafÃ©"); %-escapes become bytes.
         path, _, query = target.partition("?")
         if "%" in path:
-            path = unquote(path)
+            path = unquote_to_bytes(path.encode("latin-1")).decode("latin-1")
         environ: dict[str, Any] = {
             "wsgi.version": (1, 0),
             "wsgi.url_scheme": "http",
@@ -373,10 +408,10 @@ class QuietRequestHandler(KeepAliveHandler):
             "SERVER_SOFTWARE": self.server_version,
             "REQUEST_METHOD": self.command,
             "SCRIPT_NAME": "",
-            "PATH_INFO": _latin1_of_utf8(path),
-            "QUERY_STRING": _latin1_of_utf8(query),
-            "REQUEST_URI": _latin1_of_utf8(target),
-            "RAW_URI": _latin1_of_utf8(target),
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_URI": target,
+            "RAW_URI": target,
             "REMOTE_ADDR": address[0],
             "REMOTE_PORT": address[1],
             "SERVER_NAME": self.server.server_address[0],
@@ -396,7 +431,7 @@ class QuietRequestHandler(KeepAliveHandler):
         encoding = environ.get("HTTP_TRANSFER_ENCODING")
         if encoding is not None and "chunked" in parse_set_header(encoding):
             environ["wsgi.input_terminated"] = True
-            environ["wsgi.input"] = DechunkedInput(environ["wsgi.input"])
+            environ["wsgi.input"] = ChunkedBody(environ["wsgi.input"])
         return environ
 
     def write_head(self, code: int, message: str, headers: list[tuple[str, str]]) -> None:

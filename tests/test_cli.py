@@ -201,6 +201,16 @@ def test_a_bad_config_file_is_a_usage_error(tmp_path: Any, capsys: pytest.Captur
     assert message in capsys.readouterr().err
 
 
+def test_a_config_that_never_ends_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_llmsim.cli import main
+
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", "--config", "/dev/zero", "--port", "0"])  # read without end, it grew ~1.3 GB/s
+    assert caught.value.code == 2 and time.monotonic() - started < 10
+    assert "larger than 16 MiB" in capsys.readouterr().err
+
+
 def test_serve_replicas_is_a_fleet_of_independent_backends() -> None:
     """``--replicas 3``: three processes, each its own backend and metrics; they stop together."""
     import signal as signals
@@ -229,6 +239,80 @@ def test_serve_replicas_is_a_fleet_of_independent_backends() -> None:
     for url in urls:  # every replica went with it
         with pytest.raises(httpx.HTTPError):
             httpx.get(url.removesuffix("/v1") + "/health", timeout=2)
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as listing:
+        return [int(child) for child in listing.read().split()]
+
+
+def _wait_until(condition: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "State:\tZ" not in status.read()
+    except OSError:
+        return False
+
+
+def _serves(url: str) -> bool:
+    try:
+        return httpx.get(url.removesuffix("/v1") + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(tmp_path: Any) -> None:
+    errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - closed below
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "3",
+                                "--speed", "inf"], stdout=subprocess.PIPE, stderr=errors, text=True)
+    try:
+        assert process.stdout is not None
+        urls = [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(3)]
+        (victim, *_) = _children(process.pid)
+        os.kill(victim, signal.SIGKILL)
+        assert _wait_until(lambda: victim not in _children(process.pid) and len(_children(process.pid)) == 2)
+        # the dead one back on its port, the others never stopped
+        assert _wait_until(lambda: all(_serves(url) for url in urls))
+        assert process.poll() is None
+        errors.seek(0)
+        assert re.search(r"replica 2 \(pid \d+\) killed by SIGKILL; restarted on port \d+", errors.read())
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(20)
+        if process.stdout is not None:
+            process.stdout.close()
+        errors.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_replicas_exit_quietly_when_their_parent_is_killed(tmp_path: Any) -> None:
+    errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - closed below
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "3",
+                                "--speed", "inf"], stdout=subprocess.PIPE, stderr=errors, text=True)
+    try:
+        assert process.stdout is not None
+        urls = [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(3)]
+        children = _children(process.pid)
+        process.kill()
+        process.wait()
+        assert _wait_until(lambda: not any(_alive(child) for child in children))
+        assert not any(_serves(url) for url in urls[1:])
+        errors.seek(0)
+        assert "Traceback" not in errors.read()  # each printed a BrokenPipeError before
+    finally:
+        if process.stdout is not None:
+            process.stdout.close()
+        errors.close()
 
 
 def test_replicas_are_checked() -> None:

@@ -217,3 +217,54 @@ def test_replies_taken_free_their_room(llm_backend: LLMBackend) -> None:
         for expected in ("one", "two"):
             reply = post(llm_backend, CHAT, chat()).json()
             assert reply["choices"][0]["message"]["content"] == expected
+
+
+# --- 17: a reset during a stream ends it with the API's failure event, never its normal ending ---
+
+
+@pytest.mark.parametrize("path, body, ending, normal_end", [
+    (CHAT, chat(max_tokens=400, stream=True), b'data: {"error":', b"[DONE]"),
+    (CHAT, chat(max_tokens=400, stream=True, n=2), b'data: {"error":', b"[DONE]"),
+    ("/v1/messages", {"model": "m", "max_tokens": 400, "stream": True,
+                      "messages": [{"role": "user", "content": "hi"}]}, b"event: error", b"message_stop"),
+    ("/v1/responses", {"model": "m", "input": "hi", "max_output_tokens": 400, "stream": True},
+     b"event: response.failed", b"response.completed"),
+])
+def test_a_reset_during_a_stream_ends_it_as_a_failure(llm_backend: LLMBackend, path: str, body: dict[str, Any],
+                                                      ending: bytes, normal_end: bytes) -> None:
+    llm_backend.configure(itl=0.02, speed=1.0)
+    data = b""
+    with httpx.stream("POST", llm_backend.root_url + path, json=body, timeout=30) as response:
+        chunks = response.iter_raw()
+        while b"delta" not in data and b'"content"' not in data:
+            data += next(chunks)
+        llm_backend.reset()
+        for chunk in chunks:
+            data += chunk
+    tail = data.rstrip().rsplit(b"\n\n", 1)[-1]
+    assert ending in tail and normal_end not in data, tail
+    if b"response.failed" in ending:
+        failed = json.loads(tail.split(b"data: ", 1)[1])
+        assert failed["response"]["status"] == "failed" and "reset" in failed["response"]["error"]["message"]
+
+
+def test_the_sdks_raise_on_a_stream_cut_by_a_reset(llm_backend: LLMBackend) -> None:
+    import anthropic
+    import openai
+
+    llm_backend.configure(itl=0.02, speed=1.0)
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="k", max_retries=0)
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=400, stream=True)
+    with pytest.raises(openai.APIError, match="reset"):
+        for number, _ in enumerate(stream):
+            if number == 2:
+                llm_backend.reset()
+                llm_backend.configure(itl=0.02, speed=1.0)
+    claude = anthropic.Anthropic(base_url=llm_backend.root_url, api_key="k", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(anthropic.APIStatusError, match="reset"), \
+            claude.messages.stream(model="m", max_tokens=400, messages=messages) as events:  # type: ignore[arg-type]
+        for number, _ in enumerate(events):
+            if number == 3:
+                llm_backend.reset()

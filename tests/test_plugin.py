@@ -677,3 +677,28 @@ def test_lag_warning_names_a_collector_pause(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*LLMSimLagWarning: *The garbage collector stopped this process for * ms "
                                  "during the test: --llmsim-gc-freeze*"])
+
+
+def test_a_dead_backend_process_fails_one_test_saying_so_and_the_next_get_a_new_one(
+        pytester: pytest.Pytester, helpers: None) -> None:
+    pytester.makepyfile(test_dies="""
+        import os, signal, time
+        from llmsim_helpers import ask
+
+        def test_kills_it(llm_backend):
+            assert ask(llm_backend).status_code == 200
+            os.kill(llm_backend.process.pid, signal.SIGKILL)
+            llm_backend.process.wait()
+
+        def test_after(llm_backend):
+            assert ask(llm_backend).status_code == 200
+
+        def test_after_that(llm_backend):
+            assert ask(llm_backend).status_code == 200 and llm_backend.metrics.requests_total == 1
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf",
+                                           "--llmsim-isolation=process")
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(["*during this test, the backend process (llmsim serve, pid *) killed by SIGKILL*",
+                                 "*a new backend process serves the tests after this one*"])
+    assert "Connection refused" not in result.stdout.str()

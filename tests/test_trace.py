@@ -194,3 +194,16 @@ def test_recording_keeps_no_object_per_sample() -> None:
     assert (29.5, 7, 7) in samples and (29.5, 59, 2) not in samples
     assert all(type(running) is int and type(waiting) is int for _, running, waiting in samples)
     assert hit_rates == []
+
+
+@pytest.mark.parametrize("make", ["file", "unwritable"])
+def test_a_trace_directory_that_cannot_be_written_is_one_usage_error(pytester: pytest.Pytester, make: str) -> None:
+    pytester.makepyfile(test_a="def test_one(llm_backend):\n    pass\n\ndef test_two(llm_backend):\n    pass\n")
+    target = "out"
+    if make == "file":
+        (pytester.path / "out").write_text("not a directory")
+    else:
+        target = "/proc/llmsim-traces"  # no one may make a directory there, root included
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--llmsim-trace={target}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # each test's teardown errored before
+    result.stderr.fnmatch_lines([f"*--llmsim-trace:*{target}*"])

@@ -16,6 +16,7 @@ import pytest
 from werkzeug.serving import DechunkedInput, WSGIRequestHandler
 
 from pytest_llmsim import LLMBackend
+from pytest_llmsim.chunked import ChunkedBody
 from pytest_llmsim.wsgi_server import PooledWSGIServer, QuietRequestHandler, _CoalescingWriter, _read_headers
 
 
@@ -55,7 +56,7 @@ def test_malformed_requests_get_an_error_status(llm_backend: LLMBackend, request
 def test_headers_reach_the_request_log(llm_backend: LLMBackend) -> None:
     body = b'{"model": "m", "prompt": "hi", "max_tokens": 1}'
     response = raw(llm_backend, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                b"Connection: close\r\nX-Custom-Thing:  spaced value \r\nNo-Colon-Line\r\n"
+                                b"Connection: close\r\nX-Custom-Thing:  spaced value \r\n"
                                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
     assert b" 200 " in response.split(b"\r\n", 1)[0] + b" "
     headers = llm_backend.requests[-1].headers
@@ -128,7 +129,8 @@ def test_the_environ_is_werkzeugs(target: str, headers: bytes) -> None:
         thread.join(5)
     [(lean, reference)] = _EnvironPair.built
     for environ in (lean, reference):
-        assert isinstance(environ.pop("wsgi.input"), DechunkedInput) == (b"chunked" in headers)
+        # ours decodes chunked bodies by RFC 9112 (werkzeug's refuses extensions and trailers)
+        assert isinstance(environ.pop("wsgi.input"), (DechunkedInput, ChunkedBody)) == (b"chunked" in headers)
     assert lean == reference
 
 
@@ -181,3 +183,75 @@ def test_the_lean_header_parser_answers_as_the_standard_one() -> None:
         assert ours[name] == standard[name]
         assert ours.get_all(name) == standard.get_all(name)
         assert (name in ours) == (name in standard)
+
+
+# --- RFC 9112: what a request's head and chunked body may and may not be (checked against h11) ---
+
+CHAT_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
+
+
+def _chunked(*chunks: bytes, last: bytes = b"0\r\n\r\n") -> bytes:
+    return b"".join(chunks) + last
+
+
+_SPLIT = b"%x\r\n%s\r\n%x\r\n%s\r\n" % (10, CHAT_BODY[:10], len(CHAT_BODY) - 10, CHAT_BODY[10:])
+HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    # chunk extensions and trailer fields are valid (they were refused)
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(_SPLIT.replace(b"\r\n", b";a=1;b\r\n", 1)), b"200"),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(_SPLIT.replace(b"\r\n", b' ; n="q;v"\r\n', 1)), b"200"),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(_SPLIT, last=b"0\r\nX-Checksum: abc\r\n\r\n"), b"200"),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(_SPLIT), b"200"),
+    # chunk sizes are hex digits only (Python's int() took these)
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(b"0x%x\r\n%s\r\n" % (len(CHAT_BODY), CHAT_BODY)), b"400"),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(b"+%x\r\n%s\r\n" % (len(CHAT_BODY), CHAT_BODY)), b"400"),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(b"1_0\r\n%s\r\n" % CHAT_BODY[:16]), b"400"),
+    # a coding this server does not decode is a 501; one not ending in chunked, or with a length, a 400
+    (HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + _chunked(_SPLIT), b"501"),
+    (HEAD + b"Transfer-Encoding: gzip\r\n\r\n", b"400"),
+    (HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + _chunked(_SPLIT), b"400"),
+    # HTTP/1.1 needs one Host; a header line needs a colon right after its name; no NUL in a value
+    (b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\nConnection: close\r\n\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-A : 1\r\nConnection: close\r\n\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\x002\r\nConnection: close\r\n\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\nConnection: close\r\n\r\n", b"400"),
+    (b"GET /health HTTP/1.0\r\n\r\n", b"200"),  # HTTP/1.0 needs no Host
+])
+def test_requests_are_parsed_as_rfc_9112_says(llm_backend: LLMBackend, request_bytes: bytes, status: bytes) -> None:
+    response = raw(llm_backend, request_bytes)
+    assert response.split(b" ", 2)[1] == status, response[:300]
+    rfc_leaves_it_open = b"folded" in request_bytes or (b"Content-Length" in request_bytes and b"chunked" in
+                                                         request_bytes) or b' ; n=' in request_bytes
+    assert _h11_accepts(request_bytes) == (status == b"200") or status == b"501" or rfc_leaves_it_open
+    assert raw(llm_backend, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(
+        b"HTTP/1.1 200")
+
+
+def _h11_accepts(data: bytes) -> bool:
+    """h11's verdict on a whole request (the head and its body), as a server."""
+    import h11
+
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(data)
+    try:
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA or isinstance(event, h11.EndOfMessage):
+                return isinstance(event, h11.EndOfMessage) or data.endswith(b"\r\n\r\n")
+    except h11.RemoteProtocolError:
+        return False
+
+
+def test_an_empty_request_target_gets_a_status_line(llm_backend: LLMBackend) -> None:
+    response = raw(llm_backend, b"GET  HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert response.startswith(b"HTTP/1.1 400 "), response[:100]  # was an HTTP/0.9 answer: no status line
+
+
+def test_a_raw_utf8_path_reads_as_utf8_in_the_404(llm_backend: LLMBackend) -> None:
+    response = raw(llm_backend, "GET /café HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    body = json.loads(response.partition(b"\r\n\r\n")[2])
+    assert response.startswith(b"HTTP/1.1 404") and "/café" in body["error"]["message"], body

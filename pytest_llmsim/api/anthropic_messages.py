@@ -242,6 +242,9 @@ class _MessagesStream:
         _, body, _ = ANTHROPIC_MESSAGES.render_error(error)
         return _event("error", {"type": "error", "error": body["error"]})
 
+    def aborted(self, error: SimError) -> bytes:
+        return self.error(error)  # event: error and no message_stop
+
     def malformed(self) -> bytes:
         return _event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                "delta": {"type": "text_delta", "text": ""}})[:-12] + b"\n\n"

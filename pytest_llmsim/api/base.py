@@ -48,6 +48,10 @@ class StreamRenderer(Protocol):
     def error(self, error: SimError) -> bytes:
         """A mid-stream error event, in this API's shape."""
 
+    def aborted(self, error: SimError) -> bytes:
+        """What ends a stream the server cannot finish (the backend was reset under it): the API's
+        own failure ending, so an SDK never takes the cut answer for a complete one."""
+
     def malformed(self) -> bytes:
         """An event whose JSON breaks off, as a truncating proxy would leave it."""
 

@@ -242,5 +242,8 @@ class OpenAIStream:
     def error(self, error: SimError) -> bytes:
         return sse(openai_error_body(error))
 
+    def aborted(self, error: SimError) -> bytes:
+        return self.error(error)  # an error event and no [DONE]: the SDK raises APIError
+
     def malformed(self) -> bytes:
         return self.event(self._choice(0, "", None))[:-12] + b"\n\n"

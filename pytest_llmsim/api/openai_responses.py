@@ -187,7 +187,7 @@ class _ResponsesStream:
     ``output_item.done``, then ``response.completed`` (or ``response.incomplete``)."""
 
     _PIECE = PIECE_MARK
-    _NUMBER = "\x00llmsim-number\x00"
+    _NUMBER = PIECE_MARK.replace("piece", "number")
 
     def __init__(self, generation: Generation, response_id: str) -> None:
         self._generation = generation
@@ -267,6 +267,12 @@ class _ResponsesStream:
     def error(self, error: SimError) -> bytes:
         return self._event({"type": "error", "code": error.code or error.type, "message": error.message,
                             "param": error.param})
+
+    def aborted(self, error: SimError) -> bytes:
+        failed = response_object(self._generation, self._id, done=False)
+        failed["status"] = "failed"
+        failed["error"] = {"code": "server_error", "message": error.message}
+        return self._event({"type": "response.failed", "response": failed})
 
     def malformed(self) -> bytes:
         return self._event(self._located("response.output_text.delta", delta="", logprobs=[]))[:-12] + b"\n\n"
