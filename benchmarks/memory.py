@@ -1,9 +1,11 @@
 """RSS of `llmsim serve` under a long mixed load: it should reach a plateau.
 
 Closed-loop clients in other processes (4 x 8 by default) (a new request as soon as one ends) send
-a seeded mix: plain and streamed chats, streams the client abandons midway,
-requests that get a fault by header (429, 500, drop, error event, stall),
-bad input (400), unknown paths (404) and /metrics scrapes. After each round
+a seeded mix of every API: plain and streamed chats, streams the client abandons midway,
+requests that get a fault by header (429, 500, drop, error event, stall, malformed),
+tool calls and JSON-schema answers (streamed or not), embeddings, Anthropic Messages with a
+`cache_control` system prompt, Responses chains (`previous_response_id`), bad input (400),
+unknown paths (404) and /metrics scrapes. After each round
 the script prints requests served, RSS, handler threads and open descriptors
 of the server. The request log keeps the last `max_log_entries` (default
 10,000) within `max_log_bytes`, each latency distribution the last 50,000
@@ -52,16 +54,28 @@ def abandon_stream(url: str, rng: random.Random) -> None:
     body = (b'{"model": "m", "messages": [{"role": "user", "content": "go"}], "max_tokens": 400, '
             b'"stream": true}')
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         for _ in range(rng.randint(1, 4)):
             if not sock.recv(4096):
                 break
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1,
+                                                                          "maximum": 7}},
+    "required": ["city"]}}}]
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
+    "type": "object", "properties": {"answer": {"type": "string"}, "tags": {"type": "array", "items": {
+        "type": "string"}}}, "required": ["answer", "tags"]}}}
+SYSTEM = "You are a careful assistant for a gateway's tests. " * 40  # a cacheable prefix of ~400 tokens
+KINDS = {"chat": 20, "stream": 20, "abandon": 8, "fault": 10, "bad": 4, "unknown": 3, "metrics": 3,
+         "tools": 8, "schema": 6, "embed": 5, "anthropic": 7, "responses": 6}
+
+
 def one_request(client: httpx.Client, url: str, rng: random.Random) -> None:
-    kind = rng.choices(["chat", "stream", "abandon", "fault", "bad", "unknown", "metrics"],
-                       weights=[30, 30, 10, 15, 5, 5, 5])[0]
+    kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+    stream = rng.random() < 0.5
     body = {"model": "m", "messages": MESSAGES, "max_tokens": rng.randint(8, 64)}
     try:
         if kind == "chat":
@@ -74,12 +88,27 @@ def one_request(client: httpx.Client, url: str, rng: random.Random) -> None:
             abandon_stream(url, rng)
         elif kind == "fault":
             fault = rng.choice(["rate_limit", "server_error", "drop", "error_event", "stall", "malformed"])
-            client.post(url + CHAT, json={**body, "stream": rng.random() < 0.5},
-                        headers={"x-llmsim-fault": fault}, timeout=10)
+            client.post(url + CHAT, json={**body, "stream": stream}, headers={"x-llmsim-fault": fault}, timeout=10)
         elif kind == "bad":
             client.post(url + CHAT, json={"model": "m", "messages": "not a list"})
         elif kind == "unknown":
             client.get(f"{url}/v1/made-up-{rng.randint(0, 10**6)}")
+        elif kind == "tools":
+            client.post(url + CHAT, json={**body, "tools": TOOLS, "tool_choice": "required", "stream": stream})
+        elif kind == "schema":
+            client.post(url + CHAT, json={**body, "response_format": SCHEMA, "max_tokens": 200, "stream": stream})
+        elif kind == "embed":
+            client.post(url + "/v1/embeddings", json={"model": "m", "input": [f"text {rng.random()}"] * 4})
+        elif kind == "anthropic":
+            client.post(url + "/v1/messages", json={
+                "model": "m", "max_tokens": rng.randint(8, 64), "stream": stream,
+                "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+                "messages": [{"role": "user", "content": f"question {rng.randint(0, 99)}"}]})
+        elif kind == "responses":  # a chain of two: the second continues the first
+            first = client.post(url + "/v1/responses", json={"model": "m", "input": "start", "max_output_tokens": 16})
+            if first.status_code == 200:
+                client.post(url + "/v1/responses", json={"model": "m", "input": "go on", "max_output_tokens": 16,
+                                                         "previous_response_id": first.json()["id"]})
         else:
             client.get(url + "/metrics")
     except httpx.HTTPError:

@@ -247,6 +247,11 @@ class QuietRequestHandler(KeepAliveHandler):
         return self.server.keepalive_policy()
 
     def handle_one_request(self) -> None:
+        if self.requests_served and self.server.cooperative:
+            # Under gevent a greenlet runs until it would block; a client that sends its next request
+            # at once (wrk, a closed loop) never lets it block, so its connection starved every other
+            # (c64: 2 s socket timeouts). Each kept-alive request lets the others have a turn first.
+            time.sleep(0)
         if self.requests_served:  # a kept-alive connection: a new deadline for the next request head
             self.server.watch_head(self.connection, self._waiting_on_client)
             if self._reader is not None:  # no stamp unless the next request needs a read of its own
@@ -458,6 +463,12 @@ _ACCEPT_BACKOFF_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOME
 ACCEPT_BACKOFF = 0.05
 
 
+def _gevent_patched() -> bool:
+    """Whether gevent has patched this process's sockets (``llmsim serve --io gevent``)."""
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and bool(monkey.is_module_patched("socket"))
+
+
 class _BindFailed(Exception):
     """Carries an OSError from bind/listen past werkzeug, which would print it and ``sys.exit(1)``."""
 
@@ -499,6 +510,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
         self._watchdog = HeadWatchdog()
         self.error_body = error_body or _default_error_body
+        self.cooperative = _gevent_patched()  # llmsim serve --io gevent: connections are greenlets
         try:
             super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
         except _BindFailed as failure:

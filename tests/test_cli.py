@@ -284,8 +284,13 @@ def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(t
         # the dead one back on its port, the others never stopped
         assert _wait_until(lambda: all(_serves(url) for url in urls))
         assert process.poll() is None
-        errors.seek(0)
-        assert re.search(r"replica 2 \(pid \d+\) killed by SIGKILL; restarted on port \d+", errors.read())
+
+        def logged() -> bool:
+            errors.seek(0)
+            line = r"replica 2 \(pid \d+\) killed by SIGKILL; restarted on port \d+"
+            return re.search(line, errors.read()) is not None
+
+        assert _wait_until(logged)  # the replica may serve a moment before the parent logs it
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(20)

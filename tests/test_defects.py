@@ -7,6 +7,7 @@ request is followed by an innocent one, which must be answered at once.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -400,3 +401,34 @@ def test_a_tokenizer_panic_is_logged_and_answered_400(llm_backend: LLMBackend, m
     assert httpx.post(llm_backend.url_for(CHAT), json=chat()).status_code == 200
     expect_error(httpx.post(llm_backend.url_for("/tokenize"), json={"model": "m", "prompt": "boom"}), 400,
                  "invalid_text")
+
+
+# --- the second defects issue, item 24: under gevent, a client that never pauses starves no one ---
+
+
+def test_a_connection_that_never_pauses_lets_others_have_turns(served: Served) -> None:
+    """300 requests pipelined on one kept-alive connection (a closed-loop client that sends its next
+    request at once), then one more on a second connection: the second is served among the first few,
+    not after all 300 (a greenlet ran until it would block, and it never did: 2 s socket timeouts
+    under wrk -c64)."""
+    assert httpx.post(served.url + "/llmsim/v1/reset", json={}).status_code == 200
+    host, port = served.url.removeprefix("http://").split(":")
+    body = json.dumps(chat(max_tokens=1)).encode()
+    one = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    other_body = json.dumps(chat(max_tokens=1, model="the-other")).encode()
+    other = one.replace(body, other_body).replace(b"%d" % len(body), b"%d" % len(other_body), 1)
+    with socket.create_connection((host, int(port)), timeout=30) as busy, \
+            socket.create_connection((host, int(port)), timeout=30) as patient:
+        busy.sendall(one * 300)
+        patient.sendall(other)
+        assert patient.recv(65536).startswith(b"HTTP/1.1 200")
+        answered = 0
+        data = b""
+        while answered < 300:
+            data += busy.recv(1 << 20)
+            answered = data.count(b"HTTP/1.1 200")
+    assert httpx.post(served.url + "/llmsim/v1/wait-idle", json={"timeout": 5}).json()["idle"]
+    records = httpx.get(served.url + "/llmsim/v1/requests").json()["records"]
+    position = [record["model"] for record in records].index("the-other")
+    assert position < 100, position  # served after all 300 before
