@@ -25,7 +25,7 @@ from common import HERE, llmsim_argv, server_process, wait_ready
 
 from pytest_llmsim import SimConfig
 from pytest_llmsim.calibration import SweepRow, predict_row, read_sweep
-from pytest_llmsim.config import PROFILES_DIR
+from pytest_llmsim.sim.config import PROFILES_DIR
 
 PROFILE = "qwen2.5-0.5b-l4"
 

@@ -13,7 +13,7 @@ import statistics
 import time
 
 from pytest_llmsim.calibration import SweepRow, calibrate, errors, predict, read_sweep, render_table
-from pytest_llmsim.config import PROFILES_DIR
+from pytest_llmsim.sim.config import PROFILES_DIR
 
 PANELS = (("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "ITL p50 (ms)"), ("req_per_s", "requests/s"))
 SERIES = (("measured (vLLM, L4)", "#222222"), ("fit on all rows", "#3b7dd8"), ("fit on c=1 and c=32", "#f2a03d"))

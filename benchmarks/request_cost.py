@@ -24,7 +24,7 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from pytest_llmsim.backend import LLMBackend
-from pytest_llmsim.config import SimConfig
+from pytest_llmsim.sim.config import SimConfig
 
 CHAT = {"model": "llmsim", "messages": [{"role": "system", "content": "You are a helpful assistant."},
                                         {"role": "user", "content": "Say hello to the load test."}],

@@ -7,13 +7,13 @@ import pytest
 pytest.register_assert_rewrite("pytest_llmsim.assertions")
 
 from .backend import LLMBackend  # noqa: E402
-from .config import ConfigError, SimConfig  # noqa: E402
 from .content.replies import ErrorReply, Rule, ToolCall, load_conversation  # noqa: E402
-from .faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
-from .metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .pool import BackendPool  # noqa: E402
-from .records import RequestRecord  # noqa: E402
 from .remote import RemoteBackend, RemoteError  # noqa: E402
+from .sim.config import ConfigError, SimConfig  # noqa: E402
+from .sim.faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
+from .sim.metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
+from .sim.request_log import RequestRecord  # noqa: E402
 from .sim.secrets import key_fingerprint  # noqa: E402
 
 __version__ = "0.1.0"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .metrics import Distribution, MetricsSnapshot
-from .records import RequestRecord
+from .sim.metrics import Distribution, MetricsSnapshot
+from .sim.request_log import RequestRecord
 
 __all__ = ["BackendAssertions"]
 

@@ -8,15 +8,15 @@ from types import TracebackType
 from typing import Any
 
 from .assertions import BackendAssertions
-from .config import SimConfig
 from .content.replies import Reply, Rule, RuleBuilder
 from .control import host_name
-from .faults import Fault
-from .metrics import MetricsSnapshot
-from .records import RequestRecord
 from .server import SimulatorServer
+from .sim.config import SimConfig
+from .sim.faults import Fault
+from .sim.metrics import MetricsSnapshot
+from .sim.request_log import RequestRecord
+from .sim.trace_svg import timeline_svg
 from .simulator import Simulator
-from .trace_svg import timeline_svg
 
 __all__ = ["LLMBackend"]
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .config import SimConfig
-from .engine import Engine, SeqState, SimSequence
-from .step_engine import StepEngine
+from .sim.config import SimConfig
+from .sim.engine import Engine, SeqState, SimSequence
+from .sim.step_engine import StepEngine
 
 __all__ = ["FITTED", "PRIORS", "Fit", "SweepRow", "calibrate", "predict", "predict_row", "read_sweep",
            "render_profile"]

@@ -29,11 +29,11 @@ from typing import Any, TextIO
 from .backend import LLMBackend
 from .calibration import BUDGETS, SweepRow, calibrate, read_sweep, render_profile, render_table
 from .calibration import predict as predict_sweep
-from .config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from .content.replies import Rule, load_conversation
-from .faults import Fault, FaultError
 from .gc_pacing import CollectionPacer, freeze_startup
 from .isolation import die_with_parent
+from .sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
+from .sim.faults import Fault, FaultError
 
 __all__ = ["main"]
 

@@ -24,32 +24,38 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
 from .api.validation import lone_surrogate
-from .config import ConfigError, SimConfig, is_profile_path, profile_names
 from .content.replies import Rule, reply_from_json
-from .faults import Fault, FaultError
-from .metrics import Distribution, MetricsSnapshot
-from .records import RequestRecord
 from .request_body import BodyTimeout, read_body
-from .sim.secrets import redact_headers
-from .trace_svg import timeline_svg
+from .sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
+from .sim.config import ConfigError, is_profile_path, profile_names
+from .sim.faults import FaultError
+from .sim.trace_svg import timeline_svg
 
 if TYPE_CHECKING:
-    from .server import SimulatorServer
+    from .simulator import Simulator
 
-__all__ = ["CONTROL_PREFIX", "ControlAPI", "config_to_json", "fault_from_json", "record_from_json", "record_to_json",
-           "snapshot_from_json", "snapshot_to_json"]
 
-CONTROL_PREFIX = "/llmsim/v1/"
+class ControlledServer(Protocol):
+    """What the control API needs of the server it answers for (the server imports this module, not
+    the other way round)."""
+
+    simulator: Simulator
+    host: str
+    port: int
+    handler_errors: list[Exception]
+
+    def clear(self) -> None:
+        """Forget the internal errors kept so far."""
+
+__all__ = ["CONTROL_PREFIX", "ControlAPI", "ControlledServer", "host_name"]
 MAX_PAGE = 1000
 MAX_CONTROL_BODY = 16 * 1024 * 1024
 # Names a page on this machine reaches the backend by; any port. Others (a DNS-rebinding
@@ -71,39 +77,6 @@ def host_name(value: str) -> str:
     return name if name and port.isdigit() else value
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe: infinities as "inf", NaN as null, tuples as lists."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
-    return value
-
-
-def config_to_json(config: SimConfig) -> dict[str, Any]:
-    return {key: _plain(value) for key, value in config.as_dict().items()}
-
-
-def snapshot_to_json(snapshot: MetricsSnapshot) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field in dataclasses.fields(snapshot):
-        value = getattr(snapshot, field.name)
-        out[field.name] = _plain(dataclasses.asdict(value) if isinstance(value, Distribution) else value)
-    return out
-
-
-def record_to_json(record: RequestRecord) -> dict[str, Any]:
-    """A request log record as JSON, its credentials fingerprinted (see :mod:`pytest_llmsim.sim.secrets`)."""
-    out = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
-    out["headers"] = redact_headers(record.headers.items())
-    return _plain(out)  # type: ignore[no-any-return]
-
-
 def _json(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body), status=status, content_type="application/json")
 
@@ -116,7 +89,7 @@ def _error(status: int, message: str, code: str) -> Response:
 class ControlAPI:
     """Answers ``/llmsim/v1/...`` for one server and its simulator."""
 
-    def __init__(self, server: SimulatorServer) -> None:
+    def __init__(self, server: ControlledServer) -> None:
         self._server = server
         self.token: str | None = None
         self.allowed_hosts: frozenset[str] = frozenset()  # host names accepted besides loopback and the listen one
@@ -301,25 +274,3 @@ def _without_profile_paths(settings: dict[str, Any], in_force: tuple[str | None,
         raise ConfigError(f"the control API takes a profile by preset name only ({', '.join(profile_names())}); "
                           f"a .toml file is given with --config or in Python")
     return settings
-
-
-def fault_from_json(data: dict[str, Any]) -> Fault:
-    return Fault(**data)
-
-
-def snapshot_from_json(data: dict[str, Any]) -> MetricsSnapshot:
-    values = dict(data)
-    for field in dataclasses.fields(MetricsSnapshot):
-        value = values.get(field.name)
-        if isinstance(value, dict) and set(value) == {f.name for f in dataclasses.fields(Distribution)}:
-            numbers = {k: math.nan if v is None else float(v) for k, v in value.items()}
-            values[field.name] = Distribution(int(numbers["count"]), numbers["mean"], numbers["p50"],
-                                              numbers["p90"], numbers["p99"], numbers["max"])
-    values["requests_by_status"] = {int(k): v for k, v in values["requests_by_status"].items()}
-    return MetricsSnapshot(**values)
-
-
-def record_from_json(data: dict[str, Any]) -> RequestRecord:
-    values = dict(data)
-    values["headers"] = Headers([tuple(pair) for pair in values["headers"]])
-    return RequestRecord(**values)

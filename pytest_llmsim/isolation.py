@@ -20,8 +20,8 @@ import tempfile
 import threading
 from typing import IO, Any
 
-from .config import SimConfig
 from .remote import RemoteBackend
+from .sim.config import SimConfig
 
 __all__ = ["ProcessBackend", "spawn_backend"]
 

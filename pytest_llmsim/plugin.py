@@ -1,6 +1,6 @@
 """pytest wiring: options, markers, fixtures, report header and summary.
 
-Only wiring lives here: settings are validated by :mod:`pytest_llmsim.config`,
+Only wiring lives here: settings are validated by :mod:`pytest_llmsim.sim.config`,
 backends are :class:`~pytest_llmsim.backend.LLMBackend` objects.
 
 Fixture tiers (as in pytest-httpserver): overridable session fixtures
@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from .backend import LLMBackend
-from .config import SETTING_NAMES, ConfigError, SimConfig
 from .content.replies import Rule, normalize_reply
-from .faults import Fault, FaultError
 from .gc_pacing import CollectionPacer, PauseWatch, freeze_startup
 from .isolation import ProcessBackend, spawn_backend
 from .pool import BackendPool
 from .report import Reporter, summary_row, warn_if_lagging
+from .sim.config import SETTING_NAMES, ConfigError, SimConfig
+from .sim.faults import Fault, FaultError
 from .trace_files import TraceFiles, attach_to_html_report, keep_report
 
 # A backend in the test's process, or one in its own (``--llmsim-isolation=process``).

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .backend import LLMBackend
-from .config import SimConfig
+from .sim.config import SimConfig
 
 __all__ = ["BackendPool"]
 

@@ -16,12 +16,12 @@ import urllib.request
 from typing import Any
 
 from .assertions import BackendAssertions
-from .config import ConfigError, SimConfig
 from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to_json
-from .control import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
-from .faults import Fault, FaultError
-from .metrics import MetricsSnapshot
-from .records import RequestRecord
+from .sim.codecs import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
+from .sim.config import ConfigError, SimConfig
+from .sim.faults import Fault, FaultError
+from .sim.metrics import MetricsSnapshot
+from .sim.request_log import RequestRecord
 
 __all__ = ["RemoteBackend", "RemoteError"]
 

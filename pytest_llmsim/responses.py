@@ -18,13 +18,12 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from . import wire_json
 from .api.base import StreamRenderer, WireAPI
-from .engine import SeqState, SimSequence
-from .faults import Fault
-from .records import RequestRecord
-from .runtime import FINISH, ClientGone
-from .sim import SimError
+from .sim import SimError, wire_json
+from .sim.engine import SeqState, SimSequence
+from .sim.faults import Fault
+from .sim.request_log import RequestRecord
+from .sim.runtime import FINISH, ClientGone
 from .simulator import Generation, Outcome, Simulator
 from .wsgi_server import nonblocking_socket
 

@@ -11,141 +11,36 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
-from .config import SimConfig
 from .content.embeddings import embed
-from .content.logprobs import LogprobSource, TokenLogprob
+from .content.logprobs import LogprobSource
 from .content.planner import ContentPlanner
 from .content.replies import Rule, Script
 from .content.tools import check_schemas
-from .engine import SeqState, SimSequence
-from .faults import Fault, FaultInjector, HeaderLookup
-from .metrics import Metrics, MetricsSnapshot
-from .ratelimit import RateLimiter
-from .records import RequestLog, RequestRecord
-from .runtime import CLIENT_CHECK_INTERVAL, Runtime, Ticket
 from .sim import (
     ChatMessage,
     ConversationStore,
     GenerationRequest,
-    RateLimitStatus,
     SimError,
     StoredExchange,
     invalid,
 )
-from .tokens import PlannedOutput, Tokenizer, load_encoding
-from .trace import TraceRecorder
+from .sim.config import SimConfig
+from .sim.engine import SimSequence
+from .sim.faults import Fault, FaultInjector, HeaderLookup
+from .sim.generation import Generation, Outcome
+from .sim.metrics import Metrics, MetricsSnapshot
+from .sim.ratelimit import RateLimiter
+from .sim.request_log import RequestLog, RequestRecord
+from .sim.runtime import CLIENT_CHECK_INTERVAL, Runtime
+from .sim.tokens import PlannedOutput, Tokenizer, load_encoding
+from .sim.trace import TraceRecorder
 
 __all__ = ["Generation", "Outcome", "Simulator"]
 
 # Emit-lag samples kept per request (one per write of tokens).
 MAX_LAG_SAMPLES = 4096
-
-# A client that hangs up before its answer is complete is logged with this
-# status, as nginx logs it: the client closed the request, no response was seen.
-CLIENT_CLOSED_REQUEST = 499
-
-
-class Outcome(Enum):
-    """How a request that reached the engine ended, from the client's side."""
-
-    COMPLETE = "complete"  # the client was sent the whole answer
-    CLIENT_GONE = "client_gone"  # the client hung up first: status 499, cancelled
-    CUT_BY_FAULT = "cut_by_fault"  # the server ended it on purpose (a fault)
-
-
-@dataclass
-class Generation:
-    """A request inside the engine: its outputs, sequences and ticket."""
-
-    request: GenerationRequest
-    prompt_lengths: list[int]
-    outputs: list[PlannedOutput]
-    sequences: list[SimSequence]
-    ticket: Ticket
-    echo_prefixes: list[str]
-    epoch: int
-    rate_limit: RateLimitStatus | None
-    marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
-    logprob_source: LogprobSource | None = None  # set when the request asks for logprobs
-    embedding_size: int = 0  # the backend's vector length, for embedding requests
-    seed: int = 0
-    # Wall seconds each write of tokens left after they were due (one sample per write, capped).
-    emit_lags: list[float] = field(default_factory=list)
-
-    def texts(self) -> list[str]:
-        """Each choice's whole answer (with the echoed prompt in front, when asked)."""
-        return [prefix + output.text for prefix, output in zip(self.echo_prefixes, self.outputs)]
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(self.prompt_lengths)
-
-    def embeddings(self) -> list[list[float]]:
-        """One unit vector per prompt of an embedding request (see :mod:`pytest_llmsim.content.embeddings`)."""
-        size, dimensions = self.embedding_size, self.request.dimensions
-        return [embed(seq.prompt_tokens, size, dimensions, self.seed) for seq in self.sequences]
-
-    def logprobs(self, index: int, start: int, end: int) -> list[TokenLogprob]:
-        """Simulated logprobs of choice ``index``'s tokens ``start`` to ``end`` (the request asked for them)."""
-        source, top = self.logprob_source, self.request.logprobs
-        assert source is not None and top is not None, "the request did not ask for logprobs"
-        tokens = self.outputs[index].tokens[start:end]
-        return [source.at(index, start + i, token, top) for i, token in enumerate(tokens)]
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(seq.emitted for seq in self.sequences)
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(seq.cached_tokens for seq in self._first_choices())
-
-    @property
-    def queried_tokens(self) -> int:
-        return sum(len(seq.prompt_tokens) for seq in self._first_choices())
-
-    def finish_reason(self, index: int) -> str | None:
-        seq = self.sequences[index]
-        return self.outputs[index].finish_reason if seq.state is SeqState.FINISHED else None
-
-    def _first_choices(self) -> list[SimSequence]:
-        return self.sequences[::self.request.n]
-
-    def fill(self, record: RequestRecord, outcome: Outcome, delivered: int | None) -> None:
-        """Copy token counts, the outcome and simulated timings into the log record.
-
-        ``delivered``: tokens the client was sent, when the answer was not
-        complete (all of them otherwise).
-        """
-        seqs = self.sequences
-        record.prompt_tokens = sum(self.prompt_lengths)
-        record.generated_tokens = self.completion_tokens
-        record.completion_tokens = record.generated_tokens if delivered is None else delivered
-        record.cached_tokens = self.cached_tokens
-        record.cancelled = outcome is Outcome.CLIENT_GONE
-        if record.cancelled:
-            record.status = CLIENT_CLOSED_REQUEST
-        if outcome is Outcome.COMPLETE:
-            record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
-        else:  # the client saw no ending, whatever the engine got to
-            record.finish_reasons = [None] * len(seqs)
-        ttfts = [t for t in (s.ttft for s in seqs) if t is not None]
-        record.ttft = min(ttfts) if ttfts else None
-        ends = [t for t in (s.e2e for s in seqs) if t is not None]
-        record.e2e = max(ends) if ends else None
-        queued = [t for t in (s.queue_time for s in seqs) if t is not None]
-        record.queue_time = max(queued) if queued else None
-        gap_count = sum(seq.gaps.count for seq in seqs)
-        record.itl = sum(seq.gaps.total() for seq in seqs) / gap_count if gap_count else None
-
-    def gap_runs(self) -> list[tuple[float, int]]:
-        """Every inter-token gap of every choice, as ``(gap, repeat count)`` runs."""
-        return [run for seq in self.sequences for run in seq.gaps.runs()]
-
 
 # Bytes a generated token takes in a non-streamed JSON answer, for the size estimate of
 # _check_work: its text (filler words average ~6), and one logprob entry (the chosen token or
@@ -408,7 +303,7 @@ class Simulator:
         logprobs = LogprobSource(tokenizer, config.seed) if request.logprobs is not None else None
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
                           echo_prefixes, self._epoch, rate_limit, marked, logprobs, config.embedding_size,
-                          config.seed)
+                          config.seed, embed if request.kind == "embedding" else None)
 
     def _continue(self, request: GenerationRequest) -> None:
         """Put the stored conversation a request continues in front of its own messages."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_llmsim.config import SimConfig
-from pytest_llmsim.engine import Engine, SeqState, SimSequence
+from pytest_llmsim.sim.config import SimConfig
+from pytest_llmsim.sim.engine import Engine, SeqState, SimSequence
 
 
 class Recorder:

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pytest_llmsim import ConfigError, SimConfig
-from pytest_llmsim.config import SETTING_HELP, SETTING_NAMES, parse_setting
+from pytest_llmsim.sim.config import SETTING_HELP, SETTING_NAMES, parse_setting
 
 
 def test_defaults_are_instantaneous() -> None:

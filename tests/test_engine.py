@@ -7,9 +7,9 @@ import random
 import pytest
 from engine_helpers import Recorder, gaps, make_engine, prompt
 
-from pytest_llmsim.config import SimConfig
-from pytest_llmsim.engine import Engine, SeqState, SimSequence
-from pytest_llmsim.latency import LatencyModel
+from pytest_llmsim.sim.config import SimConfig
+from pytest_llmsim.sim.engine import Engine, SeqState, SimSequence
+from pytest_llmsim.sim.latency import LatencyModel
 
 
 def test_lone_request_has_exact_ttft_and_gaps() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from engine_helpers import gaps, make_engine, prompt
 
-from pytest_llmsim.engine import SeqState, SimSequence
-from pytest_llmsim.kv_blocks import usage_of
+from pytest_llmsim.sim.engine import SeqState, SimSequence
+from pytest_llmsim.sim.kv_blocks import usage_of
 
 
 def test_blocks_count_prompt_and_generated_tokens_and_share_prefixes() -> None:

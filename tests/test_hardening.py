@@ -24,10 +24,10 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.api.openai_completions import parse_completion
-from pytest_llmsim.records import RequestLog, RequestRecord
 from pytest_llmsim.request_body import _read_sized_body
 from pytest_llmsim.server import _ReceivedHeaders
 from pytest_llmsim.sim import SimError
+from pytest_llmsim.sim.request_log import RequestLog, RequestRecord
 from pytest_llmsim.simulator import Simulator
 
 CHAT = "/v1/chat/completions"
@@ -587,7 +587,7 @@ def test_an_engine_defect_ends_requests_instead_of_stranding_them(llm_backend: L
     """The engine raising (a bug) must not leave handlers waiting for ever: the requests in flight end,
     the server keeps serving, and check() raises the error at the test's end."""
     llm_backend.configure(ttft=0.2, itl=0.01, speed=20)
-    from pytest_llmsim.engine import Engine
+    from pytest_llmsim.sim.engine import Engine
 
     real_step = Engine._step
     calls = {"n": 0}

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from pytest_llmsim import runtime
-from pytest_llmsim.engine import SimSequence
-from pytest_llmsim.runtime import FINISH, TOKEN, ClientGone, Ticket
+from pytest_llmsim.sim import runtime
+from pytest_llmsim.sim.engine import SimSequence
+from pytest_llmsim.sim.runtime import FINISH, TOKEN, ClientGone, Ticket
 
 
 @pytest.fixture

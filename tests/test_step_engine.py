@@ -15,9 +15,9 @@ from engine_helpers import Recorder, make_engine, prompt
 from pytest_llmsim import ConfigError, LLMBackend, SimConfig, calibration
 from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep
 from pytest_llmsim.cli import main
-from pytest_llmsim.config import PROFILES_DIR
-from pytest_llmsim.engine import SeqState, SimSequence
-from pytest_llmsim.step_engine import StepEngine
+from pytest_llmsim.sim.config import PROFILES_DIR
+from pytest_llmsim.sim.engine import SeqState, SimSequence
+from pytest_llmsim.sim.step_engine import StepEngine
 
 COSTS: dict[str, Any] = {"scheduler": "step", "step_base": 0.004, "step_per_prefill_token": 0.00005,
                          "step_per_decode_seq": 0.0001, "step_per_kv_token": 1e-7}

@@ -8,7 +8,7 @@ import pytest
 import tiktoken
 import tiktoken.load
 
-from pytest_llmsim.tokens import ChatMessage, Tokenizer, _unassigned_ids, cached_encoding_path, load_encoding
+from pytest_llmsim.sim.tokens import ChatMessage, Tokenizer, _unassigned_ids, cached_encoding_path, load_encoding
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: 
     ids.append(-1)
     assert tokenizer.encode(system) == real(system) and calls.count(system) == 1
     # bounded by the texts' length: past the budget it starts afresh (and still answers right)
-    monkeypatch.setattr("pytest_llmsim.tokens.SEEN_TEXT_CHARS", len(system) + 10)
+    monkeypatch.setattr("pytest_llmsim.sim.tokens.SEEN_TEXT_CHARS", len(system) + 10)
     assert tokenizer.encode("something else entirely") == real("something else entirely")
     assert tokenizer.encode(system) == real(system) and calls.count(system) == 2
     huge = "x " * (len(system) + 10)  # longer than the budget: encoded, never kept

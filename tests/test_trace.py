@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from pytest_llmsim import LLMBackend, RemoteBackend
-from pytest_llmsim.engine import SeqState, SimSequence
-from pytest_llmsim.records import RequestRecord
-from pytest_llmsim.trace import TraceRecorder
+from pytest_llmsim.sim.engine import SeqState, SimSequence
+from pytest_llmsim.sim.request_log import RequestRecord
+from pytest_llmsim.sim.trace import TraceRecorder
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 

@@ -8,7 +8,8 @@ from typing import Any
 import openai
 import pytest
 
-from pytest_llmsim import LLMBackend, wire_json
+from pytest_llmsim import LLMBackend
+from pytest_llmsim.sim import wire_json
 
 BODY: dict[str, Any] = {"id": "chatcmpl-1", "created": 1796080493, "choices": [{"index": 0, "message": {
     "role": "assistant", "content": "héllo ✓ \"quoted\"\n\x00", "refusal": None}, "logprobs": [-0.25, 1e-05]}],

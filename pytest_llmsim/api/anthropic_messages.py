@@ -29,15 +29,14 @@ from datetime import datetime, timezone
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from .. import wire_json
-from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid
-from ..tokens import PlannedCall
+from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
+from ..sim.tokens import PlannedCall
 from .base import PIECE_MARK
 from .tool_fields import anthropic_tool_use
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = ["ANTHROPIC_MESSAGES", "AnthropicMessages", "parse_messages"]
 

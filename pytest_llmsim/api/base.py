@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..sim import GenerationRequest, RateLimitStatus, SimError
 
 if TYPE_CHECKING:
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = ["PIECE_MARK", "StreamRenderer", "WireAPI"]
 

@@ -14,13 +14,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
-from ..tokens import PlannedCall, PlannedOutput
+from ..sim.tokens import PlannedCall, PlannedOutput
 from .openai_common import OpenAIErrors, OpenAIStream, chat_logprobs, common_fields, envelope, generation_usage
 from .tool_fields import openai_output_format, openai_tool_use
 from .validation import expect_object
 
 if TYPE_CHECKING:
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = ["OPENAI_CHAT", "OpenAIChat", "parse_chat"]
 

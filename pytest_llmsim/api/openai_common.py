@@ -12,15 +12,14 @@ from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from .. import wire_json
-from ..ratelimit import openai_rate_limit_headers
-from ..sim import RateLimitStatus, SimError, invalid
+from ..sim import RateLimitStatus, SimError, invalid, wire_json
+from ..sim.ratelimit import openai_rate_limit_headers
 from .base import PIECE_MARK
 from .validation import describe, is_int, optional, ranged
 
 if TYPE_CHECKING:
     from ..content.logprobs import TokenLogprob
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = [
     "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIErrors", "OpenAIStream", "chat_logprobs",

@@ -22,7 +22,7 @@ from .openai_common import (
 from .validation import expect_object, is_int, optional
 
 if TYPE_CHECKING:
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = ["MAX_PROMPTS", "OPENAI_COMPLETIONS", "OpenAICompletions", "parse_completion"]
 

@@ -20,7 +20,7 @@ from .openai_common import OpenAIErrors, model_field
 from .validation import describe, expect_object, is_int, optional
 
 if TYPE_CHECKING:
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = ["MAX_INPUTS", "OPENAI_EMBEDDINGS", "OpenAIEmbeddings", "parse_embeddings"]
 

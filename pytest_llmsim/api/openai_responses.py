@@ -25,16 +25,15 @@ import time
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from .. import wire_json
-from ..sim import ChatMessage, GenerationRequest, SimError, invalid
-from ..tokens import PlannedCall
+from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
+from ..sim.tokens import PlannedCall
 from .base import PIECE_MARK
 from .openai_common import OpenAIErrors, model_field
 from .tool_fields import openai_tool_use, responses_output_format
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
-    from ..simulator import Generation
+    from ..sim.generation import Generation
 
 __all__ = ["OPENAI_RESPONSES", "OpenAIResponses", "parse_responses"]
 

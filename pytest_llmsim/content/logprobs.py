@@ -11,21 +11,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 
-from ..tokens import Tokenizer
+from ..sim.generation import TokenLogprob
+from ..sim.tokens import Tokenizer
 
 __all__ = ["LogprobSource", "TokenLogprob"]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenLogprob:
-    """One token's simulated logprob and the ``top`` most likely tokens at its place (chosen first)."""
-
-    token: str
-    bytes: list[int]
-    logprob: float
-    top: list[tuple[str, list[int], float]]
 
 
 class LogprobSource:

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..sim.request import SimError, invalid
-from ..tokens import FillerSource, PlannedCall, PlannedOutput, Tokenizer
+from ..sim.tokens import FillerSource, PlannedCall, PlannedOutput, Tokenizer
 from .replies import ErrorReply, Reply, ToolCall
 from .schema import SchemaError, SchemaTooLarge, generate_instance
 from .tools import NO_ARGUMENTS, choose_tools
 
 if TYPE_CHECKING:
-    from ..config import SimConfig
     from ..sim import GenerationRequest
+    from ..sim.config import SimConfig
 
 __all__ = ["MAX_CHARS_PER_TOKEN", "ContentPlanner"]
 

@@ -18,54 +18,14 @@ that decide a reply live here once:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Any
 
+from ..sim.request import OutputFormat, ToolSpec, ToolUse
 from .schema import SchemaError, check_schema
 
 __all__ = ["NO_ARGUMENTS", "OutputFormat", "ToolSpec", "ToolUse", "check_schemas", "choose_tools", "schema_or_error"]
 
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A function the request offers: its name and the JSON Schema of its arguments.
-
-    ``param`` names the schema's field for errors; the schema is checked against its
-    metaschema by :func:`check_schemas`, after the request's cheap limits (its length).
-    """
-
-    name: str
-    parameters: dict[str, Any]
-    param: str = "tools"
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """The tools a request offers and how it lets the model use them.
-
-    ``choice`` is ``"none"``, ``"auto"``, ``"required"`` or ``"function"``
-    (then ``function`` names the one to call).
-    """
-
-    tools: tuple[ToolSpec, ...]
-    choice: str = "auto"
-    function: str | None = None
-    parallel: bool = True
-
-    def named(self, name: object) -> ToolSpec | None:
-        return next((tool for tool in self.tools if tool.name == name), None)
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    """A structured-output request: ``kind`` ``json_object`` (any object) or ``json_schema``."""
-
-    kind: str
-    schema: dict[str, Any] | None = None
-    name: str | None = None
-    param: str = "response_format"
 
 
 def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tuple[str, str] | None:

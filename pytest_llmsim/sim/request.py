@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..content.tools import OutputFormat, ToolUse
-from ..tokens import ChatMessage
+from .tokens import ChatMessage
 
-__all__ = ["ChatMessage", "GenerationRequest", "RateLimitStatus", "SimError", "invalid"]
+__all__ = ["ChatMessage", "GenerationRequest", "OutputFormat", "RateLimitStatus", "SimError", "ToolSpec", "ToolUse",
+           "invalid"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,46 @@ class SimError(Exception):
 def invalid(message: str, param: str | None, code: str | None = None) -> SimError:
     """A 400 for bad input, naming the field."""
     return SimError(400, message, param=param, code=code)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the request offers: its name and the JSON Schema of its arguments.
+
+    ``param`` names the schema's field for errors; the schema is checked against its
+    metaschema by :func:`check_schemas`, after the request's cheap limits (its length).
+    """
+
+    name: str
+    parameters: dict[str, Any]
+    param: str = "tools"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools a request offers and how it lets the model use them.
+
+    ``choice`` is ``"none"``, ``"auto"``, ``"required"`` or ``"function"``
+    (then ``function`` names the one to call).
+    """
+
+    tools: tuple[ToolSpec, ...]
+    choice: str = "auto"
+    function: str | None = None
+    parallel: bool = True
+
+    def named(self, name: object) -> ToolSpec | None:
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """A structured-output request: ``kind`` ``json_object`` (any object) or ``json_schema``."""
+
+    kind: str
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    param: str = "response_format"
 
 
 @dataclass

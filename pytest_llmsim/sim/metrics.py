@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from .records import RequestRecord
+from .request_log import RequestRecord
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "Distribution", "LLMSimLagWarning", "Metrics", "MetricsSnapshot"]
 

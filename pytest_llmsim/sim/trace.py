@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import SimSequence
-    from .records import RequestRecord
+    from .request_log import RequestRecord
+    from .sequence import SimSequence
 
 __all__ = ["MAX_SEQUENCES_PER_REQUEST", "TraceRecorder", "TracedRequest", "TracedSequence"]
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import SimSequence
+    from .sequence import SimSequence
 
 __all__ = ["KVBlocks", "blocks_held", "usage_of"]
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .sim import RateLimitStatus, SimError
+from .request import RateLimitStatus, SimError
 
 __all__ = ["RateLimiter", "format_duration", "openai_rate_limit_headers"]
 

@@ -205,7 +205,7 @@ def _optional_limit(name: str, value: Any) -> int | None:
     return _integer(1)(name, value)
 
 
-PROFILES_DIR = Path(__file__).with_name("profiles")
+PROFILES_DIR = Path(__file__).parent.parent / "profiles"  # pytest_llmsim/profiles
 
 
 def profile_names() -> list[str]:

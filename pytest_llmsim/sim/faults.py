@@ -28,8 +28,8 @@ from typing import Any
 
 from werkzeug.datastructures import Headers
 
-from .sim import SimError
-from .sim.patterns import Pattern, PatternError, compile_pattern
+from .patterns import Pattern, PatternError, compile_pattern
+from .request import SimError
 
 __all__ = ["FAULT_HEADER", "FAULT_KINDS", "HTTP_FAULTS", "Fault", "FaultError", "FaultInjector"]
 

@@ -5,7 +5,7 @@ The log is bounded twice, oldest dropped first: by entries
 header bytes as received). A body over ``max_log_body_bytes`` is kept as the
 start of its text plus a marker (:data:`TRUNCATED_MARKER`), so a long soak or
 a stream of huge bodies keeps flat memory; the counters in
-:mod:`pytest_llmsim.metrics` keep counting everything.
+:mod:`pytest_llmsim.sim.metrics` keep counting everything.
 """
 
 from __future__ import annotations

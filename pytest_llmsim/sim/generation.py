@@ -1,0 +1,149 @@
+"""A request inside the engine, as the adapters render it: its planned outputs, sequences and outcome.
+
+Protocol-blind: each wire API reads the same :class:`Generation` (texts, tool calls, usage, logprobs,
+vectors) and renders it in its own shape. What the model says was planned before (``content``); the
+few content services an answer needs later (logprobs, vectors) come in as objects set by the simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from .request import GenerationRequest, RateLimitStatus
+from .request_log import RequestRecord
+from .runtime import Ticket
+from .sequence import SeqState, SimSequence
+from .tokens import PlannedOutput
+
+__all__ = ["CLIENT_CLOSED_REQUEST", "Generation", "LogprobTable", "Outcome", "TokenLogprob"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token's simulated logprob and the ``top`` most likely tokens at its place (chosen first)."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top: list[tuple[str, list[int], float]]
+
+
+class LogprobTable(Protocol):
+    """Where a generation's logprobs come from (``content.logprobs.LogprobSource``)."""
+
+    def at(self, choice: int, position: int, token: int, top: int) -> TokenLogprob:
+        """The logprob of ``token`` at ``position`` of choice ``choice``, with ``top`` likeliest tokens."""
+
+
+# One unit vector for a prompt's token ids: (ids, size, dimensions, seed) -> vector.
+Embedder = Callable[[Sequence[int], int, "int | None", int], list[float]]
+
+
+# A client that hangs up before its answer is complete is logged with this
+# status, as nginx logs it: the client closed the request, no response was seen.
+CLIENT_CLOSED_REQUEST = 499
+
+
+class Outcome(Enum):
+    """How a request that reached the engine ended, from the client's side."""
+
+    COMPLETE = "complete"  # the client was sent the whole answer
+    CLIENT_GONE = "client_gone"  # the client hung up first: status 499, cancelled
+    CUT_BY_FAULT = "cut_by_fault"  # the server ended it on purpose (a fault)
+
+
+@dataclass
+class Generation:
+    """A request inside the engine: its outputs, sequences and ticket."""
+
+    request: GenerationRequest
+    prompt_lengths: list[int]
+    outputs: list[PlannedOutput]
+    sequences: list[SimSequence]
+    ticket: Ticket
+    echo_prefixes: list[str]
+    epoch: int
+    rate_limit: RateLimitStatus | None
+    marked_prompt_tokens: int | None = None  # tokens of the prefix the request marked cacheable
+    logprob_source: LogprobTable | None = None  # set when the request asks for logprobs
+    embedding_size: int = 0  # the backend's vector length, for embedding requests
+    seed: int = 0
+    embedder: Embedder | None = None  # set for embedding requests
+    # Wall seconds each write of tokens left after they were due (one sample per write, capped).
+    emit_lags: list[float] = field(default_factory=list)
+
+    def texts(self) -> list[str]:
+        """Each choice's whole answer (with the echoed prompt in front, when asked)."""
+        return [prefix + output.text for prefix, output in zip(self.echo_prefixes, self.outputs)]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.prompt_lengths)
+
+    def embeddings(self) -> list[list[float]]:
+        """One unit vector per prompt of an embedding request (see :mod:`pytest_llmsim.content.embeddings`)."""
+        size, dimensions = self.embedding_size, self.request.dimensions
+        assert self.embedder is not None, "not an embedding request"
+        return [self.embedder(seq.prompt_tokens, size, dimensions, self.seed) for seq in self.sequences]
+
+    def logprobs(self, index: int, start: int, end: int) -> list[TokenLogprob]:
+        """Simulated logprobs of choice ``index``'s tokens ``start`` to ``end`` (the request asked for them)."""
+        source, top = self.logprob_source, self.request.logprobs
+        assert source is not None and top is not None, "the request did not ask for logprobs"
+        tokens = self.outputs[index].tokens[start:end]
+        return [source.at(index, start + i, token, top) for i, token in enumerate(tokens)]
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(seq.emitted for seq in self.sequences)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(seq.cached_tokens for seq in self._first_choices())
+
+    @property
+    def queried_tokens(self) -> int:
+        return sum(len(seq.prompt_tokens) for seq in self._first_choices())
+
+    def finish_reason(self, index: int) -> str | None:
+        seq = self.sequences[index]
+        return self.outputs[index].finish_reason if seq.state is SeqState.FINISHED else None
+
+    def _first_choices(self) -> list[SimSequence]:
+        return self.sequences[::self.request.n]
+
+    def fill(self, record: RequestRecord, outcome: Outcome, delivered: int | None) -> None:
+        """Copy token counts, the outcome and simulated timings into the log record.
+
+        ``delivered``: tokens the client was sent, when the answer was not
+        complete (all of them otherwise).
+        """
+        seqs = self.sequences
+        record.prompt_tokens = sum(self.prompt_lengths)
+        record.generated_tokens = self.completion_tokens
+        record.completion_tokens = record.generated_tokens if delivered is None else delivered
+        record.cached_tokens = self.cached_tokens
+        record.cancelled = outcome is Outcome.CLIENT_GONE
+        if record.cancelled:
+            record.status = CLIENT_CLOSED_REQUEST
+        if outcome is Outcome.COMPLETE:
+            record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
+        else:  # the client saw no ending, whatever the engine got to
+            record.finish_reasons = [None] * len(seqs)
+        ttfts = [t for t in (s.ttft for s in seqs) if t is not None]
+        record.ttft = min(ttfts) if ttfts else None
+        ends = [t for t in (s.e2e for s in seqs) if t is not None]
+        record.e2e = max(ends) if ends else None
+        queued = [t for t in (s.queue_time for s in seqs) if t is not None]
+        record.queue_time = max(queued) if queued else None
+        gap_count = sum(seq.gaps.count for seq in seqs)
+        record.itl = sum(seq.gaps.total() for seq in seqs) / gap_count if gap_count else None
+
+    def gap_runs(self) -> list[tuple[float, int]]:
+        """Every inter-token gap of every choice, as ``(gap, repeat count)`` runs."""
+        return [run for seq in self.sequences for run in seq.gaps.runs()]
+
+

@@ -1,0 +1,139 @@
+"""A sequence's life in the engine: its state, its inter-token gaps, and its simulated timings.
+
+Kept apart from the engine so the KV-block accounting and the trace can name a
+sequence without importing the engine (they did, in a circle).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterator
+from collections.abc import Sequence as TokenIds
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Gaps", "SeqState", "SimSequence"]
+
+
+class SeqState(Enum):
+    """Where a sequence is in its life."""
+
+    PENDING = "pending"  # scheduled to arrive later
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"  # waiting queue was full
+
+
+class Gaps:
+    """A sequence's inter-token gaps, kept as runs of equal values.
+
+    A constant step (no jitter, no load) is one run however long the answer,
+    so a long generation costs no memory per token; with jitter every gap is
+    its own run, 16 bytes each.
+    """
+
+    __slots__ = ("_counts", "_values", "count")
+
+    def __init__(self) -> None:
+        self._values = array("d")
+        self._counts = array("q")
+        self.count = 0
+
+    def add(self, value: float, count: int = 1) -> None:
+        if count <= 0:
+            return
+        if self._values and self._values[-1] == value:
+            self._counts[-1] += count
+        else:
+            self._values.append(value)
+            self._counts.append(count)
+        self.count += count
+
+    def runs(self) -> list[tuple[float, int]]:
+        """``(gap, how many times in a row)`` pairs, in order."""
+        return list(zip(self._values, self._counts))
+
+    def total(self) -> float:
+        values = self._values
+        if len(values) <= 1:  # the common case, a constant step: no sum to build
+            return values[0] * self._counts[0] if values else 0.0
+        return math.fsum(value * count for value, count in zip(values, self._counts))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[float]:
+        for value, count in zip(self._values, self._counts):
+            for _ in range(count):
+                yield value
+
+    def __repr__(self) -> str:
+        return f"Gaps({self.runs()!r})"
+
+
+@dataclass(eq=False, slots=True)
+class SimSequence:
+    """One generation: a prompt, how many tokens to emit, and what happened.
+
+    ``output_length`` tokens are emitted unless the sequence is cancelled.
+    ``latency_scale`` stretches this sequence's own steps (a slow fault).
+    ``owner`` and ``index`` are the caller's (the runtime keeps its ticket in
+    ``owner``; the server keeps the choice index in ``index``). ``adapter``
+    names the LoRA adapter it runs with (None: the base model).
+    """
+
+    prompt_tokens: TokenIds[int]
+    output_length: int
+    latency_scale: float = 1.0
+    index: int = 0
+    owner: Any = None
+    adapter: str | None = None
+    preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
+    kv_private: int = 0  # KV blocks held that no other sequence shares
+    kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)
+    kv_boundary: int = 0  # emitted tokens at which its blocks are full (see KVBlocks.needs_block)
+    prefill_left: int = 0  # step-cost mode: prompt tokens still to compute
+    step_credit: float = 0.0  # step-cost mode: a slow sequence emits on every 1/latency_scale-th step
+    step_serial: int = -1  # serial of its pending step event; older ones are stale
+    admission: int = 0  # order of its latest admission
+    state: SeqState = SeqState.PENDING
+    arrival: float = math.nan
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished_at: float | None = None
+    emitted: int = 0
+    cached_tokens: int = 0
+    prefill_delay: float = 0.0
+    step_delay: float = 0.0
+    block_hashes: list[int] | None = None
+    gaps: Gaps = field(default_factory=Gaps)
+
+    # Durations are kept as the delays the engine scheduled, not as differences
+    # of absolute times, so a configured 0.1 s reads back as exactly 0.1.
+
+    @property
+    def queue_time(self) -> float | None:
+        """Simulated seconds between arrival and admission to the batch."""
+        return None if self.admitted_at is None else self.admitted_at - self.arrival
+
+    @property
+    def ttft(self) -> float | None:
+        """Simulated time to first token, queueing included."""
+        if self.first_token_at is None or self.admitted_at is None:
+            return None
+        return (self.admitted_at - self.arrival) + self.prefill_delay
+
+    @property
+    def e2e(self) -> float | None:
+        """Simulated seconds from arrival to the end."""
+        if self.finished_at is None:
+            return None
+        ttft = self.ttft
+        if self.state is SeqState.FINISHED and ttft is not None:
+            return ttft + self.gaps.total()
+        return self.finished_at - self.arrival
