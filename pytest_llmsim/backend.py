@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any
 
 from .assertions import BackendAssertions
+from .content.model import MODEL_CONTENT
 from .content.replies import Reply, Rule, RuleBuilder
 from .control import host_name
 from .server import SimulatorServer
@@ -15,8 +16,8 @@ from .sim.config import SimConfig
 from .sim.faults import Fault
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
+from .sim.simulator import Simulator
 from .sim.trace_svg import timeline_svg
-from .simulator import Simulator
 
 __all__ = ["LLMBackend"]
 
@@ -33,7 +34,7 @@ class LLMBackend(BackendAssertions):
     def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
                  control_token: str | None = None, allowed_hosts: Iterable[str] = (), **settings: Any) -> None:
         base = (config or SimConfig()).replace(**settings)
-        self._simulator = Simulator(base)
+        self._simulator = Simulator(base, MODEL_CONTENT)
         self._server = SimulatorServer(self._simulator, host, port)
         # the control API (/llmsim/v1/...) then needs "Authorization: Bearer <token>"
         self._server.control.token = control_token
@@ -148,7 +149,8 @@ class LLMBackend(BackendAssertions):
 
     def add_rule(self, rule: Rule) -> Rule:
         """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""
-        return self._simulator.add_rule(rule)
+        self._simulator.add_rule(rule)  # names it, if it has no name
+        return rule
 
     def trace(self) -> dict[str, Any]:
         """What the backend did since the last reset, as Chrome trace-event JSON (Perfetto, chrome://tracing).

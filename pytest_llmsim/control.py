@@ -40,7 +40,7 @@ from .sim.faults import FaultError
 from .sim.trace_svg import timeline_svg
 
 if TYPE_CHECKING:
-    from .simulator import Simulator
+    from .sim.simulator import Simulator
 
 
 class ControlledServer(Protocol):

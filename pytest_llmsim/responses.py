@@ -24,7 +24,7 @@ from .sim.engine import SeqState, SimSequence
 from .sim.faults import Fault
 from .sim.request_log import RequestRecord
 from .sim.runtime import FINISH, ClientGone
-from .simulator import Generation, Outcome, Simulator
+from .sim.simulator import Generation, Outcome, Simulator
 from .wsgi_server import nonblocking_socket
 
 __all__ = ["GenerationResponder", "drop_connection", "json_response"]

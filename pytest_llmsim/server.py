@@ -4,7 +4,7 @@ Built on pytest-httpserver's ``HTTPServer(threaded=True)`` for its lifecycle
 and ``url_for``, and so a test can still add its own ``expect_request(...)``
 handlers: one that matches a request answers it, on the simulator's routes
 too (it wins over the simulator). Everything here translates
-HTTP to :class:`~pytest_llmsim.simulator.Simulator` calls and back.
+HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator` calls and back.
 
 Routes: the generation routes of :data:`GENERATION_ROUTES` (OpenAI chat,
 completions and Responses, Anthropic Messages), ``POST /v1/messages/count_tokens``,
@@ -42,8 +42,8 @@ from .sim import SimError, wire_json
 from .sim.faults import HTTP_FAULTS
 from .sim.metrics import PROMETHEUS_CONTENT_TYPE
 from .sim.request_log import RequestRecord
+from .sim.simulator import Simulator
 from .sim.tokens import TokenizeError
-from .simulator import Simulator
 from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["SimulatorServer", "validate_address"]

@@ -56,10 +56,11 @@ def test_a_full_cache_preempts_the_latest_admitted_and_it_recomputes() -> None:
 
 def test_a_request_bigger_than_the_cache_is_refused() -> None:
     from pytest_llmsim.api.openai_completions import parse_completion
+    from pytest_llmsim.content.model import MODEL_CONTENT
     from pytest_llmsim.sim import SimError
-    from pytest_llmsim.simulator import Simulator
+    from pytest_llmsim.sim.simulator import Simulator
 
-    simulator = Simulator(make_engine(kv_cache_blocks=2, block_size=4)[0].config)
+    simulator = Simulator(make_engine(kv_cache_blocks=2, block_size=4)[0].config, MODEL_CONTENT)
     try:
         with pytest.raises(SimError) as caught:
             simulator.start(parse_completion({"model": "m", "prompt": "one two three four five six", "max_tokens": 8}))

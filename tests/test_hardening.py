@@ -24,11 +24,12 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.api.openai_completions import parse_completion
+from pytest_llmsim.content.model import MODEL_CONTENT
 from pytest_llmsim.request_body import _read_sized_body
 from pytest_llmsim.server import _ReceivedHeaders
 from pytest_llmsim.sim import SimError
 from pytest_llmsim.sim.request_log import RequestLog, RequestRecord
-from pytest_llmsim.simulator import Simulator
+from pytest_llmsim.sim.simulator import Simulator
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -100,7 +101,7 @@ def test_prompts_per_request_are_capped_before_tokenizing(llm_backend: LLMBacken
 
 def test_a_long_answer_is_never_materialised() -> None:
     """n=16 x 32,000 tokens: the plan is lazy views, the gaps one run per choice."""
-    simulator = Simulator(SimConfig(speed=float("inf"), max_batch_size=64))
+    simulator = Simulator(SimConfig(speed=float("inf"), max_batch_size=64), MODEL_CONTENT)
     try:
         request = parse_completion({"model": "m", "prompt": "hi", "n": 16, "max_tokens": 32_000})
         tracemalloc.start()
@@ -118,7 +119,7 @@ def test_a_long_answer_is_never_materialised() -> None:
 
 
 def test_queue_is_checked_before_outputs_are_planned(monkeypatch: pytest.MonkeyPatch) -> None:
-    simulator = Simulator(SimConfig(max_batch_size=1, max_waiting=0, ttft=100.0, speed=1.0))
+    simulator = Simulator(SimConfig(max_batch_size=1, max_waiting=0, ttft=100.0, speed=1.0), MODEL_CONTENT)
     try:
         first = simulator.start(parse_completion({"model": "m", "prompt": "hi"}))
 

@@ -10,34 +10,75 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
-from .content.embeddings import embed
-from .content.logprobs import LogprobSource
-from .content.planner import ContentPlanner
-from .content.replies import Rule, Script
-from .content.tools import check_schemas
-from .sim import (
-    ChatMessage,
-    ConversationStore,
-    GenerationRequest,
-    SimError,
-    StoredExchange,
-    invalid,
-)
-from .sim.config import SimConfig
-from .sim.engine import SimSequence
-from .sim.faults import Fault, FaultInjector, HeaderLookup
-from .sim.generation import Generation, Outcome
-from .sim.metrics import Metrics, MetricsSnapshot
-from .sim.ratelimit import RateLimiter
-from .sim.request_log import RequestLog, RequestRecord
-from .sim.runtime import CLIENT_CHECK_INTERVAL, Runtime
-from .sim.tokens import PlannedOutput, Tokenizer, load_encoding
-from .sim.trace import TraceRecorder
+from .config import SimConfig
+from .conversations import ConversationStore, StoredExchange
+from .engine import SimSequence
+from .faults import Fault, FaultInjector, HeaderLookup
+from .generation import Generation, LogprobTable, Outcome
+from .metrics import Metrics, MetricsSnapshot
+from .ratelimit import RateLimiter
+from .request import ChatMessage, GenerationRequest, SimError, invalid
+from .request_log import RequestLog, RequestRecord
+from .runtime import CLIENT_CHECK_INTERVAL, Runtime
+from .tokens import FillerSource, PlannedOutput, Tokenizer, load_encoding
+from .trace import TraceRecorder
 
-__all__ = ["Generation", "Outcome", "Simulator"]
+__all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Simulator"]
+
+
+class Planner(Protocol):
+    """Plans what one choice says (``content.planner.ContentPlanner``)."""
+
+    def plan(self, request: GenerationRequest, key: int, reply: Any, echo: list[int] | None, budget: int,
+             room: int) -> PlannedOutput:
+        """One choice's answer; raises :class:`SimError` for a scripted error or a schema without an instance."""
+
+
+class ScriptBook(Protocol):
+    """A backend's scripted replies and rules (``content.replies.Script``), bounded by its three limits."""
+
+    max_replies: int
+    max_rules: int
+    max_bytes: int
+
+    @property
+    def rules(self) -> list[Any]:
+        """The rules, in the order they are tried."""
+
+    def queue(self, replies: Iterable[Any]) -> None:
+        """Queue replies, one per request."""
+
+    def add_rule(self, rule: Any) -> Any:
+        """Add a rule; returns it (named)."""
+
+    def clear(self) -> None:
+        """Forget every reply and rule."""
+
+    def next_reply(self, request: GenerationRequest) -> tuple[Any, str | None]:
+        """The reply for ``request`` and the name of the rule that gave it."""
+
+
+class ContentModel(Protocol):
+    """What the model says, handed to the simulator (``content.model.MODEL_CONTENT``): sim/ plans
+    when and how much, content/ what; the simulator imports nothing of content/."""
+
+    def embed(self, ids: Sequence[int], size: int, dimensions: int | None, seed: int) -> list[float]:
+        """The unit vector of a prompt given as its token ids."""
+
+    def planner(self, tokenizer: Tokenizer, filler: FillerSource, config: SimConfig) -> Planner:
+        """A planner for answers in ``tokenizer``'s tokens."""
+
+    def script(self, config: SimConfig) -> ScriptBook:
+        """An empty script within ``config``'s bounds."""
+
+    def schema_problem(self, request: GenerationRequest) -> tuple[str, str] | None:
+        """The request's first schema that is not a valid JSON Schema, as ``(message, param)``."""
+
+    def logprobs(self, tokenizer: Tokenizer, seed: int) -> LogprobTable:
+        """The source of simulated logprobs."""
 
 # Emit-lag samples kept per request (one per write of tokens).
 MAX_LAG_SAMPLES = 4096
@@ -61,8 +102,9 @@ def _queue_full(config: SimConfig) -> SimError:
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
 
-    def __init__(self, config: SimConfig | None = None) -> None:
+    def __init__(self, config: SimConfig | None, content: ContentModel) -> None:
         self._lock = threading.Lock()
+        self._content = content
         self._base = config or SimConfig()
         self.config = self._base
         self.trace = TraceRecorder(self.config.max_trace_requests)
@@ -72,8 +114,8 @@ class Simulator:
         self.conversations = ConversationStore(self.config.max_stored_responses, self.config.max_stored_response_bytes)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
-        self.planner = ContentPlanner(self.tokenizer, self._filler, self.config)
-        self.script = Script(self.config.max_queued_replies, self.config.max_rules, self.config.max_script_bytes)
+        self.planner = content.planner(self.tokenizer, self._filler, self.config)
+        self.script = content.script(self.config)
         self.adapters: dict[str, str] = dict.fromkeys(self.config.lora_adapters, "")  # LoRA name -> path
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
         self.faults = FaultInjector(self.config.seed)
@@ -122,7 +164,7 @@ class Simulator:
             self._filler = self.tokenizer.filler_source(config.seed)
         if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
             self._limiter = RateLimiter(config.rpm, config.tpm)
-        self.planner = ContentPlanner(self.tokenizer, self._filler, config)
+        self.planner = self._content.planner(self.tokenizer, self._filler, config)
         if config.lora_adapters != self.config.lora_adapters:
             self.adapters = {name: self.adapters.get(name, "") for name in config.lora_adapters}
         self.faults.seed = config.seed
@@ -139,10 +181,10 @@ class Simulator:
         self.config = config
 
     def reply_with(self, replies: Iterable[Any]) -> None:
-        """Queue scripted replies (see :mod:`~pytest_llmsim.content.replies`), one per request, in order."""
+        """Queue scripted replies (see :mod:`pytest_llmsim.content.replies`), one per request, in order."""
         self.script.queue(replies)
 
-    def add_rule(self, rule: Rule) -> Rule:
+    def add_rule(self, rule: Any) -> Any:
         """Answer the requests ``rule`` matches with its replies (first matching rule wins)."""
         return self.script.add_rule(rule)
 
@@ -300,10 +342,10 @@ class Simulator:
         if request.cache_breakpoint is not None:
             marked_messages = request.messages[:request.cache_breakpoint]
             marked = min(len(prompts[0]), self.tokenizer.chat_prefix_length(marked_messages))
-        logprobs = LogprobSource(tokenizer, config.seed) if request.logprobs is not None else None
+        logprobs = self._content.logprobs(tokenizer, config.seed) if request.logprobs is not None else None
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
                           echo_prefixes, self._epoch, rate_limit, marked, logprobs, config.embedding_size,
-                          config.seed, embed if request.kind == "embedding" else None)
+                          config.seed, self._content.embed if request.kind == "embedding" else None)
 
     def _continue(self, request: GenerationRequest) -> None:
         """Put the stored conversation a request continues in front of its own messages."""
@@ -333,9 +375,8 @@ class Simulator:
         self._check_schemas(request)
         return sum(len(ids) for ids in prompts)
 
-    @staticmethod
-    def _check_schemas(request: GenerationRequest) -> None:
-        problem = check_schemas(request.tool_use, request.output_format)
+    def _check_schemas(self, request: GenerationRequest) -> None:
+        problem = self._content.schema_problem(request)
         if problem is not None:
             raise invalid(problem[0], problem[1], "invalid_schema")
 
