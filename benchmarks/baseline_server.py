@@ -19,7 +19,7 @@ import threading
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from pytest_llmsim.keepalive import KeepAliveHandler, KeepAlivePolicy
+from pytest_llmsim.server.keepalive import KeepAliveHandler, KeepAlivePolicy
 
 CANNED = json.dumps({
     "id": "chatcmpl-0123456789abcdef01234567", "object": "chat.completion", "created": 1700000000,

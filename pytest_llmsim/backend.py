@@ -10,8 +10,8 @@ from typing import Any
 from .assertions import BackendAssertions
 from .content.model import MODEL_CONTENT
 from .content.replies import Reply, Rule, RuleBuilder
-from .control import host_name
-from .server import SimulatorServer
+from .server.app import SimulatorServer
+from .server.control import host_name
 from .sim.config import SimConfig
 from .sim.faults import Fault
 from .sim.metrics import MetricsSnapshot

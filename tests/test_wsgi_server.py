@@ -16,8 +16,8 @@ import pytest
 from werkzeug.serving import DechunkedInput, WSGIRequestHandler
 
 from pytest_llmsim import LLMBackend
-from pytest_llmsim.chunked import ChunkedBody
-from pytest_llmsim.wsgi_server import PooledWSGIServer, QuietRequestHandler, _CoalescingWriter, _read_headers
+from pytest_llmsim.server.chunked import ChunkedBody
+from pytest_llmsim.server.wsgi import PooledWSGIServer, QuietRequestHandler, _CoalescingWriter, _read_headers
 
 
 def raw(backend: LLMBackend, data: bytes) -> bytes:

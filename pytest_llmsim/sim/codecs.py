@@ -1,6 +1,6 @@
 """The control API's wire, shared by both ends: its path prefix and the JSON forms of the backend's values.
 
-The server (``pytest_llmsim.control``) writes them and ``RemoteBackend`` reads them back, so
+The server (``pytest_llmsim.server.control``) writes them and ``RemoteBackend`` reads them back, so
 neither side imports the other's code. Infinities travel as ``"inf"``, NaN as null; credentials in
 a logged request's headers leave the process fingerprinted (:mod:`pytest_llmsim.sim.secrets`).
 """

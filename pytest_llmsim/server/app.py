@@ -30,21 +30,21 @@ from werkzeug.datastructures import Headers
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
-from .api.anthropic_messages import parse_messages
-from .api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
-from .api.vllm_extras import detokenize_tokens, lora_fields, tokenize_fields
+from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
+from ..api.anthropic_messages import parse_messages
+from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
+from ..api.vllm_extras import detokenize_tokens, lora_fields, tokenize_fields
+from ..sim import SimError, wire_json
+from ..sim.faults import HTTP_FAULTS
+from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
+from ..sim.request_log import RequestRecord
+from ..sim.simulator import Simulator
+from ..sim.tokens import TokenizeError
 from .control import CONTROL_PREFIX, ControlAPI
 from .keepalive import KeepAlivePolicy
 from .request_body import BodyTimeout, read_body
-from .responses import GenerationResponder, drop_connection, json_response
-from .sim import SimError, wire_json
-from .sim.faults import HTTP_FAULTS
-from .sim.metrics import PROMETHEUS_CONTENT_TYPE
-from .sim.request_log import RequestRecord
-from .sim.simulator import Simulator
-from .sim.tokens import TokenizeError
-from .wsgi_server import ACCEPTED_AT, PooledWSGIServer
+from .responder import GenerationResponder, drop_connection, json_response
+from .wsgi import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["SimulatorServer", "validate_address"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
-from .wsgi_server import BODY_DEADLINE
+from .wsgi import BODY_DEADLINE
 
 __all__ = ["BodyTimeout", "read_body"]
 

@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from .api.validation import lone_surrogate
-from .content.replies import Rule, reply_from_json
+from ..api.validation import lone_surrogate
+from ..content.replies import Rule, reply_from_json
+from ..sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
+from ..sim.config import ConfigError, is_profile_path, profile_names
+from ..sim.faults import FaultError
+from ..sim.trace_svg import timeline_svg
 from .request_body import BodyTimeout, read_body
-from .sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
-from .sim.config import ConfigError, is_profile_path, profile_names
-from .sim.faults import FaultError
-from .sim.trace_svg import timeline_svg
 
 if TYPE_CHECKING:
-    from .sim.simulator import Simulator
+    from ..sim.simulator import Simulator
 
 
 class ControlledServer(Protocol):

@@ -18,14 +18,14 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from .api.base import StreamRenderer, WireAPI
-from .sim import SimError, wire_json
-from .sim.engine import SeqState, SimSequence
-from .sim.faults import Fault
-from .sim.request_log import RequestRecord
-from .sim.runtime import FINISH, ClientGone
-from .sim.simulator import Generation, Outcome, Simulator
-from .wsgi_server import nonblocking_socket
+from ..api.base import StreamRenderer, WireAPI
+from ..sim import SimError, wire_json
+from ..sim.engine import SeqState, SimSequence
+from ..sim.faults import Fault
+from ..sim.request_log import RequestRecord
+from ..sim.runtime import FINISH, ClientGone
+from ..sim.simulator import Generation, Outcome, Simulator
+from .wsgi import nonblocking_socket
 
 __all__ = ["GenerationResponder", "drop_connection", "json_response"]
 
