@@ -35,7 +35,8 @@ nitpick_ignore_regex = [
     ("py:class", r"(Any|Callable|Iterator|Iterable|Mapping|Sequence|TracebackType|Path|Reply)"),
     ("py:class", r"(werkzeug|pytest|_pytest|tiktoken|pytest_httpserver|subprocess)\..*"),
     ("py:class", r"(Headers|Request|Response|Generation|SimulatorServer|RuleBuilder|BackendAssertions)"),
-    ("py:class", r"pytest_llmsim\.(content\.replies\.RuleBuilder|server\.(app\.)?SimulatorServer|(sim\.)?simulator\..*)"),
+    ("py:class", r"pytest_llmsim\.(content\.replies\.RuleBuilder|server\.(app\.)?SimulatorServer)"),
+    ("py:class", r"pytest_llmsim\.(sim\.)?simulator\..*"),
     # internal: the request model and the error every API renders, the helpers' mixin
     ("py:class", r"(pytest_llmsim\.sim\.request\.)?(GenerationRequest|SimError)"),
     ("py:class", r"pytest_llmsim\.assertions\.BackendAssertions"),
