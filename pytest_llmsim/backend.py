@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
@@ -205,8 +204,7 @@ class LLMBackend(BackendAssertions):
 
     def reset(self, config: SimConfig | None = None) -> None:
         """Back to the starting settings (or ``config``) with empty cache, metrics and log."""
-        self._simulator.reset(config)
-        self._server.clear()
+        self._server.reset_backend(config)
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait (wall seconds) until no request is in flight; True if it got there.
@@ -214,12 +212,7 @@ class LLMBackend(BackendAssertions):
         Useful after a client disconnects: the server notices at its next
         write, then accounts the request as cancelled.
         """
-        deadline = time.monotonic() + timeout
-        while self._simulator.runtime.in_flight:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.002)
-        return True
+        return self._simulator.wait_idle(timeout)
 
     # --- reading ---
 

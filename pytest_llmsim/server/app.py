@@ -35,6 +35,7 @@ from ..api.anthropic_messages import parse_messages
 from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
 from ..api.vllm_extras import detokenize_tokens, lora_fields, tokenize_fields
 from ..sim import SimError, wire_json
+from ..sim.config import SimConfig
 from ..sim.faults import HTTP_FAULTS
 from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
 from ..sim.request_log import RequestRecord
@@ -257,6 +258,12 @@ class SimulatorServer(HTTPServer):
         if len(self.handler_errors) < MAX_KEPT_ERRORS:
             traceback.clear_frames(error.__traceback__)  # drop locals: the request and its body
             self.handler_errors.append(error)
+
+    def reset_backend(self, config: SimConfig | None = None) -> None:
+        """The one reset every handle uses (``LLMBackend.reset``, ``POST /llmsim/v1/reset``): the
+        simulator back to its starting settings (or ``config``) with empty state, kept errors forgotten."""
+        self.simulator.reset(config)
+        self.clear()
 
     def clear(self) -> None:
         super().clear()

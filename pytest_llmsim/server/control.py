@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,7 +33,7 @@ from werkzeug.wrappers import Request, Response
 from ..api.validation import lone_surrogate
 from ..content.replies import Rule, reply_from_json
 from ..sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
-from ..sim.config import ConfigError, is_profile_path, profile_names
+from ..sim.config import ConfigError, SimConfig, is_profile_path, profile_names
 from ..sim.faults import FaultError
 from ..sim.trace_svg import timeline_svg
 from .request_body import BodyTimeout, read_body
@@ -54,6 +53,9 @@ class ControlledServer(Protocol):
 
     def clear(self) -> None:
         """Forget the internal errors kept so far."""
+
+    def reset_backend(self, config: SimConfig | None) -> None:
+        """Back to the starting settings (or ``config``) with empty state, kept errors forgotten."""
 
 __all__ = ["CONTROL_PREFIX", "ControlAPI", "ControlledServer", "host_name"]
 MAX_PAGE = 1000
@@ -184,7 +186,7 @@ class ControlAPI:
         return body
 
     def _profiles(self) -> tuple[str | None, ...]:
-        return self._simulator.config.profile, self._simulator._base.profile
+        return self._simulator.config.profile, self._simulator.base.profile
 
     def _get_config(self, request: Request) -> Response:
         return _json(config_to_json(self._simulator.config))
@@ -198,9 +200,7 @@ class ControlAPI:
         if settings is not None and not isinstance(settings, dict):
             raise ValueError("'settings' must be an object of settings")
         settings = _without_profile_paths(settings or {}, self._profiles())
-        base = None if not settings else self._simulator._base.replace(**settings)
-        self._simulator.reset(base)
-        self._server.clear()
+        self._server.reset_backend(None if not settings else self._simulator.base.replace(**settings))
         return _json(config_to_json(self._simulator.config))
 
     def _get_faults(self, request: Request) -> Response:
@@ -243,12 +243,7 @@ class ControlAPI:
         return _json({"total": len(records), "offset": offset, "records": [record_to_json(r) for r in page]})
 
     def _wait_idle(self, request: Request) -> Response:
-        timeout = float(self._body(request).get("timeout", 5.0))
-        deadline = time.monotonic() + max(0.0, timeout)
-        runtime = self._simulator.runtime
-        while runtime.in_flight and time.monotonic() < deadline:
-            time.sleep(0.002)
-        return _json({"idle": runtime.in_flight == 0})
+        return _json({"idle": self._simulator.wait_idle(float(self._body(request).get("timeout", 5.0)))})
 
     def _trace(self, request: Request) -> Response:
         """The trace as Chrome trace-event JSON (``?format=svg``: the SVG timeline)."""

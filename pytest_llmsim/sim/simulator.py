@@ -135,6 +135,24 @@ class Simulator:
             self._apply(config)
             return config
 
+    @property
+    def base(self) -> SimConfig:
+        """The settings a :meth:`reset` goes back to."""
+        return self._base
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait (wall seconds) until no request is in flight; True if it got there.
+
+        One verb for every handle: ``LLMBackend.wait_idle``, the control API's
+        ``POST /llmsim/v1/wait-idle`` (and so ``RemoteBackend.wait_idle``).
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        while self.runtime.in_flight:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
     def reset(self, base: SimConfig | None = None) -> None:
         """Back to ``base`` (or the starting settings) with empty state."""
         with self._lock:
