@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -201,6 +201,11 @@ class LLMBackend(BackendAssertions):
     def check(self) -> None:
         """Raise the first internal error the simulator hit while serving (a bug), if any."""
         self._server.check_handler_errors()
+
+    def on_request_done(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (no arguments) after each request's accounting, from the thread that
+        finished it; ``None`` stops it. ``llmsim serve`` paces the garbage collector so."""
+        self._simulator.after_request = callback
 
     def reset(self, config: SimConfig | None = None) -> None:
         """Back to the starting settings (or ``config``) with empty cache, metrics and log."""

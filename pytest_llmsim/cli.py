@@ -406,7 +406,7 @@ def pace_collections(backend: LLMBackend, pacer: CollectionPacer | None = None) 
     """Schedule the garbage collector of a process that only serves ``backend`` (see :mod:`.gc_pacing`)."""
     pacer = pacer or CollectionPacer()
     freeze_startup()
-    backend._simulator.after_request = pacer.request_done
+    backend.on_request_done(pacer.request_done)
     return pacer
 
 

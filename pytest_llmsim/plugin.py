@@ -413,7 +413,7 @@ def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0,
     if isolation == "thread":
         backend = LLMBackend(config, host=host, port=port)
         if pacer is not None:
-            backend._simulator.after_request = pacer.request_done
+            backend.on_request_done(pacer.request_done)
         return backend.start()
     if isolation == "process-gevent" and importlib.util.find_spec("gevent") is None:
         raise pytest.UsageError("--llmsim-isolation=process-gevent needs gevent: "
