@@ -43,6 +43,7 @@ class Served:
     """A ``llmsim serve`` process and its URL."""
 
     def __init__(self, io: str) -> None:
+        self.io = io
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--io", io],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -410,7 +411,10 @@ def test_a_connection_that_never_pauses_lets_others_have_turns(served: Served) -
     """300 requests pipelined on one kept-alive connection (a closed-loop client that sends its next
     request at once), then one more on a second connection: the second is served among the first few,
     not after all 300 (a greenlet ran until it would block, and it never did: 2 s socket timeouts
-    under wrk -c64)."""
+    under wrk -c64). Under threads the GIL's switching decides, and a loaded machine may let the busy
+    connection's thread run ahead of the accept loop: the guarantee, and the test, are gevent's."""
+    if served.io != "gevent":
+        pytest.skip("a greenlet's fairness: under threads the GIL's switch interval decides")
     assert httpx.post(served.url + "/llmsim/v1/reset", json={}).status_code == 200
     host, port = served.url.removeprefix("http://").split(":")
     body = json.dumps(chat(max_tokens=1)).encode()
