@@ -32,18 +32,13 @@ from .calibration import predict as predict_sweep
 from .content.replies import Rule, load_conversation
 from .gc_pacing import CollectionPacer, freeze_startup
 from .isolation import die_with_parent
+from .server.wsgi import gevent_patched
 from .sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from .sim.faults import Fault, FaultError
 
 __all__ = ["main"]
 
 IO_MODES = ("threads", "gevent")
-
-
-def gevent_patched() -> bool:
-    """Whether gevent has patched this process (``llmsim serve --io gevent`` runs so)."""
-    monkey = sys.modules.get("gevent.monkey")
-    return monkey is not None and bool(monkey.is_module_patched("socket"))
 
 
 def _setting_type(name: str) -> Any:

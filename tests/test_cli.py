@@ -270,14 +270,19 @@ def _serves(url: str) -> bool:
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(tmp_path: Any) -> None:
-    errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - closed below
+def _fleet_of_three(tmp_path: Any) -> tuple[subprocess.Popen[str], Any, list[str]]:
+    """``llmsim serve --replicas 3`` with its stderr in a file; the process, that file, the three URLs."""
+    errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - the caller closes it
     process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "3",
                                 "--speed", "inf"], stdout=subprocess.PIPE, stderr=errors, text=True)
+    assert process.stdout is not None
+    return process, errors, [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(3)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(tmp_path: Any) -> None:
+    process, errors, urls = _fleet_of_three(tmp_path)
     try:
-        assert process.stdout is not None
-        urls = [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(3)]
         (victim, *_) = _children(process.pid)
         os.kill(victim, signal.SIGKILL)
         assert _wait_until(lambda: victim not in _children(process.pid) and len(_children(process.pid)) == 2)
@@ -301,12 +306,8 @@ def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(t
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_replicas_exit_quietly_when_their_parent_is_killed(tmp_path: Any) -> None:
-    errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - closed below
-    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "3",
-                                "--speed", "inf"], stdout=subprocess.PIPE, stderr=errors, text=True)
+    process, errors, urls = _fleet_of_three(tmp_path)
     try:
-        assert process.stdout is not None
-        urls = [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(3)]
         children = _children(process.pid)
         process.kill()
         process.wait()

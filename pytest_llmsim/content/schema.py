@@ -327,8 +327,9 @@ class _Generator:
         maximum = schema.get("maxProperties", math.inf)
         minimum = _count(schema, "minProperties")
         # every property takes at least '"k":0,' (6 characters): refuse an impossible minimum before building
-        self.charge(2 + 6 * max(0, minimum - len(required)), path, f"minProperties {minimum:,}")
-        self.size -= 6 * max(0, minimum - len(required))  # charged again, property by property
+        self.charge(2, path)
+        if 6 * (minimum - len(required)) > self.room():
+            self.charge(6 * (minimum - len(required)), path, f"minProperties {minimum:,}")
         for name in required:
             self.charge(len(json.dumps(name)) + 2, path)
             result[name] = self.value(properties.get(name, extra if isinstance(extra, dict) else {}), depth + 1,

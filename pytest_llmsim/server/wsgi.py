@@ -30,7 +30,7 @@ from .chunked import ChunkedBody, transfer_coding_problem
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .workers import HeadWatchdog, WorkerPool
 
-__all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "nonblocking_socket"]
+__all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "gevent_patched", "nonblocking_socket"]
 
 
 # WSGI environ key: time.monotonic() when the request reached the server.
@@ -372,7 +372,7 @@ class QuietRequestHandler(KeepAliveHandler):
 
     def make_environ(self) -> Any:
         headers = self.headers
-        has_body = (headers.get("Content-Length") or "0") != "0" or "Transfer-Encoding" in headers
+        has_body = (headers.get("Content-Length") or "0") != "0" or headers.get("Transfer-Encoding") is not None
         deadline = None
         if has_body and self._waiting_on_client is not None:  # the body gets a deadline of its own
             deadline = self.server.watch_body(self.connection, self._waiting_on_client)
@@ -463,7 +463,7 @@ _ACCEPT_BACKOFF_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOME
 ACCEPT_BACKOFF = 0.05
 
 
-def _gevent_patched() -> bool:
+def gevent_patched() -> bool:
     """Whether gevent has patched this process's sockets (``llmsim serve --io gevent``)."""
     monkey = sys.modules.get("gevent.monkey")
     return monkey is not None and bool(monkey.is_module_patched("socket"))
@@ -510,7 +510,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
         self._watchdog = HeadWatchdog()
         self.error_body = error_body or _default_error_body
-        self.cooperative = _gevent_patched()  # llmsim serve --io gevent: connections are greenlets
+        self.cooperative = gevent_patched()  # llmsim serve --io gevent: connections are greenlets
         try:
             super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
         except _BindFailed as failure:

@@ -10,13 +10,13 @@ backend's :meth:`reset` empties it.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from .request import ChatMessage
+from .wire_json import dumps
 
 __all__ = ["ConversationStore", "StoredExchange"]
 
@@ -31,7 +31,7 @@ class StoredExchange:
     def size_bytes(self) -> int:
         """About what it holds: its messages' text and its body's JSON (characters, plus a little per message)."""
         text = sum(len(m.content) + len(m.role) + len(m.name or "") + 64 for m in self.messages)
-        return text + len(json.dumps(self.body, separators=(",", ":"), default=str))
+        return text + len(dumps(self.body))
 
 
 class ConversationStore:
