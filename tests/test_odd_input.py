@@ -268,3 +268,27 @@ def test_the_sdks_raise_on_a_stream_cut_by_a_reset(llm_backend: LLMBackend) -> N
         for number, _ in enumerate(events):
             if number == 3:
                 llm_backend.reset()
+
+
+def test_the_official_sdks_meet_these_answers(llm_backend: LLMBackend) -> None:
+    """What the raw-HTTP tests above check, through the openai SDK: a 129th tool is a BadRequestError
+    naming the field, and a Responses stream cut by a reset ends with the response.failed event the
+    SDK hands over (never response.completed). (The SDK cannot send a lone surrogate: it refuses to
+    encode one; a gateway forwarding a client's raw ``\\ud800`` escape can, hence the raw tests.)"""
+    import openai
+
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="k", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+    tools = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(129)]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="m", messages=messages, tools=tools)  # type: ignore[arg-type]
+    assert caught.value.code == "array_above_max_length" and caught.value.param == "tools"
+    llm_backend.configure(itl=0.02, speed=1.0)
+    kinds = []
+    for number, event in enumerate(client.responses.create(model="m", input="hi", max_output_tokens=400,
+                                                            stream=True)):
+        kinds.append(event.type)
+        if number == 5:
+            llm_backend.reset()
+    assert kinds[-1] == "response.failed" and "response.completed" not in kinds
+    assert event.response.status == "failed" and "reset" in event.response.error.message  # type: ignore[union-attr]
