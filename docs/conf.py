@@ -38,7 +38,7 @@ nitpick_ignore_regex = [
     ("py:class", r"pytest_llmsim\.(content\.replies\.RuleBuilder|server\.(app\.)?SimulatorServer)"),
     ("py:class", r"pytest_llmsim\.(sim\.)?simulator\..*"),
     # internal: the request model and the error every API renders, the helpers' mixin
-    ("py:class", r"(pytest_llmsim\.sim\.request\.)?(GenerationRequest|SimError)"),
+    ("py:class", r"(pytest_llmsim\.sim\.request\.)?(GenerationRequest|SimError|RateLimitStatus)"),
     ("py:class", r"pytest_llmsim\.assertions\.BackendAssertions"),
     ("py:class", r"dict\[str"),  # a generic alias autodoc splits at its comma
     ("py:exc", r"(ValueError|TypeError|RuntimeError|OSError|AssertionError)"),

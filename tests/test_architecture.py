@@ -132,3 +132,22 @@ def test_the_rules_see_the_imports(room: str) -> None:
     if not members:
         pytest.skip(f"no {room}/ room yet")
     assert any(graph[name] for name in members)
+
+
+def test_the_server_never_names_a_fault_kind_or_an_api() -> None:
+    """The server carries out a fault's actions and drives an adapter; it never compares their names."""
+    from pytest_llmsim.api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_RESPONSES
+    from pytest_llmsim.sim.faults import FAULT_KINDS
+
+    names = {*FAULT_KINDS, *(api.name for api in (ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS,
+                                                   OPENAI_RESPONSES))}
+    found = []
+    for path in sorted((PACKAGE / "server").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):  # a comparison with a name, or a membership test
+                continue
+            for side in ast.walk(node):
+                if isinstance(side, ast.Constant) and side.value in names:
+                    found.append(f"{path.name}:{node.lineno}: {side.value!r}")
+    assert found == []
+

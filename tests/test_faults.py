@@ -11,7 +11,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_llmsim import Fault, FaultError, LLMBackend
+from pytest_llmsim import FAULT_KINDS, Fault, FaultError, LLMBackend
 
 CHAT = "/v1/chat/completions"
 MESSAGES: Any = [{"role": "user", "content": "hello"}]
@@ -319,3 +319,14 @@ def test_routes_that_generate_nothing_take_only_the_kinds_that_apply() -> None:
 def test_without_a_route_fault_info_routes_are_not_logged(llm_backend: LLMBackend) -> None:
     assert httpx.get(llm_backend.url_for("/health")).status_code == 200
     assert llm_backend.requests == []
+
+
+def test_every_documented_kind_has_one_effect_and_every_effect_is_documented() -> None:
+    from pathlib import Path
+
+    from pytest_llmsim.sim.fault_effects import EFFECTS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "faults.md").read_text()
+    table = text.split("## What", 1)[1].split("\n\n", 2)[1]
+    documented = [line.split("|")[1].strip().strip("`") for line in table.splitlines()[2:]]
+    assert documented == list(EFFECTS) == list(FAULT_KINDS)

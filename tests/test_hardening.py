@@ -25,7 +25,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from pytest_llmsim import LLMBackend, SimConfig
 from pytest_llmsim.api.openai_completions import parse_completion
 from pytest_llmsim.content.model import MODEL_CONTENT
-from pytest_llmsim.server.app import _ReceivedHeaders
+from pytest_llmsim.server.exchange import _ReceivedHeaders
 from pytest_llmsim.server.request_body import _read_sized_body
 from pytest_llmsim.sim import SimError
 from pytest_llmsim.sim.request_log import RequestLog, RequestRecord

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
 from ..sim.tokens import PlannedCall
-from .base import PIECE_MARK
+from .base import NO_TARGET, PIECE_MARK, RequestTarget
 from .tool_fields import anthropic_tool_use
 from .validation import describe, expect_object, is_int, optional, ranged
 
@@ -255,7 +255,7 @@ class AnthropicMessages:
     name = "anthropic.messages"
     id_prefix = "msg_"
 
-    def parse(self, body: Any) -> GenerationRequest:
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_messages(body)
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
@@ -291,3 +291,13 @@ class AnthropicMessages:
 
 
 ANTHROPIC_MESSAGES = AnthropicMessages()
+
+
+def parse_count_tokens(body: Any) -> GenerationRequest:
+    """A ``POST /v1/messages/count_tokens`` body: a Messages request without ``max_tokens``."""
+    return parse_messages(body, require_max_tokens=False)
+
+
+def count_tokens_body(input_tokens: int) -> dict[str, Any]:
+    """The answer of ``POST /v1/messages/count_tokens``."""
+    return {"input_tokens": input_tokens}

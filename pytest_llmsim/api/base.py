@@ -1,14 +1,17 @@
 """What a wire API adapter is: parse, render, error. Nothing else varies per API.
 
-The server's route table maps a path to an adapter; the responder drives any
-adapter the same way (faults, hang-ups, the direct stream writer, accounting
-are written once). Adding an API is one module here and one line in the
-route table.
+The server's route table maps a route template to an adapter, and hands the
+adapter the template's path parameters and the query with the body; the
+responder drives any adapter the same way (faults, hang-ups, the direct
+stream writer, accounting are written once). Adding an API is one module
+here and its lines in the route table.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..sim import GenerationRequest, RateLimitStatus, SimError
@@ -16,11 +19,27 @@ from ..sim import GenerationRequest, RateLimitStatus, SimError
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["PIECE_MARK", "StreamRenderer", "WireAPI"]
+__all__ = ["NO_TARGET", "PIECE_MARK", "RequestTarget", "StreamRenderer", "WireAPI"]
 
 #: Where a token's text goes in a stream event's cached template. Random per process: a client
 #: cannot put it in a string the event also carries (a model name), which would split the template.
 PIECE_MARK = f"\x00llmsim-piece-{os.urandom(8).hex()}\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTarget:
+    """What a request says outside its body: the route template's path parameters and the query.
+
+    An API whose model or stream flag lives in the URL (Gemini's
+    ``/v1beta/models/{model}:{action}``, ``?alt=sse``) reads them here.
+    """
+
+    params: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)
+
+
+#: The target of a request to a route without parameters and without a query.
+NO_TARGET = RequestTarget()
 
 
 class StreamRenderer(Protocol):
@@ -62,8 +81,9 @@ class WireAPI(Protocol):
     name: str  # as the request log names it, e.g. "openai.chat"
     id_prefix: str  # response ids start with it, e.g. "chatcmpl-"
 
-    def parse(self, body: Any) -> GenerationRequest:
-        """Validate a JSON body into the shared request model (raises :class:`SimError`)."""
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
+        """Validate a JSON body (and what the URL says, ``target``) into the shared request model
+        (raises :class:`SimError`)."""
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         """The JSON body of a complete, non-streamed answer."""

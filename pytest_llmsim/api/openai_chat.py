@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.tokens import PlannedCall, PlannedOutput
+from .base import NO_TARGET, RequestTarget
 from .openai_common import OpenAIErrors, OpenAIStream, chat_logprobs, common_fields, envelope, generation_usage
 from .tool_fields import openai_output_format, openai_tool_use
 from .validation import expect_object
@@ -139,7 +140,7 @@ class OpenAIChat(OpenAIErrors):
     name = "openai.chat"
     id_prefix = "chatcmpl-"
 
-    def parse(self, body: Any) -> GenerationRequest:
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_chat(body)
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:

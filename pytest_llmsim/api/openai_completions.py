@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, invalid
+from .base import NO_TARGET, RequestTarget
 from .openai_common import (
     OpenAIErrors,
     OpenAIStream,
@@ -94,7 +95,7 @@ class OpenAICompletions(OpenAIErrors):
     name = "openai.completions"
     id_prefix = "cmpl-"
 
-    def parse(self, body: Any) -> GenerationRequest:
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_completion(body)
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:

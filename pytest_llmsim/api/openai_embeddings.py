@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..content.embeddings import encode_base64
 from ..sim import GenerationRequest, invalid
+from .base import NO_TARGET, RequestTarget
 from .openai_common import OpenAIErrors, model_field
 from .validation import describe, expect_object, is_int, optional
 
@@ -76,7 +77,7 @@ class OpenAIEmbeddings(OpenAIErrors):
     name = "openai.embeddings"
     id_prefix = "emb-"
 
-    def parse(self, body: Any) -> GenerationRequest:
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_embeddings(body)
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:

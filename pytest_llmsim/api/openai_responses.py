@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
 from ..sim.tokens import PlannedCall
-from .base import PIECE_MARK
+from .base import NO_TARGET, PIECE_MARK, RequestTarget
 from .openai_common import OpenAIErrors, model_field
 from .tool_fields import openai_tool_use, responses_output_format
 from .validation import describe, expect_object, is_int, optional, ranged
@@ -283,7 +283,7 @@ class OpenAIResponses(OpenAIErrors):
     name = "openai.responses"
     id_prefix = "resp_"
 
-    def parse(self, body: Any) -> GenerationRequest:
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_responses(body)
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
@@ -294,3 +294,13 @@ class OpenAIResponses(OpenAIErrors):
 
 
 OPENAI_RESPONSES = OpenAIResponses()
+
+
+def response_not_found(response_id: str) -> SimError:
+    """The 404 of ``GET``/``DELETE /v1/responses/{id}`` for an id not stored (or already deleted)."""
+    return SimError(404, f"Response with id '{response_id}' not found.", code="response_not_found")
+
+
+def deleted_response(response_id: str) -> dict[str, Any]:
+    """The answer of ``DELETE /v1/responses/{id}``."""
+    return {"id": response_id, "object": "response", "deleted": True}

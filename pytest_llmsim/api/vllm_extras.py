@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sim import ChatMessage, invalid
+from ..sim import ChatMessage, SimError, invalid
 from .openai_chat import chat_message
 from .validation import describe, expect_object, is_int
 
-__all__ = ["detokenize_tokens", "lora_fields", "tokenize_fields"]
+__all__ = ["detokenize_body", "detokenize_tokens", "lora_answer", "lora_fields", "tokenize_body",
+           "tokenize_fields", "unknown_token"]
 
 
 def tokenize_fields(body: Any) -> tuple[str | None, list[ChatMessage] | None, bool]:
@@ -58,3 +59,24 @@ def lora_fields(body: Any, need_path: bool) -> tuple[str, str]:
         raise invalid("'lora_name' needs to be provided to unload a LoRA adapter.", "lora_name",
                       "missing_required_parameter")
     return name, path if isinstance(path, str) else ""
+
+
+def tokenize_body(ids: list[int], max_model_len: int, strings: list[str] | None) -> dict[str, Any]:
+    """The answer of ``/tokenize`` (``token_strs`` None unless asked for)."""
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strings}
+
+
+def unknown_token(token: int, tokenizer_name: str) -> SimError:
+    """The 400 of ``/detokenize`` for an id outside the vocabulary."""
+    return SimError(400, f"Token id {token} is not in this model's vocabulary ({tokenizer_name}).",
+                    param="tokens", code="invalid_value")
+
+
+def detokenize_body(text: str) -> dict[str, Any]:
+    """The answer of ``/detokenize``."""
+    return {"prompt": text}
+
+
+def lora_answer(name: str, load: bool) -> str:
+    """vLLM's plain-text line for a loaded or unloaded adapter."""
+    return f"Success: LoRA adapter '{name}' {'added' if load else 'removed'} successfully."

@@ -27,16 +27,15 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
-from ..api.validation import lone_surrogate
 from ..content.replies import Rule, reply_from_json
+from ..sim import SimError
 from ..sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
 from ..sim.config import ConfigError, SimConfig, is_profile_path, profile_names
 from ..sim.faults import FaultError
 from ..sim.trace_svg import timeline_svg
-from .request_body import BodyTimeout, read_body
+from .request_body import read_json_body
 
 if TYPE_CHECKING:
     from ..sim.simulator import Simulator
@@ -153,14 +152,10 @@ class ControlAPI:
                                    f"without asking first), not {mimetype or 'none'!r}.", "unsupported_media_type")
         try:
             return handler(request)
-        except BodyTimeout:
-            response = _error(408, "The request body did not arrive in time (keepalive_timeout).", "request_timeout")
-            response.headers["Connection"] = "close"
+        except SimError as error:  # the body could not be read or parsed
+            response = _error(error.status, error.message, error.code or "invalid_body")
+            response.headers.update(error.headers)
             return response
-        except (BadRequest, OSError) as error:
-            return _error(400, f"The request body could not be read: {error}", "invalid_body")
-        except RecursionError:
-            return _error(400, "The JSON body is nested too deeply.", "invalid_json")
         except (ConfigError, FaultError, TypeError, ValueError) as error:
             return _error(400, str(error), "invalid_value")
 
@@ -169,18 +164,9 @@ class ControlAPI:
         return self._server.simulator
 
     def _body(self, request: Request) -> dict[str, Any]:
-        try:  # its own limit: a test may set max_body_bytes small and still reset the backend
-            data = read_body(request.environ, MAX_CONTROL_BODY)
-        except RequestEntityTooLarge:
-            raise ValueError(f"a control API body is at most {MAX_CONTROL_BODY:,} bytes") from None
-        if data is None:
-            data = request.get_data(cache=False)
-        if not data:
-            return {}
-        body = json.loads(data)
-        where = lone_surrogate(data, body)
-        if where is not None:
-            raise ValueError(f"'{where}': the string contains a lone surrogate, which is not valid Unicode")
+        # its own limit: a test may set max_body_bytes small and still reset the backend
+        body, _ = read_json_body(request.environ, MAX_CONTROL_BODY, "the control API's limit",
+                                 self._simulator.config.keepalive_timeout, empty={})
         if not isinstance(body, dict):
             raise ValueError("the control API takes a JSON object")
         return body

@@ -9,14 +9,17 @@ here ends as :class:`BodyTimeout`, a 408, instead of holding a handler for good.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
+from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
+from ..sim import SimError
 from .wsgi import BODY_DEADLINE
 
-__all__ = ["BodyTimeout", "read_body"]
+__all__ = ["BodyTimeout", "read_body", "read_json_body"]
 
 
 def _read_sized_body(environ: dict[str, Any], limit: int) -> bytes | None:
@@ -87,3 +90,44 @@ def _read_terminated_body(environ: dict[str, Any], limit: int) -> bytes | None:
         parts.append(part)
         size += len(part)
     raise RequestEntityTooLarge()
+
+
+def read_json_body(environ: dict[str, Any], limit: int, limit_name: str, timeout: float,
+                   empty: Any = ...) -> tuple[Any, bytes]:
+    """The parsed JSON body and its bytes, or a :class:`SimError` saying what is wrong with it.
+
+    The one JSON reader of every route (the APIs' and the control API's): a
+    body over ``limit`` bytes is a 413 naming ``limit_name``, one that stopped
+    arriving a 408 (after ``timeout`` s), unreadable or bad chunking a 400,
+    then invalid JSON, JSON nested past :data:`MAX_JSON_DEPTH` and strings with
+    a lone surrogate (nothing that echoes them could be encoded) 400s.
+    ``empty``, when given, is the body an empty request stands for.
+    """
+    try:
+        data = read_body(environ, limit)
+        if data is None:  # no length and not chunked: an empty body
+            data = b""
+    except BodyTimeout:
+        raise SimError(408, f"The request body did not arrive within {timeout:g} s of its head "
+                            f"(keepalive_timeout).", code="request_timeout", headers={"Connection": "close"}) from None
+    except RequestEntityTooLarge:
+        raise SimError(413, f"Request body too large: the limit is {limit} bytes ({limit_name}).",
+                       code="request_too_large") from None
+    except (BadRequest, OSError, ValueError) as error:  # short body, bad chunking
+        raise SimError(400, f"The request body could not be read: {error}", code="invalid_body") from None
+    if not data and empty is not ...:
+        return empty, data
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        raise SimError(400, "We could not parse the JSON body of your request. The API expects "
+                            "a JSON payload, but what was sent was not valid JSON.", code="invalid_json") from None
+    if json_depth_exceeds(data):
+        raise SimError(400, f"The JSON body of your request is nested too deeply "
+                            f"(more than {MAX_JSON_DEPTH} levels of objects and arrays).", code="invalid_json")
+    where = lone_surrogate(data, body)
+    if where is not None:
+        raise SimError(400, f"Invalid '{where}': the string contains a lone surrogate (an unpaired "
+                            f"\\ud800-\\udfff escape), which is not valid Unicode.", param=where,
+                       code="invalid_value")
+    return body, data

@@ -21,6 +21,7 @@ from werkzeug.wrappers import Request, Response
 from ..api.base import StreamRenderer, WireAPI
 from ..sim import SimError, wire_json
 from ..sim.engine import SeqState, SimSequence
+from ..sim.fault_effects import Drop, Empty, ErrorEvent, Fail, Malformed, Stall
 from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
 from ..sim.runtime import FINISH, ClientGone
@@ -32,7 +33,6 @@ __all__ = ["GenerationResponder", "drop_connection", "json_response"]
 JSON = "application/json"
 SSE_TYPE = "text/event-stream; charset=utf-8"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-CUT_KINDS = ("drop", "error_event", "malformed", "stall")
 # Most token events rendered into one write: a backlog (a client that reads
 # slowly, or thousands of tokens due at once) is written in pieces of this
 # size, each waiting for the socket, never rendered whole in memory.
@@ -207,7 +207,7 @@ class GenerationResponder:
         limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
         if generation.request.stream:
             headers = {**SSE_HEADERS, **limits}
-            if fault is not None and fault.kind == "empty":
+            if fault is not None and isinstance(fault.effect.before_headers(fault, stream=True), Empty):
                 self._abandon(record, generation, Outcome.CUT_BY_FAULT, 0)
                 return Response(b"", status=200, content_type=SSE_TYPE, headers=headers)
             events = api.stream(generation, response_id)
@@ -226,34 +226,35 @@ class GenerationResponder:
 
     def _complete(self, request: Request, record: RequestRecord, generation: Generation,
                   response_id: str, fault: Fault | None, api: WireAPI, limits: dict[str, str]) -> Response:
-        kind = fault.kind if fault is not None else None
+        before = fault.effect.before_headers(fault, stream=False) if fault is not None else None
         gone = functools.partial(client_gone, request)
         try:
-            if fault is not None and kind == "stall" and self.simulator.stall(fault.seconds, gone):
+            if isinstance(before, Stall) and self.simulator.stall(before.seconds, gone):
                 raise ClientGone
             generation.ticket.wait(gone)
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
             self._abandon(record, generation, Outcome.CLIENT_GONE, 0)
             return Response(b"", status=499)  # never reaches the client
-        if fault is not None and kind == "drop":
+        action = fault.effect.at_end(fault) if fault is not None else None
+        if isinstance(action, Drop):
             record.status = 0  # no response at all
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
             drop_connection(request)
             return Response(b"", status=500)  # never reaches the client
-        if fault is not None and kind == "error_event":  # not streamed: the error is the answer
-            error = fault.stream_error()
+        if isinstance(action, Fail):  # the error is the answer
+            error = action.error
             record.status, record.error = error.status, error.fields()
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
             status, body, headers = api.render_error(error)
             return json_response(body, status, headers)
-        if kind in ("empty", "malformed"):  # the client gets no usable answer
+        if action is not None:  # empty or malformed: the client gets no usable answer
             self.simulator.finish(record, generation, Outcome.CUT_BY_FAULT, 0)
         else:
             self.simulator.finish(record, generation)
-        if kind == "empty":
+        if isinstance(action, Empty):
             return Response(b"", status=200, content_type=JSON)
         body = api.response_body(generation, response_id)
-        if kind == "malformed":
+        if isinstance(action, Malformed):
             text = json.dumps(body)
             return Response(text[:len(text) // 2], status=200, content_type=JSON, headers=limits)
         if generation.request.store:  # the body just built is the one kept, not a second rendering
@@ -275,17 +276,16 @@ class GenerationResponder:
         outputs = generation.outputs
         started = [False] * len(outputs)
         sent = [0] * len(outputs)  # tokens written, per choice
-        cut_at = fault.after_tokens if fault is not None and fault.kind in CUT_KINDS else None
+        cut_at = fault.effect.cut_at(fault) if fault is not None else None
         written = 0
         complete = reset = cut = False
         gone = functools.partial(client_gone, request)
         blocking_socket(request)  # a stream may idle for long: no read/write timeout from here on
         direct = self._direct_writer(request, generation, events, fault)
         try:
-            if cut_at == 0 and fault is not None and fault.kind == "stall":
-                if self.simulator.stall(fault.seconds, gone):  # before the headers: no bytes at all
-                    return
-                cut_at = None
+            before = fault.effect.before_headers(fault, stream=True) if fault is not None else None
+            if isinstance(before, Stall) and self.simulator.stall(before.seconds, gone):
+                return  # gone during a stall before the headers: no bytes at all
             yield b""  # send the headers now, as a real server does on admission
             out: list[bytes] = []  # what goes out with the closing events
             if direct is not None:
@@ -392,21 +392,22 @@ class GenerationResponder:
 
     def _apply_cut(self, request: Request, fault: Fault, events: StreamRenderer, out: list[bytes],
                    gone: Callable[[], bool]) -> Generator[bytes, None, bool]:
-        """Apply a mid-stream fault here (``out`` holds what is due); True when the stream ends.
+        """Apply a mid-stream fault's action here (``out`` holds what is due); True when the stream ends.
 
         A client that hangs up during a stall raises :class:`ClientGone`.
         """
-        if fault.kind == "malformed":
+        action = fault.effect.at_cut(fault)
+        if isinstance(action, Malformed):
             out.append(events.malformed())
             return False
-        if fault.kind == "error_event":
-            out.append(events.error(fault.stream_error()))
+        if isinstance(action, ErrorEvent):
+            out.append(events.error(action.error))
         yield b"".join(out)
         out.clear()
-        if fault.kind == "stall":
-            if self.simulator.stall(fault.seconds, gone):
+        if isinstance(action, Stall):
+            if self.simulator.stall(action.seconds, gone):
                 raise ClientGone
             return False
-        if fault.kind == "drop":
+        if isinstance(action, Drop):
             drop_connection(request)
-        return True
+        return action is not None

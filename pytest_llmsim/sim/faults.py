@@ -22,62 +22,41 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from werkzeug.datastructures import Headers
 
+from .fault_effects import EFFECTS, Fail, FaultEffect
 from .patterns import Pattern, PatternError, compile_pattern
 from .request import SimError
 
-__all__ = ["FAULT_HEADER", "FAULT_KINDS", "HTTP_FAULTS", "Fault", "FaultError", "FaultInjector"]
+__all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector",
+           "declare_routes_without_generation"]
 
 FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
 # Request headers: werkzeug's case-insensitive Headers, or a plain mapping (tests).
 HeaderLookup = Headers | Mapping[str, str]
 
-# kind: (status, type, code, param, message)
-HTTP_FAULTS: dict[str, tuple[int, str, str | None, str | None, str]] = {
-    "rate_limit": (429, "requests", "rate_limit_exceeded", None,
-                   "Rate limit reached for requests (simulated by pytest-llmsim)."),
-    "server_error": (500, "server_error", None, None,
-                     "The server had an error while processing your request (simulated)."),
-    "bad_gateway": (502, "server_error", None, None, "Bad gateway (simulated)."),
-    "overloaded": (503, "server_error", "overloaded",
-                   None, "The engine is currently overloaded, please try again later (simulated)."),
-    "timeout": (504, "server_error", "timeout", None, "Gateway timeout (simulated)."),
-    "invalid_api_key": (401, "invalid_request_error", "invalid_api_key", None,
-                        "Incorrect API key provided (simulated)."),
-    "context_length": (400, "invalid_request_error", "context_length_exceeded", "messages",
-                       "This model's maximum context length was exceeded (simulated)."),
-    "model_not_found": (404, "invalid_request_error", "model_not_found", "model",
-                        "The model does not exist or you do not have access to it (simulated)."),
-    "http_error": (500, "server_error", None, None, "Simulated HTTP error."),
-}
-STREAM_FAULTS = ("error_event", "drop", "drop_before_headers", "empty", "malformed")
-TIME_FAULTS = ("stall", "slow")
-FAULT_KINDS: tuple[str, ...] = (*HTTP_FAULTS, *STREAM_FAULTS, *TIME_FAULTS)
-
-# Parameters each kind accepts, besides the "when" conditions.
-_WHAT_PARAMS: dict[str, tuple[str, ...]] = {
-    **{kind: ("message", "retry_after") for kind in HTTP_FAULTS},
-    "http_error": ("status", "message", "retry_after"),
-    "error_event": ("after_tokens", "message"),
-    "drop": ("after_tokens",),
-    "drop_before_headers": (),
-    "empty": (),
-    "malformed": ("after_tokens",),
-    "stall": ("seconds", "after_tokens"),
-    "slow": ("factor",),
-}
+#: Every fault kind, in the documented order.
+FAULT_KINDS: tuple[str, ...] = tuple(EFFECTS)
 _WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only", "route")
 
-# Routes that generate nothing: only these kinds make sense there (health checks,
-# model discovery and the like failing and recovering).
-ROUTES_WITHOUT_GENERATION = ("/health", "/metrics", "/v1/models", "/v1/models/{id}", "/v1/messages/count_tokens",
-                             "/v1/responses/{id}")
-ROUTE_FAULT_KINDS = (*HTTP_FAULTS, "http_error", "drop_before_headers", "stall", "empty")
+# Route templates that generate nothing (health checks, model discovery): the
+# server's route table declares them, so only the kinds that apply there are
+# accepted on them (see :func:`declare_routes_without_generation`).
+_ROUTES_WITHOUT_GENERATION: set[str] = set()
+
+
+def declare_routes_without_generation(templates: Iterable[str]) -> None:
+    """Tell fault checking which route templates generate nothing (the server's route table does)."""
+    _ROUTES_WITHOUT_GENERATION.update(templates)
+
+
+def kinds_for_routes_without_generation() -> tuple[str, ...]:
+    """The kinds that apply on a route that generates nothing."""
+    return tuple(kind for kind, effect in EFFECTS.items() if effect.on_routes_without_generation)
 
 
 class FaultError(ValueError):
@@ -115,7 +94,7 @@ class Fault:
         """Validate ``kind`` and ``params``; raises :class:`FaultError` naming the culprit."""
         if kind not in FAULT_KINDS:
             raise FaultError(f"unknown fault kind {kind!r}; accepted: {', '.join(FAULT_KINDS)}")
-        accepted = (*_WHAT_PARAMS[kind], *_WHEN_PARAMS)
+        accepted = (*EFFECTS[kind].params, *_WHEN_PARAMS)
         unknown = sorted(set(params) - set(accepted))
         if unknown:
             raise FaultError(f"fault {kind!r}: unknown parameter {unknown[0]!r}; accepted: {', '.join(accepted)}")
@@ -127,8 +106,9 @@ class Fault:
         def bad(name: str, expected: str) -> FaultError:
             return FaultError(f"fault {self.kind!r}: invalid {name}={getattr(self, name)!r} ({expected})")
 
-        if self.kind == "http_error" and not (isinstance(self.status, int) and 400 <= self.status <= 599):
-            raise bad("status", "expected an HTTP error status, 400 to 599")
+        problem = self.effect.check(self)
+        if problem is not None:
+            raise bad(*problem)
         for name in ("after_tokens", "times", "nth"):
             value = getattr(self, name)
             low = 0 if name == "after_tokens" else 1
@@ -145,28 +125,26 @@ class Fault:
         if self.route is not None:
             if not isinstance(self.route, str) or not self.route.startswith("/"):
                 raise bad("route", "expected a route template such as '/health' or '/v1/models/{id}'")
-            if self.route in ROUTES_WITHOUT_GENERATION and self.kind not in ROUTE_FAULT_KINDS:
-                raise bad("route", f"{self.route} generates nothing; there only {', '.join(ROUTE_FAULT_KINDS)} apply")
+            if self.route in _ROUTES_WITHOUT_GENERATION and not self.effect.on_routes_without_generation:
+                kinds = ", ".join(kinds_for_routes_without_generation())
+                raise bad("route", f"{self.route} generates nothing; there only {kinds} apply")
         if self.prompt is not None:
             try:
                 compile_pattern(self.prompt)
             except PatternError as error:
                 raise bad("prompt", str(error)) from None
 
-    def error(self) -> SimError:
-        """The error response of an HTTP-error fault."""
-        status, type_, code, param, message = HTTP_FAULTS[self.kind]
-        headers: dict[str, str] = {}
-        if self.retry_after is not None:
-            headers["Retry-After"] = f"{max(0, round(self.retry_after)):d}"
-            headers["retry-after-ms"] = f"{round(self.retry_after * 1000):d}"
-        return SimError(self.status or status, self.message or message, type=type_, param=param,
-                        code=code, headers=headers)
+    @property
+    def effect(self) -> FaultEffect:
+        """What this fault's kind does to an answer (see :mod:`pytest_llmsim.sim.fault_effects`)."""
+        return EFFECTS[self.kind]
 
-    def stream_error(self) -> SimError:
-        """The error of an ``error_event`` fault (each API renders it as its mid-stream error event)."""
-        return SimError(500, self.message or "The server had an error while streaming (simulated).",
-                        type="server_error")
+    def error(self) -> SimError:
+        """The error answer of an HTTP-error fault (the answer it gives before any generation)."""
+        action = self.effect.on_request(self)
+        if not isinstance(action, Fail):
+            raise FaultError(f"fault {self.kind!r} answers with no HTTP error")
+        return action.error
 
 
 @dataclass

@@ -1,0 +1,114 @@
+"""One request and its answer, as every route handles them: headers, the log record, the JSON body, errors.
+
+Written once for the generation routes and the routes that generate nothing:
+a request's headers (case-insensitive, straight from the environ), its
+record in the request log (named by the route template, never the path),
+its JSON body (read under the backend's limits), and an error answered in
+the shape of the route's API.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from werkzeug.datastructures import Headers
+from werkzeug.wrappers import Request, Response
+
+from ..api.base import WireAPI
+from ..sim import SimError
+from ..sim.request_log import RequestRecord
+from ..sim.simulator import Simulator
+from ..sim.tokens import TokenizeError
+from .request_body import read_json_body
+from .responder import json_response
+
+__all__ = ["ROUTE_KEY", "answer_error", "headers_of", "new_record", "read_json", "read_logged_json", "untokenizable"]
+
+ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
+UNKNOWN_ROUTE = "unknown"
+
+
+class _ReceivedHeaders(Headers):
+    """werkzeug's ``Headers`` over pairs the HTTP server already parsed and checked.
+
+    ``Headers(pairs)`` re-validates every value one call at a time (about 5 %
+    of a non-streamed request); these values came from the server's header
+    parser, so the list is taken as it is. Everything else is ``Headers``.
+    """
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self._list = pairs  # werkzeug's storage: a list of (name, value) pairs
+
+    def get(self, key: Any, default: Any = None, type: Any = None) -> Any:  # type: ignore[override]  # same answers, one signature
+        """``Headers.get``; a missing name costs no exception (werkzeug raises and catches
+        ``BadRequestKeyError``, a few µs, and every request misses the fault header)."""
+        if type is not None or not isinstance(key, str):
+            return super().get(key, default, type)
+        wanted = key.lower()
+        for name, value in self._list:
+            if name.lower() == wanted:
+                return value
+        return default
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key, _MISSING) is not _MISSING if isinstance(key, str) else super().__contains__(key)
+
+
+_MISSING = object()
+
+
+@functools.lru_cache(maxsize=256)
+def _header_name(environ_key: str) -> str:
+    """``HTTP_X_REQUEST_ID`` -> ``X-Request-Id`` (a server sees few distinct names)."""
+    return (environ_key[5:] if environ_key.startswith("HTTP_") else environ_key).replace("_", "-").title()
+
+
+def headers_of(environ: dict[str, Any]) -> Headers:
+    """Request headers, case-insensitive (werkzeug's ``Headers``), straight from the environ."""
+    pairs = [(_header_name(key), value) for key, value in environ.items() if key.startswith("HTTP_")]
+    for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(key):
+            pairs.append((_header_name(key), environ[key]))
+    return _ReceivedHeaders(pairs)
+
+
+def new_record(request: Request) -> RequestRecord:
+    """The request's entry in the request log, named by its route template (a client must not be able
+    to create a metrics series per URL it makes up)."""
+    return RequestRecord(method=request.method, path=request.path, headers=headers_of(request.environ),
+                         body=None, route=request.environ.get(ROUTE_KEY, UNKNOWN_ROUTE))
+
+
+def read_json(request: Request, simulator: Simulator) -> tuple[Any, bytes]:
+    """The parsed body and its bytes, under ``max_body_bytes`` (reads wait at most ``keepalive_timeout``)."""
+    config = simulator.config
+    request.max_content_length = config.max_body_bytes
+    return read_json_body(request.environ, config.max_body_bytes, "max_body_bytes", config.keepalive_timeout)
+
+
+def read_logged_json(request: Request, simulator: Simulator, record: RequestRecord) -> Any:
+    """:func:`read_json`, the body kept in ``record`` (within ``max_log_body_bytes``)."""
+    body, data = read_json(request, simulator)
+    record.keep_body(body, data, simulator.config.max_log_body_bytes)
+    return body
+
+
+def answer_error(simulator: Simulator, request: Request, api: WireAPI, error: SimError,
+                 record: RequestRecord | None = None) -> Response:
+    """Answer ``error`` in ``api``'s shape, logged and accounted in ``record`` (without one: a new one,
+    for a request under ``/v1/``)."""
+    status, body, headers = api.render_error(error)
+    if record is None and request.path.startswith("/v1/"):
+        record = new_record(request)
+    if record is not None:
+        record.status = status
+        record.error = error.fields()
+        simulator.finish(record)
+    return json_response(body, status, headers)
+
+
+def untokenizable(error: TokenizeError, param: str | None) -> SimError:
+    """A text tiktoken cannot take: the client's input, a 400 naming the field."""
+    return SimError(400, f"The request's text cannot be tokenized: {error}", param=param, code="invalid_text")

@@ -1,0 +1,133 @@
+"""The routes that generate nothing: model discovery, token counting and tokenizing, LoRA, stored answers,
+health and metrics.
+
+HTTP glue only: each handler reads the request, asks the simulator, and
+answers with the body its API module builds (``api.openai_models``,
+``api.anthropic_messages``, ``api.openai_responses``, ``api.vllm_extras``).
+"""
+
+from __future__ import annotations
+
+from werkzeug.wrappers import Request, Response
+
+from ..api.anthropic_messages import count_tokens_body, parse_count_tokens
+from ..api.openai_models import model_card, model_list, unknown_model
+from ..api.openai_responses import deleted_response, response_not_found
+from ..api.vllm_extras import (
+    detokenize_body,
+    detokenize_tokens,
+    lora_answer,
+    lora_fields,
+    tokenize_body,
+    tokenize_fields,
+    unknown_token,
+)
+from ..sim import SimError
+from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
+from ..sim.simulator import Simulator
+from .exchange import answer_error, new_record, read_json, read_logged_json
+from .responder import json_response
+from .routes import RouteMatch
+
+__all__ = ["InfoRoutes"]
+
+
+class InfoRoutes:
+    """The handlers of the routes that generate nothing, over one simulator."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.simulator = simulator
+
+    def _error(self, request: Request, match: RouteMatch, error: SimError) -> Response:
+        return answer_error(self.simulator, request, match.route.api, error)
+
+    def count_tokens(self, request: Request, match: RouteMatch) -> Response:
+        """Anthropic's token counter: the prompt tokens a Messages request would be charged."""
+        record = new_record(request)
+        record.api = "anthropic.count_tokens"
+        try:
+            parsed = parse_count_tokens(read_logged_json(request, self.simulator, record))
+            record.model = parsed.model
+            count = self.simulator.count_prompt(parsed)
+        except SimError as error:
+            return answer_error(self.simulator, request, match.route.api, error, record)
+        record.status, record.prompt_tokens = 200, count
+        self.simulator.finish(record)
+        return json_response(count_tokens_body(count))
+
+    def stored_response(self, request: Request, match: RouteMatch) -> Response:
+        """``GET`` a stored Responses API answer, or ``DELETE`` it."""
+        response_id = match.params["id"]
+        conversations = self.simulator.conversations
+        stored = conversations.get(response_id)
+        if stored is None or (request.method == "DELETE" and not conversations.delete(response_id)):
+            return self._error(request, match, response_not_found(response_id))
+        if request.method == "DELETE":
+            return json_response(deleted_response(response_id))
+        return json_response(stored.body)
+
+    def models(self, request: Request, match: RouteMatch) -> Response:
+        """Every served name: the base model, ``served_models``, then LoRA adapters (``parent`` the base)."""
+        return json_response(model_list([self._card(name) for name in self.simulator.served_models()]))
+
+    def model(self, request: Request, match: RouteMatch) -> Response:
+        model_id = match.params["id"]
+        if model_id not in self.simulator.served_models():
+            return self._error(request, match, unknown_model(model_id))
+        return json_response(self._card(model_id))
+
+    def _card(self, name: str) -> dict[str, object]:
+        config = self.simulator.config
+        return model_card(name, config.model, self.simulator.adapters.get(name), config.max_model_len)
+
+    def load_lora(self, request: Request, match: RouteMatch) -> Response:
+        return self.lora(request, match, load=True)
+
+    def unload_lora(self, request: Request, match: RouteMatch) -> Response:
+        return self.lora(request, match, load=False)
+
+    def lora(self, request: Request, match: RouteMatch, load: bool) -> Response:
+        """Load or unload a LoRA adapter; 200 with vLLM's plain-text line."""
+        record = new_record(request)
+        try:
+            name, path = lora_fields(read_logged_json(request, self.simulator, record), need_path=load)
+            if load:
+                self.simulator.load_adapter(name, path)
+            else:
+                self.simulator.unload_adapter(name)
+        except SimError as error:
+            return answer_error(self.simulator, request, match.route.api, error, record)
+        record.status = 200
+        self.simulator.finish(record)
+        return Response(lora_answer(name, load), status=200, content_type="text/plain; charset=utf-8")
+
+    def tokenize(self, request: Request, match: RouteMatch) -> Response:
+        try:
+            body, _ = read_json(request, self.simulator)
+            prompt, messages, with_strings = tokenize_fields(body)
+        except SimError as error:
+            return self._error(request, match, error)
+        tokenizer = self.simulator.tokenizer
+        ids = tokenizer.encode(prompt) if prompt is not None else tokenizer.chat_prompt(messages or [])
+        strings = [tokenizer.encoding.decode_single_token_bytes(t).decode("utf-8", errors="replace")
+                   for t in ids] if with_strings else None
+        return json_response(tokenize_body(ids, self.simulator.config.max_model_len, strings))
+
+    def detokenize(self, request: Request, match: RouteMatch) -> Response:
+        tokenizer = self.simulator.tokenizer
+        try:
+            body, _ = read_json(request, self.simulator)
+            tokens = detokenize_tokens(body)
+            bad = next((t for t in tokens if not tokenizer.valid_token_id(t)), None)
+            if bad is not None:
+                raise unknown_token(bad, tokenizer.name)
+        except SimError as error:
+            return self._error(request, match, error)
+        return json_response(detokenize_body(tokenizer.encoding.decode(tokens)))
+
+    def health(self, request: Request, match: RouteMatch) -> Response:
+        return Response("", status=200)
+
+    def metrics(self, request: Request, match: RouteMatch) -> Response:
+        return Response(self.simulator.prometheus_text(), status=200, content_type=PROMETHEUS_CONTENT_TYPE)
+

@@ -1,0 +1,306 @@
+"""What each fault kind does to an answer: one small class per kind behind :class:`FaultEffect`.
+
+An answer has four places a fault can act, and the server asks the effect at
+each (it never compares kind names):
+
+1. ``on_request``: before the generation starts (an HTTP error instead of
+   the answer, a connection closed before any byte, slower latencies);
+2. ``before_headers``: before the first byte of the answer (a stall, an
+   empty stream);
+3. ``cut_at`` / ``at_cut``: a stream, after that many token events (an error
+   event, a cut connection, a broken event, a stall);
+4. ``at_end``: a non-streamed answer, once its generation is done (the
+   error, the dropped connection, an empty or half body instead of it).
+
+Each place answers with an *action* from a small closed vocabulary
+(``Action``) that says what happens in protocol-blind terms; the server
+and the stream writer carry actions out, the wire adapters render the ones
+that have an API shape (an error, an error event, a broken event). Adding a
+fault kind is one class here, its row in ``EFFECTS`` and its docs row;
+only a kind that needs a new action (a new outcome, such as a content-filter
+finish) touches the server or the adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .request import SimError
+
+__all__ = ["EFFECTS", "Action", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Malformed",
+           "Slow", "Stall"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Answer with ``error`` (in the route's API shape) instead of the answer."""
+
+    error: SimError
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Close the connection under the client: no further byte (no response at all, before headers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Send nothing for ``seconds`` wall seconds (a client's hang-up or a reset ends it early)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Empty:
+    """Answer 200 with an empty body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A stream: one event whose JSON breaks off, then the stream goes on; a body: cut in half."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """A stream: the API's mid-stream error event, then the end (no closing events)."""
+
+    error: SimError
+
+
+@dataclass(frozen=True, slots=True)
+class Slow:
+    """This request's latencies multiplied by ``factor``."""
+
+    factor: float
+
+
+Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Slow
+
+
+class FaultParams(Protocol):
+    """The parameters of an armed fault an effect reads (:class:`~pytest_llmsim.Fault` has them)."""
+
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def retry_after(self) -> float | None: ...
+    @property
+    def after_tokens(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def factor(self) -> float: ...
+
+
+class FaultEffect(Protocol):
+    """What one fault kind does; every method gets the armed fault (its parameters)."""
+
+    #: The "what" parameters the kind accepts (besides the "when" conditions every kind takes).
+    params: tuple[str, ...]
+    #: Whether it applies on routes that generate nothing (health checks, model discovery).
+    on_routes_without_generation: bool
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
+
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | None:
+        """Before the generation starts (and on a route that generates nothing, before its answer)."""
+
+    def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
+        """Before the answer's first byte."""
+
+    def cut_at(self, fault: FaultParams) -> int | None:
+        """A stream: after how many token events ``at_cut`` acts (None: never)."""
+
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | None:
+        """A stream, at the cut (or at its end, when it had fewer tokens)."""
+
+    def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | None:
+        """A non-streamed answer whose generation is done (and a route's answer: only ``Empty``)."""
+
+
+class _Effect:
+    """Defaults: a kind does nothing where it does not say otherwise."""
+
+    params: tuple[str, ...] = ()
+    on_routes_without_generation = False
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        return None
+
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | None:
+        return None
+
+    def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
+        return None
+
+    def cut_at(self, fault: FaultParams) -> int | None:
+        return None
+
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | None:
+        return None
+
+    def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | None:
+        return None
+
+
+def _retry_headers(fault: FaultParams) -> dict[str, str]:
+    if fault.retry_after is None:
+        return {}
+    return {"Retry-After": f"{max(0, round(fault.retry_after)):d}",
+            "retry-after-ms": f"{round(fault.retry_after * 1000):d}"}
+
+
+class HTTPErrorEffect(_Effect):
+    """An error answer instead of the generation: one status, error type and code per kind."""
+
+    params: tuple[str, ...] = ("message", "retry_after")
+    on_routes_without_generation = True
+
+    def __init__(self, status: int, type_: str, code: str | None, param: str | None, message: str) -> None:
+        self.status, self.type, self.code, self.param, self.message = status, type_, code, param, message
+
+    def error(self, fault: FaultParams) -> SimError:
+        return SimError(fault.status or self.status, fault.message or self.message, type=self.type,
+                        param=self.param, code=self.code, headers=_retry_headers(fault))
+
+    def on_request(self, fault: FaultParams) -> Fail:
+        return Fail(self.error(fault))
+
+
+class AnyStatusEffect(HTTPErrorEffect):
+    """``http_error``: the status the test names."""
+
+    params: tuple[str, ...] = ("status", "message", "retry_after")
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        if isinstance(fault.status, int) and not isinstance(fault.status, bool) and 400 <= fault.status <= 599:
+            return None
+        return "status", "expected an HTTP error status, 400 to 599"
+
+
+def _stream_error(fault: FaultParams) -> SimError:
+    return SimError(500, fault.message or "The server had an error while streaming (simulated).",
+                    type="server_error")
+
+
+class ErrorEventEffect(_Effect):
+    """A stream: ``after_tokens`` tokens, then the API's error event; not streamed: a 500."""
+
+    params: tuple[str, ...] = ("after_tokens", "message")
+
+    def cut_at(self, fault: FaultParams) -> int:
+        return fault.after_tokens
+
+    def at_cut(self, fault: FaultParams) -> ErrorEvent:
+        return ErrorEvent(_stream_error(fault))
+
+    def at_end(self, fault: FaultParams) -> Fail:
+        return Fail(_stream_error(fault))
+
+
+class DropEffect(_Effect):
+    """A stream: ``after_tokens`` tokens, then the connection closes; not streamed: closed unanswered."""
+
+    params: tuple[str, ...] = ("after_tokens",)
+
+    def cut_at(self, fault: FaultParams) -> int:
+        return fault.after_tokens
+
+    def at_cut(self, fault: FaultParams) -> Drop:
+        return Drop()
+
+    def at_end(self, fault: FaultParams) -> Drop:
+        return Drop()
+
+
+class DropBeforeHeadersEffect(_Effect):
+    """The connection closes before any byte of an answer."""
+
+    on_routes_without_generation = True
+
+    def on_request(self, fault: FaultParams) -> Drop:
+        return Drop()
+
+
+class EmptyEffect(_Effect):
+    """200 with an empty body (a stream's generation is cut at once)."""
+
+    on_routes_without_generation = True
+
+    def before_headers(self, fault: FaultParams, stream: bool) -> Empty | None:
+        return Empty() if stream else None
+
+    def at_end(self, fault: FaultParams) -> Empty:
+        return Empty()
+
+
+class MalformedEffect(_Effect):
+    """A stream: one broken event after ``after_tokens`` tokens; not streamed: the body cut in half."""
+
+    params: tuple[str, ...] = ("after_tokens",)
+
+    def cut_at(self, fault: FaultParams) -> int:
+        return fault.after_tokens
+
+    def at_cut(self, fault: FaultParams) -> Malformed:
+        return Malformed()
+
+    def at_end(self, fault: FaultParams) -> Malformed:
+        return Malformed()
+
+
+class StallEffect(_Effect):
+    """No bytes for ``seconds``: before the headers (``after_tokens=0``, and every non-stream), or after
+    ``after_tokens`` token events of a stream."""
+
+    params: tuple[str, ...] = ("seconds", "after_tokens")
+    on_routes_without_generation = True
+
+    def before_headers(self, fault: FaultParams, stream: bool) -> Stall | None:
+        return Stall(fault.seconds) if not stream or fault.after_tokens == 0 else None
+
+    def cut_at(self, fault: FaultParams) -> int | None:
+        return fault.after_tokens or None
+
+    def at_cut(self, fault: FaultParams) -> Stall:
+        return Stall(fault.seconds)
+
+
+class SlowEffect(_Effect):
+    """This request's latencies times ``factor``."""
+
+    params: tuple[str, ...] = ("factor",)
+
+    def on_request(self, fault: FaultParams) -> Slow:
+        return Slow(fault.factor)
+
+
+#: kind -> its effect; the order is the documented one (``FAULT_KINDS``).
+EFFECTS: dict[str, FaultEffect] = {
+    "rate_limit": HTTPErrorEffect(429, "requests", "rate_limit_exceeded", None,
+                                  "Rate limit reached for requests (simulated by pytest-llmsim)."),
+    "server_error": HTTPErrorEffect(500, "server_error", None, None,
+                                    "The server had an error while processing your request (simulated)."),
+    "bad_gateway": HTTPErrorEffect(502, "server_error", None, None, "Bad gateway (simulated)."),
+    "overloaded": HTTPErrorEffect(503, "server_error", "overloaded", None,
+                                  "The engine is currently overloaded, please try again later (simulated)."),
+    "timeout": HTTPErrorEffect(504, "server_error", "timeout", None, "Gateway timeout (simulated)."),
+    "invalid_api_key": HTTPErrorEffect(401, "invalid_request_error", "invalid_api_key", None,
+                                       "Incorrect API key provided (simulated)."),
+    "context_length": HTTPErrorEffect(400, "invalid_request_error", "context_length_exceeded", "messages",
+                                      "This model's maximum context length was exceeded (simulated)."),
+    "model_not_found": HTTPErrorEffect(404, "invalid_request_error", "model_not_found", "model",
+                                       "The model does not exist or you do not have access to it (simulated)."),
+    "http_error": AnyStatusEffect(500, "server_error", None, None, "Simulated HTTP error."),
+    "error_event": ErrorEventEffect(),
+    "drop": DropEffect(),
+    "drop_before_headers": DropBeforeHeadersEffect(),
+    "empty": EmptyEffect(),
+    "malformed": MalformedEffect(),
+    "stall": StallEffect(),
+    "slow": SlowEffect(),
+}
