@@ -11,12 +11,12 @@ from .content.model import MODEL_CONTENT
 from .content.replies import Reply, Rule, RuleBuilder
 from .server.app import SimulatorServer
 from .server.control import host_name
+from .server.verbs import BackendVerbs
 from .sim.config import SimConfig
 from .sim.faults import Fault
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
 from .sim.simulator import Simulator
-from .sim.trace_svg import timeline_svg
 
 __all__ = ["LLMBackend"]
 
@@ -35,6 +35,7 @@ class LLMBackend(BackendAssertions):
         base = (config or SimConfig()).replace(**settings)
         self._simulator = Simulator(base, MODEL_CONTENT)
         self._server = SimulatorServer(self._simulator, host, port)
+        self._verbs = BackendVerbs(self._server)  # the verbs the control API serves too
         # the control API (/llmsim/v1/...) then needs "Authorization: Bearer <token>"
         self._server.control.token = control_token
         # Host names the control API answers to besides loopback and the listen address (DNS rebinding)
@@ -113,7 +114,7 @@ class LLMBackend(BackendAssertions):
     @property
     def config(self) -> SimConfig:
         """The settings in force."""
-        return self._simulator.config
+        return self._verbs.config
 
     def configure(self, **settings: Any) -> SimConfig:
         """Change settings for the rest of this test (validated; raises ``ConfigError``).
@@ -121,7 +122,7 @@ class LLMBackend(BackendAssertions):
         Keys: every :class:`~pytest_llmsim.SimConfig` field, e.g. ``ttft``,
         ``itl``, ``max_batch_size``, ``cache_hit_rate``, ``output``, ``speed``.
         """
-        return self._simulator.configure(**settings)
+        return self._verbs.configure(**settings)
 
     def reply_with(self, *replies: Reply) -> None:
         """Queue scripted replies: each request takes the next one, in order.
@@ -131,7 +132,7 @@ class LLMBackend(BackendAssertions):
         calls in every API), or an :class:`~pytest_llmsim.ErrorReply`
         (answered as that error, in the API's error shape).
         """
-        self._simulator.reply_with(replies)
+        self._verbs.reply_with(replies)
 
     def on(self, prompt: str | None = None, *, model: str | None = None, tool: str | None = None,
            api: str | None = None) -> RuleBuilder:
@@ -144,11 +145,11 @@ class LLMBackend(BackendAssertions):
         Rules are tried in the order added, before queued replies; the
         request log names the rule that answered (``record.rule``).
         """
-        return RuleBuilder(self._simulator.add_rule, prompt=prompt, model=model, tool=tool, api=api)
+        return RuleBuilder(self._verbs.add_rule, prompt=prompt, model=model, tool=tool, api=api)
 
     def add_rule(self, rule: Rule) -> Rule:
         """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""
-        self._simulator.add_rule(rule)  # names it, if it has no name
+        self._verbs.add_rule(rule)  # names it, if it has no name
         return rule
 
     def trace(self) -> dict[str, Any]:
@@ -157,21 +158,21 @@ class LLMBackend(BackendAssertions):
         One track per request (queued, prefill and decode spans; faults, errors and hang-ups as
         instants), counter tracks for the batch and the prefix-cache hit rate; simulated time.
         """
-        return self._simulator.trace.chrome_trace(self.label)
+        return self._verbs.trace(self.label)
 
     def trace_svg(self, title: str = "") -> str:
         """The same as an SVG timeline: requests as bars coloured by phase, the batch under them."""
-        return timeline_svg(self._simulator.trace, self.label, title)
+        return self._verbs.trace_svg(self.label, title)
 
     @property
     def label(self) -> str:
         """``model:port``, how reports and trace files name this backend."""
-        return f"{self.config.model}:{self.port}"
+        return self._verbs.label(self.port)
 
     @property
     def rules(self) -> list[Rule]:
         """The rules in force, with how often each answered (``rule.hits``)."""
-        return self._simulator.script.rules
+        return self._verbs.rules
 
     def add_fault(self, kind: str, **params: Any) -> Fault:
         """Arm a fault: ``kind`` (what) plus parameters and conditions (when).
@@ -187,16 +188,16 @@ class LLMBackend(BackendAssertions):
         A request with the header ``x-llmsim-fault: KIND`` gets that kind.
         See the fault reference in the docs for the details.
         """
-        return self._simulator.add_fault(kind, **params)
+        return self._verbs.add_fault(kind, **params)
 
     @property
     def faults(self) -> list[Fault]:
         """The faults armed, in the order they are tried."""
-        return self._simulator.faults.faults
+        return self._verbs.faults
 
     def clear_faults(self) -> None:
         """Disarm every fault."""
-        self._simulator.faults.clear()
+        self._verbs.clear_faults()
 
     def check(self) -> None:
         """Raise the first internal error the simulator hit while serving (a bug), if any."""
@@ -209,7 +210,7 @@ class LLMBackend(BackendAssertions):
 
     def reset(self, config: SimConfig | None = None) -> None:
         """Back to the starting settings (or ``config``) with empty cache, metrics and log."""
-        self._server.reset_backend(config)
+        self._verbs.reset(config)
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait (wall seconds) until no request is in flight; True if it got there.
@@ -217,7 +218,7 @@ class LLMBackend(BackendAssertions):
         Useful after a client disconnects: the server notices at its next
         write, then accounts the request as cancelled.
         """
-        return self._simulator.wait_idle(timeout)
+        return self._verbs.wait_idle(timeout)
 
     # --- reading ---
 
@@ -239,12 +240,12 @@ class LLMBackend(BackendAssertions):
     @property
     def metrics(self) -> MetricsSnapshot:
         """A snapshot of the counters and latency distributions since the last reset."""
-        return self._simulator.snapshot()
+        return self._verbs.snapshot()
 
     @property
     def requests(self) -> list[RequestRecord]:
         """The request log (most recent ``max_log_entries``), oldest first."""
-        return self._simulator.log.snapshot()
+        return self._verbs.requests()
 
     def prometheus_text(self) -> str:
         """What ``GET /metrics`` would answer now."""

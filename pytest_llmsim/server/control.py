@@ -25,36 +25,25 @@ import dataclasses
 import hmac
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from werkzeug.wrappers import Request, Response
 
 from ..content.replies import Rule, reply_from_json
 from ..sim import SimError
 from ..sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
-from ..sim.config import ConfigError, SimConfig, is_profile_path, profile_names
+from ..sim.config import ConfigError, is_profile_path, profile_names
 from ..sim.faults import FaultError
-from ..sim.trace_svg import timeline_svg
 from .request_body import read_json_body
-
-if TYPE_CHECKING:
-    from ..sim.simulator import Simulator
+from .verbs import BackendVerbs, ServedBackend
 
 
-class ControlledServer(Protocol):
+class ControlledServer(ServedBackend, Protocol):
     """What the control API needs of the server it answers for (the server imports this module, not
-    the other way round)."""
+    the other way round): the verbs' server, and its address."""
 
-    simulator: Simulator
     host: str
     port: int
-    handler_errors: list[Exception]
-
-    def clear(self) -> None:
-        """Forget the internal errors kept so far."""
-
-    def reset_backend(self, config: SimConfig | None) -> None:
-        """Back to the starting settings (or ``config``) with empty state, kept errors forgotten."""
 
 __all__ = ["CONTROL_PREFIX", "ControlAPI", "ControlledServer", "host_name"]
 MAX_PAGE = 1000
@@ -92,6 +81,7 @@ class ControlAPI:
 
     def __init__(self, server: ControlledServer) -> None:
         self._server = server
+        self._verbs = BackendVerbs(server)
         self.token: str | None = None
         self.allowed_hosts: frozenset[str] = frozenset()  # host names accepted besides loopback and the listen one
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
@@ -159,48 +149,44 @@ class ControlAPI:
         except (ConfigError, FaultError, TypeError, ValueError) as error:
             return _error(400, str(error), "invalid_value")
 
-    @property
-    def _simulator(self) -> Any:
-        return self._server.simulator
-
     def _body(self, request: Request) -> dict[str, Any]:
         # its own limit: a test may set max_body_bytes small and still reset the backend
         body, _ = read_json_body(request.environ, MAX_CONTROL_BODY, "the control API's limit",
-                                 self._simulator.config.keepalive_timeout, empty={})
+                                 self._verbs.config.keepalive_timeout, empty={})
         if not isinstance(body, dict):
             raise ValueError("the control API takes a JSON object")
         return body
 
     def _profiles(self) -> tuple[str | None, ...]:
-        return self._simulator.config.profile, self._simulator.base.profile
+        return self._verbs.config.profile, self._verbs.base.profile
 
     def _get_config(self, request: Request) -> Response:
-        return _json(config_to_json(self._simulator.config))
+        return _json(config_to_json(self._verbs.config))
 
     def _patch_config(self, request: Request) -> Response:
         settings = _without_profile_paths(self._body(request), self._profiles())
-        return _json(config_to_json(self._simulator.configure(**settings)))
+        return _json(config_to_json(self._verbs.configure(**settings)))
 
     def _reset(self, request: Request) -> Response:
         settings = self._body(request).get("settings")
         if settings is not None and not isinstance(settings, dict):
             raise ValueError("'settings' must be an object of settings")
         settings = _without_profile_paths(settings or {}, self._profiles())
-        self._server.reset_backend(None if not settings else self._simulator.base.replace(**settings))
-        return _json(config_to_json(self._simulator.config))
+        self._verbs.reset(None if not settings else self._verbs.base.replace(**settings))
+        return _json(config_to_json(self._verbs.config))
 
     def _get_faults(self, request: Request) -> Response:
-        return _json([dataclasses.asdict(fault) for fault in self._simulator.faults.faults])
+        return _json([dataclasses.asdict(fault) for fault in self._verbs.faults])
 
     def _add_fault(self, request: Request) -> Response:
         body = self._body(request)
         kind = body.pop("kind", None)
         if not isinstance(kind, str):
             raise ValueError("a fault needs its 'kind'")
-        return _json(dataclasses.asdict(self._simulator.add_fault(kind, **body)), 201)
+        return _json(dataclasses.asdict(self._verbs.add_fault(kind, **body)), 201)
 
     def _clear_faults(self, request: Request) -> Response:
-        self._simulator.faults.clear()
+        self._verbs.clear_faults()
         return _json([])
 
     def _replies(self, request: Request) -> Response:
@@ -209,40 +195,37 @@ class ControlAPI:
         if not isinstance(replies, list):
             raise ValueError("'replies' must be a list of replies (strings, or {'text'|'json'|'tool_calls'|"
                              "'error': ...} objects)")
-        self._simulator.reply_with([reply_from_json(reply) for reply in replies])
+        self._verbs.reply_with([reply_from_json(reply) for reply in replies])
         return _json({"queued": len(replies)})
 
     def _get_rules(self, request: Request) -> Response:
-        return _json([rule.to_json() for rule in self._simulator.script.rules])
+        return _json([rule.to_json() for rule in self._verbs.rules])
 
     def _add_rule(self, request: Request) -> Response:
-        return _json(self._simulator.add_rule(Rule.from_json(self._body(request))).to_json(), 201)
+        return _json(self._verbs.add_rule(Rule.from_json(self._body(request))).to_json(), 201)
 
     def _metrics(self, request: Request) -> Response:
-        return _json(snapshot_to_json(self._simulator.snapshot()))
+        return _json(snapshot_to_json(self._verbs.snapshot()))
 
     def _requests(self, request: Request) -> Response:
         offset = int(request.args.get("offset", 0))
         limit = min(int(request.args.get("limit", MAX_PAGE)), MAX_PAGE)
-        records = self._simulator.log.snapshot()
+        records = self._verbs.requests()
         page = records[offset:offset + limit] if offset >= 0 and limit >= 0 else []
         return _json({"total": len(records), "offset": offset, "records": [record_to_json(r) for r in page]})
 
     def _wait_idle(self, request: Request) -> Response:
-        return _json({"idle": self._simulator.wait_idle(float(self._body(request).get("timeout", 5.0)))})
+        return _json({"idle": self._verbs.wait_idle(float(self._body(request).get("timeout", 5.0)))})
 
     def _trace(self, request: Request) -> Response:
         """The trace as Chrome trace-event JSON (``?format=svg``: the SVG timeline)."""
-        simulator = self._simulator
-        label = f"{simulator.config.model}:{self._server.port}"
+        label = self._verbs.label(self._server.port)
         if request.args.get("format") == "svg":
-            return Response(timeline_svg(simulator.trace, label, request.args.get("title", "")),
-                            content_type="image/svg+xml")
-        return _json(simulator.trace.chrome_trace(label))
+            return Response(self._verbs.trace_svg(label, request.args.get("title", "")), content_type="image/svg+xml")
+        return _json(self._verbs.trace(label))
 
     def _errors(self, request: Request) -> Response:
-        errors = [*self._server.handler_errors, *self._simulator.runtime.errors]
-        return _json([f"{type(error).__name__}: {error}" for error in errors])
+        return _json([f"{type(error).__name__}: {error}" for error in self._verbs.errors()])
 
 
 def _without_profile_paths(settings: dict[str, Any], in_force: tuple[str | None, ...]) -> dict[str, Any]:
