@@ -38,8 +38,9 @@ from .control import CONTROL_PREFIX, ControlAPI
 from .exchange import ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
-from .responder import GenerationResponder, drop_connection
+from .responder import GenerationResponder
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
+from .sockets import drop_connection
 from .wsgi import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["GENERATION_ROUTES", "SimulatorServer", "validate_address"]

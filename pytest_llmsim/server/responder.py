@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import select
 import socket
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -26,9 +25,9 @@ from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
 from ..sim.runtime import FINISH, ClientGone
 from ..sim.simulator import Generation, Outcome, Simulator
-from .wsgi import nonblocking_socket
+from .sockets import blocking_socket, client_gone, drop_connection, nonblocking_socket
 
-__all__ = ["GenerationResponder", "drop_connection", "json_response"]
+__all__ = ["GenerationResponder", "json_response"]
 
 JSON = "application/json"
 SSE_TYPE = "text/event-stream; charset=utf-8"
@@ -63,65 +62,6 @@ class JSONResponse(Response):
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(wire_json.dumps(body), status, headers)
-
-
-def blocking_socket(request: Request) -> socket.socket | None:
-    """The client's socket, in blocking mode (no timeout), or None.
-
-    The connection reads its request with a timeout (``keepalive_timeout``);
-    once an answer is being waited for or streamed it must not have one: a
-    timed socket makes the non-blocking peek and sends below wait first.
-    """
-    sock: socket.socket | None = request.environ.get("werkzeug.socket")
-    if sock is not None and sock.gettimeout() is not None:
-        try:
-            sock.settimeout(None)
-        except OSError:
-            pass  # already closed
-    return sock
-
-
-def client_gone(request: Request) -> bool:
-    """True when the client has closed its connection (EOF or reset pending on the socket).
-
-    A non-blocking peek, not ``select()``, which cannot watch descriptors past
-    1024 and would report a busy server's live clients as gone.
-    """
-    sock = blocking_socket(request)
-    if sock is None:
-        return False
-    dontwait = getattr(socket, "MSG_DONTWAIT", None)
-    try:
-        if dontwait is None and not _readable_now(sock):  # Windows: ask first, then peek
-            return False
-        return bool(nonblocking_socket(sock).recv(1, socket.MSG_PEEK | (dontwait or 0)) == b"")
-    except BlockingIOError:
-        return False  # nothing to read: still there
-    except OSError:
-        return True
-
-
-def _readable_now(sock: socket.socket) -> bool:
-    """Whether a read would not block (data, EOF or an error pending), without waiting.
-
-    ``poll`` where there is one (no descriptor limit); Windows' ``select``
-    takes sockets of any number.
-    """
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([sock], [], [], 0)[0])
-
-
-def drop_connection(request: Request) -> None:
-    """Close the client's connection under the server (FIN both ways); later writes fail."""
-    sock = request.environ.get("werkzeug.socket")
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already gone
 
 
 class _DirectWriter:

@@ -14,7 +14,6 @@ import http.client
 import io
 import json
 import socket
-import struct
 import sys
 import threading
 import time
@@ -27,7 +26,9 @@ from werkzeug.http import parse_set_header
 from werkzeug.serving import DechunkedInput, ThreadedWSGIServer, WSGIRequestHandler
 
 from .chunked import ChunkedBody, transfer_coding_problem
+from .headers import BadHeader, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
+from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
 from .workers import HeadWatchdog, WorkerPool
 
 __all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "gevent_patched", "nonblocking_socket"]
@@ -39,189 +40,6 @@ ACCEPTED_AT = "llmsim.accepted_at"
 # PooledWSGIServer.watch_body); a body read that ends short after it is a 408, not a 400.
 BODY_DEADLINE = "llmsim.body_deadline"
 _accepted = threading.local()  # the accept time of the connection this thread handles
-
-# Linux stamps each received packet with the kernel's receive time when asked
-# (SO_TIMESTAMP; Python names neither constant). The stamp of a request's first
-# bytes is when it really arrived, however late a handler thread gets to it.
-_SO_TIMESTAMP = 29 if sys.platform.startswith("linux") else None
-_TIMEVAL = struct.Struct("@ll")
-
-
-class _PrefixedSocketReader(io.RawIOBase):
-    """A socket's byte stream, with bytes already received put back in front.
-
-    With the kernel's receive stamps on (``SO_TIMESTAMP``), :attr:`received_at`
-    is when the bytes of the first read after :meth:`forget_stamp` reached this
-    host: a later request on a kept-alive connection arrived then, however late
-    its handler gets to it. Only that read asks for the stamp; the rest (a body's
-    remainder) read plainly, a little cheaper.
-    """
-
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
-        self._sock = sock
-        self._prefix = memoryview(b"")
-        self._received_at: float | None = None
-        self._ancillary: list[tuple[int, int, bytes]] = []  # the stamped read's, converted when asked
-        self._stamp_next_read = False
-        self.waiting = False  # blocked reading from the socket: the client's turn (see HeadWatchdog)
-
-    def receive_first(self) -> None:
-        """Wait for the connection's first bytes (and their stamp) and put them in front."""
-        self.waiting = True
-        try:
-            data, ancillary, _, _ = self._sock.recvmsg(65536, _STAMP_SPACE)
-        except OSError:  # idle past the deadline, or gone: the head reads as empty, the connection ends
-            data, ancillary = b"", []
-        finally:
-            self.waiting = False
-        self._prefix = memoryview(data)
-        self._received_at = _received_at(ancillary)
-
-    @property
-    def received_at(self) -> float | None:
-        """``time.monotonic()`` when the first read since :meth:`forget_stamp` came in; None without
-        a stamp (or before that read)."""
-        if self._ancillary:
-            self._received_at = _received_at(self._ancillary)
-            self._ancillary = []
-        return self._received_at
-
-    def forget_stamp(self) -> None:
-        """Drop the stamp; the next read from the socket takes a new one."""
-        self._received_at, self._ancillary, self._stamp_next_read = None, [], True
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._prefix:
-            count = min(len(buffer), len(self._prefix))
-            buffer[:count] = self._prefix[:count]
-            self._prefix = self._prefix[count:]
-            return count
-        self.waiting = True
-        try:
-            if not self._stamp_next_read:
-                return self._sock.recv_into(buffer)
-            self._stamp_next_read = False
-            count, self._ancillary, _, _ = self._sock.recvmsg_into([buffer], _STAMP_SPACE)
-            return count
-        finally:
-            self.waiting = False
-
-
-_STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
-
-
-def _received_at(ancillary: list[tuple[int, int, bytes]]) -> float | None:
-    """The ``time.monotonic()`` at which the kernel received the data ``ancillary`` (recvmsg's) came with."""
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:
-            seconds, micros = _TIMEVAL.unpack_from(payload)
-            age: float = time.time() - (seconds + micros / 1e6)
-            return time.monotonic() - max(0.0, age)
-    return None
-
-
-_MAX_LINE = 65536  # http.client's limits
-_MAX_HEADERS = 100
-
-
-class _ParsedHeaders(http.client.HTTPMessage):
-    """An ``HTTPMessage`` whose ``get`` and ``items`` skip the ``email`` policy's pass over each value.
-
-    That pass (``Compat32.header_fetch_parse``) only changes values with
-    surrogates, and values decoded from Latin-1 have none: same answers, at a
-    third of the cost of a request's three lookups and its environ.
-    """
-
-    def get(self, name: str, failobj: Any = None) -> Any:
-        wanted = name.lower()
-        for key, value in self._headers:  # type: ignore[attr-defined]  # email.message.Message's storage
-            if key.lower() == wanted:
-                return value
-        return failobj
-
-    def items(self) -> list[tuple[str, str]]:
-        return list(self._headers)  # type: ignore[attr-defined]
-
-
-def _read_headers(rfile: Any) -> http.client.HTTPMessage:
-    """The header block as an ``HTTPMessage``, without the ``email`` parser."""
-    message = _ParsedHeaders()
-    lines: list[tuple[str, str]] = message._headers  # type: ignore[attr-defined]
-    count = 0
-    while True:
-        line = rfile.readline(_MAX_LINE + 1)
-        if len(line) > _MAX_LINE:
-            raise http.client.LineTooLong("header line")
-        if line in (b"\r\n", b"\n", b""):
-            return message
-        count += 1
-        if count > _MAX_HEADERS:
-            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
-        name, colon, value = line.decode("iso-8859-1").partition(":")
-        # RFC 9112 §5: a field name is a token right before its colon; no folded lines (§5.2);
-        # no NUL or bare CR in a value (RFC 9110 §5.5). Each is a 400, never a guess.
-        if not colon or not name or name != name.strip() or name[0] in " \t":
-            raise _BadHeader(f"invalid header line {line[:80]!r}")
-        value = value.strip(" \t\r\n")
-        if "\x00" in value or "\r" in value or "\n" in value:
-            raise _BadHeader(f"invalid character in the value of header {name!r}")
-        lines.append((name, value))  # what ``message[name] = value`` stores, without the policy
-
-
-class _BadHeader(http.client.HTTPException):
-    """A header line that RFC 9112 says to refuse."""
-
-
-def nonblocking_socket(sock: socket.socket) -> socket.socket:
-    """The socket to call with ``MSG_DONTWAIT``: ``sock`` itself, or, under gevent (``llmsim serve --io
-    gevent``), the plain socket it wraps — gevent's own waits for readiness on ``EAGAIN``, flag or not, and
-    these calls must return at once (gevent keeps ``_sock`` for code that needs the raw socket)."""
-    return getattr(sock, "_sock", sock)
-
-
-class _CoalescingWriter:
-    """Holds writes until ``flush()``, then sends them at once (one non-blocking send, ``sendall`` for a rest).
-
-    werkzeug writes a chunk's size line, its data and a CRLF separately and
-    flushes after each chunk: unbuffered, that is three packets per SSE event.
-    It writes the final ``0\r\n\r\n`` without a flush, so that goes out at once.
-    A plain class: an ``io`` object per connection costs more than it gives.
-    """
-
-    __slots__ = ("_parts", "_sock", "closed")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._parts: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> int:
-        self._parts.append(data)
-        if data == b"0\r\n\r\n":
-            self.flush()
-        return len(data)
-
-    def flush(self) -> None:
-        if self._parts:
-            data = b"".join(self._parts)
-            self._parts.clear()
-            # One non-blocking send takes a whole small response; sendall only for a rest
-            # (gevent's sendall asks the socket's buffer size first: a syscall per response).
-            dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
-            try:
-                sent = 0 if dontwait is None else nonblocking_socket(self._sock).send(data, dontwait)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            if sent < len(data):
-                self._sock.sendall(memoryview(data)[sent:])
-
-    def close(self) -> None:
-        self.closed = True
-
 
 _date_header: tuple[int, str] = (0, "")
 
@@ -263,14 +81,14 @@ class QuietRequestHandler(KeepAliveHandler):
         # and a deadline for the request head (see PooledWSGIServer.request_timeout).
         self.connection = self.request
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-        self.wfile = _CoalescingWriter(self.connection)  # type: ignore[assignment]
+        self.wfile = CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
-        self._reader: _PrefixedSocketReader | None = None
-        if _SO_TIMESTAMP is None:
+        self._reader: PrefixedSocketReader | None = None
+        if SO_TIMESTAMP is None:
             self.server.watch_head(self.connection)
             self.rfile = self.connection.makefile("rb", self.rbufsize)
             return
-        self._reader = reader = _PrefixedSocketReader(self.connection)
+        self._reader = reader = PrefixedSocketReader(self.connection)
         self._waiting_on_client = lambda: reader.waiting  # bound once: passed with every request
         self.server.watch_head(self.connection, self._waiting_on_client)
         reader.receive_first()
@@ -339,11 +157,11 @@ class QuietRequestHandler(KeepAliveHandler):
         if self.path.startswith("//"):
             self.path = "/" + self.path.lstrip("/")
         try:
-            self.headers = _read_headers(self.rfile)
+            self.headers = read_headers(self.rfile)
         except http.client.LineTooLong as error:
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long", str(error))
             return False
-        except _BadHeader as error:
+        except BadHeader as error:
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad header: {error}")
             return False
         except http.client.HTTPException as error:
@@ -516,8 +334,8 @@ class PooledWSGIServer(ThreadedWSGIServer):
         except _BindFailed as failure:
             error = failure.error
             raise OSError(error.errno, f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-        if _SO_TIMESTAMP is not None:  # inherited by accepted sockets; stamps from the first packet on
-            self.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMP, 1)
+        if SO_TIMESTAMP is not None:  # inherited by accepted sockets; stamps from the first packet on
+            self.socket.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
 
     def server_bind(self) -> None:
         try:
@@ -624,3 +442,8 @@ class PooledWSGIServer(ThreadedWSGIServer):
             except OSError:
                 pass
         self._pool.close(timeout=1.0)
+
+
+# Names tests and benchmarks import from here.
+_CoalescingWriter = CoalescingWriter
+_read_headers = read_headers

@@ -1,0 +1,216 @@
+"""The client's socket, in one place: receive stamps, peeks, shutdowns and the coalescing writer.
+
+Everything that touches a connection's socket directly (rather than through
+werkzeug's streams) is here: reading with the kernel's receive stamps
+(``SO_TIMESTAMP``), the non-blocking peek that tells a hung-up client, the
+shutdown that drops a connection under a fault, switching a socket to
+blocking for a long stream, and the writer that sends a response's pieces
+as one packet.
+"""
+
+from __future__ import annotations
+
+import io
+import select
+import socket
+import struct
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Request
+
+__all__ = ["SO_TIMESTAMP", "CoalescingWriter", "PrefixedSocketReader", "blocking_socket", "client_gone",
+           "drop_connection", "nonblocking_socket"]
+
+# Linux stamps each received packet with the kernel's receive time when asked
+# (SO_TIMESTAMP; Python names neither constant). The stamp of a request's first
+# bytes is when it really arrived, however late a handler thread gets to it.
+SO_TIMESTAMP = 29 if sys.platform.startswith("linux") else None
+_TIMEVAL = struct.Struct("@ll")
+
+
+class PrefixedSocketReader(io.RawIOBase):
+    """A socket's byte stream, with bytes already received put back in front.
+
+    With the kernel's receive stamps on (``SO_TIMESTAMP``), :attr:`received_at`
+    is when the bytes of the first read after :meth:`forget_stamp` reached this
+    host: a later request on a kept-alive connection arrived then, however late
+    its handler gets to it. Only that read asks for the stamp; the rest (a body's
+    remainder) read plainly, a little cheaper.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self._prefix = memoryview(b"")
+        self._received_at: float | None = None
+        self._ancillary: list[tuple[int, int, bytes]] = []  # the stamped read's, converted when asked
+        self._stamp_next_read = False
+        self.waiting = False  # blocked reading from the socket: the client's turn (see HeadWatchdog)
+
+    def receive_first(self) -> None:
+        """Wait for the connection's first bytes (and their stamp) and put them in front."""
+        self.waiting = True
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(65536, _STAMP_SPACE)
+        except OSError:  # idle past the deadline, or gone: the head reads as empty, the connection ends
+            data, ancillary = b"", []
+        finally:
+            self.waiting = False
+        self._prefix = memoryview(data)
+        self._received_at = _received_at(ancillary)
+
+    @property
+    def received_at(self) -> float | None:
+        """``time.monotonic()`` when the first read since :meth:`forget_stamp` came in; None without
+        a stamp (or before that read)."""
+        if self._ancillary:
+            self._received_at = _received_at(self._ancillary)
+            self._ancillary = []
+        return self._received_at
+
+    def forget_stamp(self) -> None:
+        """Drop the stamp; the next read from the socket takes a new one."""
+        self._received_at, self._ancillary, self._stamp_next_read = None, [], True
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._prefix:
+            count = min(len(buffer), len(self._prefix))
+            buffer[:count] = self._prefix[:count]
+            self._prefix = self._prefix[count:]
+            return count
+        self.waiting = True
+        try:
+            if not self._stamp_next_read:
+                return self._sock.recv_into(buffer)
+            self._stamp_next_read = False
+            count, self._ancillary, _, _ = self._sock.recvmsg_into([buffer], _STAMP_SPACE)
+            return count
+        finally:
+            self.waiting = False
+
+
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+def _received_at(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The ``time.monotonic()`` at which the kernel received the data ``ancillary`` (recvmsg's) came with."""
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:
+            seconds, micros = _TIMEVAL.unpack_from(payload)
+            age: float = time.time() - (seconds + micros / 1e6)
+            return time.monotonic() - max(0.0, age)
+    return None
+
+
+def nonblocking_socket(sock: socket.socket) -> socket.socket:
+    """The socket to call with ``MSG_DONTWAIT``: ``sock`` itself, or, under gevent (``llmsim serve --io
+    gevent``), the plain socket it wraps — gevent's own waits for readiness on ``EAGAIN``, flag or not, and
+    these calls must return at once (gevent keeps ``_sock`` for code that needs the raw socket)."""
+    return getattr(sock, "_sock", sock)
+
+
+class CoalescingWriter:
+    """Holds writes until ``flush()``, then sends them at once (one non-blocking send, ``sendall`` for a rest).
+
+    werkzeug writes a chunk's size line, its data and a CRLF separately and
+    flushes after each chunk: unbuffered, that is three packets per SSE event.
+    It writes the final ``0\r\n\r\n`` without a flush, so that goes out at once.
+    A plain class: an ``io`` object per connection costs more than it gives.
+    """
+
+    __slots__ = ("_parts", "_sock", "closed")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._parts: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(data)
+        if data == b"0\r\n\r\n":
+            self.flush()
+        return len(data)
+
+    def flush(self) -> None:
+        if self._parts:
+            data = b"".join(self._parts)
+            self._parts.clear()
+            # One non-blocking send takes a whole small response; sendall only for a rest
+            # (gevent's sendall asks the socket's buffer size first: a syscall per response).
+            dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
+            try:
+                sent = 0 if dontwait is None else nonblocking_socket(self._sock).send(data, dontwait)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent < len(data):
+                self._sock.sendall(memoryview(data)[sent:])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+
+
+def blocking_socket(request: Request) -> socket.socket | None:
+    """The client's socket, in blocking mode (no timeout), or None.
+
+    The connection reads its request with a timeout (``keepalive_timeout``);
+    once an answer is being waited for or streamed it must not have one: a
+    timed socket makes the non-blocking peek and sends below wait first.
+    """
+    sock: socket.socket | None = request.environ.get("werkzeug.socket")
+    if sock is not None and sock.gettimeout() is not None:
+        try:
+            sock.settimeout(None)
+        except OSError:
+            pass  # already closed
+    return sock
+
+
+def client_gone(request: Request) -> bool:
+    """True when the client has closed its connection (EOF or reset pending on the socket).
+
+    A non-blocking peek, not ``select()``, which cannot watch descriptors past
+    1024 and would report a busy server's live clients as gone.
+    """
+    sock = blocking_socket(request)
+    if sock is None:
+        return False
+    dontwait = getattr(socket, "MSG_DONTWAIT", None)
+    try:
+        if dontwait is None and not _readable_now(sock):  # Windows: ask first, then peek
+            return False
+        return bool(nonblocking_socket(sock).recv(1, socket.MSG_PEEK | (dontwait or 0)) == b"")
+    except BlockingIOError:
+        return False  # nothing to read: still there
+    except OSError:
+        return True
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether a read would not block (data, EOF or an error pending), without waiting.
+
+    ``poll`` where there is one (no descriptor limit); Windows' ``select``
+    takes sockets of any number.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def drop_connection(request: Request) -> None:
+    """Close the client's connection under the server (FIN both ways); later writes fail."""
+    sock = request.environ.get("werkzeug.socket")
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone
