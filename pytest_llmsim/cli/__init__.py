@@ -12,31 +12,26 @@ import importlib.util
 import ipaddress
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-from typing import Any, TextIO
+from ..backend import LLMBackend
+from ..calibration import BUDGETS, SweepRow, calibrate, read_sweep, render_profile, render_table
+from ..calibration import predict as predict_sweep
+from ..content.replies import Rule, load_conversation
+from ..gc_pacing import CollectionPacer, freeze_startup
+from ..server.wsgi import gevent_patched
+from ..sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
+from ..sim.faults import Fault, FaultError
+from .config_file import load_config, load_config_file, load_config_rules
+from .replicas import heal, say, start_replicas, stop_replicas
 
-from .backend import LLMBackend
-from .calibration import BUDGETS, SweepRow, calibrate, read_sweep, render_profile, render_table
-from .calibration import predict as predict_sweep
-from .content.replies import Rule, load_conversation
-from .gc_pacing import CollectionPacer, freeze_startup
-from .isolation import die_with_parent
-from .server.wsgi import gevent_patched
-from .sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
-from .sim.faults import Fault, FaultError
-
-__all__ = ["main"]
+__all__ = ["build_parser", "load_config_file", "load_config_rules", "main", "pace_collections"]
 
 IO_MODES = ("threads", "gevent")
 
@@ -96,61 +91,6 @@ def _fault(text: str) -> tuple[str, dict[str, Any]]:
     except FaultError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return kind.strip(), params
-
-
-def load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """Settings and faults from a TOML file::
-
-        ttft = 0.1
-        itl = 0.01
-        speed = "inf"
-
-        [[faults]]
-        kind = "rate_limit"
-        times = 2
-
-        [[rules]]
-        prompt = "weather"
-        tool_call = { name = "get_weather", arguments = { city = "Paris" } }
-
-    Raises ValueError naming what is wrong (an unknown setting, a bad fault or rule).
-    """
-    return _load_config_file(path)[:2]
-
-
-def load_config_rules(path: str) -> list[Rule]:
-    """The ``[[rules]]`` tables of a TOML config file (see :meth:`Rule.from_json` for their keys)."""
-    return _load_config_file(path)[2]
-
-
-MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a --config of /dev/zero or a log file is refused, not read without end
-
-
-def _load_config_file(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[Rule]]:
-    with open(path, "rb") as handle:
-        text = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(text) > MAX_CONFIG_BYTES:
-        raise ValueError(f"larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB: not a settings file")
-    data = tomllib.loads(text.decode("utf-8"))
-    rules_data = data.pop("rules", [])
-    if not isinstance(rules_data, list):
-        raise ValueError("'rules' must be an array of tables ([[rules]])")
-    rules = []
-    for number, table in enumerate(rules_data, 1):
-        try:
-            rules.append(Rule.from_json(table))
-        except ValueError as error:
-            raise ValueError(f"rules #{number}: {error}") from None
-    faults_data = data.pop("faults", [])
-    if not isinstance(faults_data, list) or not all(isinstance(f, dict) and "kind" in f for f in faults_data):
-        raise ValueError("'faults' must be an array of tables, each with a 'kind'")
-    SimConfig().replace(**data)  # validates: ConfigError (a ValueError) names the key
-    faults = []
-    for fault in faults_data:
-        params = {key: value for key, value in fault.items() if key != "kind"}
-        Fault.build(fault["kind"], **params)  # FaultError (a ValueError) names the problem
-        faults.append((fault["kind"], params))
-    return data, faults, rules
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -239,94 +179,6 @@ def _replicas(text: str) -> int:
     if not 1 <= value <= 64:
         raise argparse.ArgumentTypeError(f"expected a number of replicas from 1 to 64, got {text!r}")
     return value
-
-
-def _replica_argv(argv: Sequence[str], port: int) -> list[str]:
-    """``llmsim serve`` arguments for one more replica: the same, on ``port``, as a single replica."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--port", "--replicas"):
-            skip = True
-            continue
-        if arg.startswith(("--port=", "--replicas=")):
-            continue
-        out.append(arg)
-    return [*out, "--port", str(port)]
-
-
-def _start_replica(argv: Sequence[str], number: int, port: int) -> tuple[subprocess.Popen[str], str]:
-    """Replica ``number`` as an ``llmsim serve`` process on ``port`` that dies with this one; its URL (or OSError)."""
-    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", *_replica_argv(argv, port)],
-                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                               preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    process.stdout.close()  # the URL is all the parent reads; the replica's later lines go nowhere
-    match = re.search(r" at (http://\S+)", line)
-    if match is None:
-        process.kill()
-        process.wait()
-        raise OSError(f"replica {number} did not start on port {port}: {line.strip() or 'no output'}")
-    return process, match.group(1)
-
-
-def _start_replicas(argv: Sequence[str], args: argparse.Namespace) -> list[tuple[subprocess.Popen[str], str]]:
-    """Replicas 2..N (see :func:`_start_replica`); their processes and URLs (or OSError)."""
-    started: list[tuple[subprocess.Popen[str], str]] = []
-    for index in range(1, args.replicas):
-        try:
-            started.append(_start_replica(argv, index + 1, args.port + index if args.port else 0))
-        except OSError:
-            _stop_replicas(started)
-            raise
-    return started
-
-
-def _heal(replicas: list[tuple[subprocess.Popen[str], str]], argv: Sequence[str]) -> None:
-    """Restart, on its own port, each replica whose process has exited (killed, out of memory); log it."""
-    for index, (process, url) in enumerate(replicas):
-        status = process.poll()
-        if status is None:
-            continue
-        number, port = index + 2, int(url.rsplit(":", 1)[1].split("/")[0])
-        how = f"killed by {signal.Signals(-status).name}" if status < 0 else f"exited with status {status}"
-        try:
-            replicas[index] = _start_replica(argv, number, port)
-        except OSError as error:
-            _say(f"llmsim: replica {number} (pid {process.pid}) {how}; restarting it failed, trying again: {error}",
-                 sys.stderr)
-            continue
-        _say(f"llmsim: replica {number} (pid {process.pid}) {how}; restarted on port {port} "
-             f"(pid {replicas[index][0].pid})", sys.stderr)
-
-
-def _say(text: str, stream: TextIO | None = None) -> None:
-    """Print a line; once the reader is gone (a replica whose parent was killed), print nothing more."""
-    out = stream or sys.stdout
-    try:
-        print(text, file=out, flush=True)
-    except (BrokenPipeError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())  # so the interpreter's last flush does not raise again at exit
-        os.close(devnull)
-
-
-def _stop_replicas(replicas: list[tuple[subprocess.Popen[str], str]]) -> None:
-    for process, _ in replicas:
-        process.send_signal(signal.SIGINT)
-    for process, _ in replicas:
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout is not None and not process.stdout.closed:
-            process.stdout.close()
 
 
 def _positive_int(text: str) -> int:
@@ -421,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules: list[Rule] = []
     if args.config is not None:
         try:
-            file_settings, file_faults, rules = _load_config_file(args.config)
+            file_settings, file_faults, rules = load_config(args.config)
         except (OSError, ValueError) as error:
             parser.error(f"--config {args.config}: {error}")
     for replay in args.replays:
@@ -448,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     replicas: list[tuple[subprocess.Popen[str], str]] = []
     try:
         backend.start()
-        replicas = _start_replicas(argv[argv.index("serve") + 1:], args)
+        replicas = start_replicas(argv[argv.index("serve") + 1:], args)
     except OSError as error:  # its message names the address
         backend.stop()
         print(f"llmsim: {error.strerror or error}", file=sys.stderr)
@@ -464,17 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    _say(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)")
+    say(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)")
     for number, (_, url) in enumerate(replicas, 2):
-        _say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}")
+        say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}")
     serve_argv = argv[argv.index("serve") + 1:]
     while not stop.wait(0.5):
-        _heal(replicas, serve_argv)  # a dead replica comes back on its port; the others never stopped
-    _stop_replicas(replicas)
+        heal(replicas, serve_argv)  # a dead replica comes back on its port; the others never stopped
+    stop_replicas(replicas)
     backend.stop()
-    _say("llmsim stopped")
+    say("llmsim stopped")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
