@@ -151,3 +151,9 @@ def test_the_server_never_names_a_fault_kind_or_an_api() -> None:
                     found.append(f"{path.name}:{node.lineno}: {side.value!r}")
     assert found == []
 
+
+
+def test_no_module_is_over_450_lines() -> None:
+    long = {name: lines for name, path in _modules().items()
+            if (lines := len(path.read_text().splitlines())) > 450}
+    assert long == {}

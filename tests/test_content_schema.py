@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_llmsim.content.schema import SchemaError, _schema_problem, check_schema, generate_instance
+from pytest_llmsim.content.schema import SchemaError, check_schema, generate_instance
+from pytest_llmsim.content.schema_check import _schema_problem
 
 FORMATS = ["date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname"]
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER

@@ -5,8 +5,8 @@ evaluated ``hypothesis-jsonschema`` (last release 2024-02; Hypothesis
 strategies are built for shrinking inside tests, drawing from them at
 runtime is slow and discouraged) and ``jsf`` (last release 2024-03; pulls in
 Faker and draws from the global ``random``, so it is not seedable per
-request). ``jsonschema`` (well kept) checks the schemas a request sends and,
-for ``oneOf``, that an instance matches exactly one branch.
+request). ``jsonschema`` checks, for ``oneOf``, that an instance matches
+exactly one branch (the schemas a request sends are checked in ``schema_check``).
 
 What is honoured, always valid: ``type`` (one or a list), ``enum``,
 ``const``, objects (``properties``, ``required``, optional properties,
@@ -18,25 +18,22 @@ What is honoured, always valid: ``type`` (one or a list), ``enum``,
 exclusive bounds in both draft styles, ``multipleOf``), ``anyOf``,
 ``oneOf``, ``allOf`` (merged), local ``$ref`` into ``$defs``/``definitions``.
 ``pattern`` is tried, not guaranteed (a string matching an arbitrary regex
-cannot be generated in general); patterns run under RE2, and one RE2 cannot
-run (lookaround, backreferences) is refused by :func:`check_schema`. Instances are small: strings of one to three
-words, arrays of one or two items (more only when ``minItems`` says so),
-optional properties included half the time near the top and never below
-depth 3.
+cannot be generated in general); patterns run under RE2. Instances are small:
+strings of one to three words, arrays of one or two items (more only when
+``minItems`` says so), optional properties included half the time near the
+top and never below depth 3.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import random
-import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from ..sim.patterns import PatternError, compile_pattern
+from .schema_check import SchemaError, check_schema, linear_time_validator
 
 __all__ = ["SchemaError", "SchemaTooLarge", "check_schema", "generate_instance", "linear_time_validator"]
 
@@ -45,107 +42,6 @@ OPTIONAL_DEPTH = 3  # optional properties only above this depth: instances stay 
 ONE_OF_TRIES = 8
 _WORDS = ("alpha", "bravo", "delta", "echo", "river", "stone", "cloud", "maple", "orbit", "pixel",
           "quartz", "signal", "tango", "vector", "willow", "amber", "cedar", "harbor", "lumen", "nova")
-
-
-class SchemaError(ValueError):
-    """A schema that is malformed or that no instance can satisfy; the message says why."""
-
-
-def check_schema(schema: Any) -> None:
-    """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema (its draft's metaschema).
-
-    Verdicts are cached by the schema's JSON text: agents send the same tools
-    with every request, and a metaschema check costs about a millisecond.
-    """
-    if not isinstance(schema, (dict, bool)):
-        raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")
-    text = json.dumps(schema, sort_keys=True)
-    with _SCHEMA_CHECK:  # a burst of first requests with the same tools checks them once, not each
-        problem = _schema_problem(text)
-    if problem is not None:
-        raise SchemaError(problem)
-
-
-# lru_cache lets concurrent first calls all compute; one check at a time (they hold the GIL anyway).
-_SCHEMA_CHECK = threading.Lock()
-
-
-@functools.lru_cache(maxsize=512)
-def _schema_problem(text: str) -> str | None:
-    import jsonschema  # deferred: its import costs ~50 ms, only requests with schemas pay it
-
-    schema = json.loads(text)
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as error:
-        where = "/".join(str(p) for p in error.path)
-        return f"invalid JSON Schema{' at ' + where if where else ''}: {error.message}"
-    for where, pattern in _patterns(schema, ""):
-        try:
-            compile_pattern(pattern)
-        except PatternError as error:
-            return f"invalid JSON Schema at {where or '/'}: {error}"
-    return None
-
-
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMAS = ("additionalProperties", "additionalItems", "items", "contains", "not", "if", "then", "else",
-               "propertyNames", "unevaluatedItems", "unevaluatedProperties")
-
-
-def _patterns(schema: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Every regex in ``schema`` (``pattern`` values, ``patternProperties`` names), with its schema path."""
-    if not isinstance(schema, dict):
-        return
-    if isinstance(schema.get("pattern"), str):
-        yield f"{path}/pattern", schema["pattern"]
-    if isinstance(schema.get("patternProperties"), dict):
-        for name in schema["patternProperties"]:
-            yield f"{path}/patternProperties", name
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(schema.get(key), dict):
-            for name, sub in schema[key].items():
-                yield from _patterns(sub, f"{path}/{key}/{name}")
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(schema.get(key), list):
-            for index, sub in enumerate(schema[key]):
-                yield from _patterns(sub, f"{path}/{key}/{index}")
-    for key in _SUBSCHEMAS:
-        sub = schema.get(key)
-        if isinstance(sub, list):
-            for index, item in enumerate(sub):
-                yield from _patterns(item, f"{path}/{key}/{index}")
-        else:
-            yield from _patterns(sub, f"{path}/{key}")
-
-
-@functools.lru_cache(maxsize=16)
-def _linear_time(base: Any) -> Any:
-    import jsonschema
-
-    def pattern(validator: Any, regex: str, instance: Any, schema: Any) -> Iterator[Any]:
-        if validator.is_type(instance, "string") and compile_pattern(regex).search(instance) is None:
-            yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
-
-    def pattern_properties(validator: Any, properties: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
-        if not validator.is_type(instance, "object"):
-            return
-        for regex, subschema in properties.items():
-            compiled = compile_pattern(regex)
-            for name, value in instance.items():
-                if compiled.search(name) is not None:
-                    yield from validator.descend(value, subschema, path=name, schema_path=regex)
-
-    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # untyped in types-jsonschema
-        base, {"pattern": pattern, "patternProperties": pattern_properties})
-
-
-def linear_time_validator(schema: Any) -> Any:
-    """The ``jsonschema`` validator class for ``schema``'s draft, its regexes run by RE2 (never ``re``)."""
-    import jsonschema
-
-    return _linear_time(jsonschema.validators.validator_for(schema))
 
 
 #: Schema nodes (values, ``$ref`` hops, ``allOf`` parts) one instance may take to build: a 3 KB
@@ -503,14 +399,14 @@ def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
     high = schema.get("maximum")
     exclusive_low, exclusive_high = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
     if exclusive_low is True and low is not None:  # draft 4: a boolean beside minimum
-        low = low + nudge if integer and float(low).is_integer() else _above(low, nudge)
+        low = low + nudge if integer and float(low).is_integer() else _step(low, nudge)
     elif isinstance(exclusive_low, (int, float)) and not isinstance(exclusive_low, bool):
-        bound = math.floor(exclusive_low) + 1 if integer else _above(exclusive_low, nudge)
+        bound = math.floor(exclusive_low) + 1 if integer else _step(exclusive_low, nudge)
         low = bound if low is None else max(low, bound)
     if exclusive_high is True and high is not None:
-        high = high - nudge if integer and float(high).is_integer() else _below(high, nudge)
+        high = high - nudge if integer and float(high).is_integer() else _step(high, -nudge)
     elif isinstance(exclusive_high, (int, float)) and not isinstance(exclusive_high, bool):
-        bound = math.ceil(exclusive_high) - 1 if integer else _below(exclusive_high, nudge)
+        bound = math.ceil(exclusive_high) - 1 if integer else _step(exclusive_high, -nudge)
         high = bound if high is None else min(high, bound)
     if integer:
         low = None if low is None else math.ceil(low)
@@ -524,12 +420,9 @@ def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _above(value: float, nudge: float) -> float:
-    return value + nudge if value + nudge > value else math.nextafter(value, math.inf)
-
-
-def _below(value: float, nudge: float) -> float:
-    return value - nudge if value - nudge < value else math.nextafter(value, -math.inf)
+def _step(value: float, nudge: float) -> float:
+    """``value`` moved by ``nudge`` (either sign), or to the next float when ``nudge`` is too small to move it."""
+    return value + nudge if value + nudge != value else math.nextafter(value, math.copysign(math.inf, nudge))
 
 
 def _without(schema: dict[str, Any], key: str) -> dict[str, Any]:

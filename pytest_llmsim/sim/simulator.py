@@ -10,94 +10,29 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .config import SimConfig
+from .content_model import ContentModel, Planner, ScriptBook
 from .conversations import ConversationStore, StoredExchange
 from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
-from .generation import Generation, LogprobTable, Outcome
+from .generation import Generation, Outcome
 from .metrics import Metrics, MetricsSnapshot
 from .ratelimit import RateLimiter
 from .request import ChatMessage, GenerationRequest, SimError, invalid
+from .request_limits import check_embedding, check_work, queue_full
 from .request_log import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime
-from .tokens import FillerSource, PlannedOutput, Tokenizer, load_encoding
+from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
 __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Simulator"]
 
 
-class Planner(Protocol):
-    """Plans what one choice says (``content.planner.ContentPlanner``)."""
-
-    def plan(self, request: GenerationRequest, key: int, reply: Any, echo: list[int] | None, budget: int,
-             room: int) -> PlannedOutput:
-        """One choice's answer; raises :class:`SimError` for a scripted error or a schema without an instance."""
-
-
-class ScriptBook(Protocol):
-    """A backend's scripted replies and rules (``content.replies.Script``), bounded by its three limits."""
-
-    max_replies: int
-    max_rules: int
-    max_bytes: int
-
-    @property
-    def rules(self) -> list[Any]:
-        """The rules, in the order they are tried."""
-
-    def queue(self, replies: Iterable[Any]) -> None:
-        """Queue replies, one per request."""
-
-    def add_rule(self, rule: Any) -> Any:
-        """Add a rule; returns it (named)."""
-
-    def clear(self) -> None:
-        """Forget every reply and rule."""
-
-    def next_reply(self, request: GenerationRequest) -> tuple[Any, str | None]:
-        """The reply for ``request`` and the name of the rule that gave it."""
-
-
-class ContentModel(Protocol):
-    """What the model says, handed to the simulator (``content.model.MODEL_CONTENT``): sim/ plans
-    when and how much, content/ what; the simulator imports nothing of content/."""
-
-    def embed(self, ids: Sequence[int], size: int, dimensions: int | None, seed: int) -> list[float]:
-        """The unit vector of a prompt given as its token ids."""
-
-    def planner(self, tokenizer: Tokenizer, filler: FillerSource, config: SimConfig) -> Planner:
-        """A planner for answers in ``tokenizer``'s tokens."""
-
-    def script(self, config: SimConfig) -> ScriptBook:
-        """An empty script within ``config``'s bounds."""
-
-    def schema_problem(self, request: GenerationRequest) -> tuple[str, str] | None:
-        """The request's first schema that is not a valid JSON Schema, as ``(message, param)``."""
-
-    def logprobs(self, tokenizer: Tokenizer, seed: int) -> LogprobTable:
-        """The source of simulated logprobs."""
-
 # Emit-lag samples kept per request (one per write of tokens).
 MAX_LAG_SAMPLES = 4096
-
-# Bytes a generated token takes in a non-streamed JSON answer, for the size estimate of
-# _check_work: its text (filler words average ~6), and one logprob entry (the chosen token or
-# an alternative: {"token": ..., "logprob": ..., "bytes": [...]}, ~70-80 bytes as rendered).
-BYTES_PER_TOKEN = 8
-BYTES_PER_LOGPROB = 80
-
-MAX_EMBEDDING_INPUT_TOKENS = 8192  # OpenAI's limits for text-embedding-3
-MAX_EMBEDDING_REQUEST_TOKENS = 300_000
-
-
-def _queue_full(config: SimConfig) -> SimError:
-    return SimError(503, f"The server is overloaded: the waiting queue is full "
-                         f"(max_waiting={config.max_waiting}). Please retry later.",
-                    type="server_error", code="queue_full")
-
 
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
@@ -301,7 +236,7 @@ class Simulator:
         self._continue(request)
         prompts, echo_sources = self._prompts(request, tokenizer)
         if request.kind == "embedding":
-            self._check_embedding(request, prompts)
+            check_embedding(request, prompts, self.config)
         limit = config.max_model_len
         budgets: list[int] = []  # max_tokens of each prompt's choices
         for ids in prompts:
@@ -320,7 +255,7 @@ class Simulator:
                               f"{request.prompt_param}, {budgets[-1]} to generate); this backend's KV cache holds "
                               f"{blocks * config.block_size} (kv_cache_blocks={blocks} x block_size="
                               f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
-        self._check_work(request, prompts, budgets)
+        check_work(request, prompts, budgets, self.config)
         self._check_schemas(request)  # after the cheap limits: thousands of schemas cost seconds
         sequence_count = len(prompts) * request.n
         capacity = config.max_batch_size + config.max_waiting
@@ -331,7 +266,7 @@ class Simulator:
                           f" + max_waiting={config.max_waiting}). Send fewer {what} or a smaller n.",
                           "n" if request.n > 1 else request.prompt_param, "request_too_large")
         if not self.runtime.can_admit(sequence_count):
-            raise _queue_full(config)
+            raise queue_full(config)
         rate_limit = None
         if self._limiter.active:  # charged as OpenAI estimates: prompt plus max_tokens
             charged = sum(len(ids) for ids in prompts) + request.n * sum(budgets)
@@ -355,7 +290,7 @@ class Simulator:
         if not ticket.accepted:
             ticket.wait()
             self.runtime.release(ticket)
-            raise _queue_full(config)
+            raise queue_full(config)
         marked = None
         if request.cache_breakpoint is not None:
             marked_messages = request.messages[:request.cache_breakpoint]
@@ -397,59 +332,6 @@ class Simulator:
         problem = self._content.schema_problem(request)
         if problem is not None:
             raise invalid(problem[0], problem[1], "invalid_schema")
-
-    def _check_embedding(self, request: GenerationRequest, prompts: list[list[int]]) -> None:
-        """OpenAI's embedding limits: tokens per input and per request; ``dimensions`` within the vector."""
-        for i, ids in enumerate(prompts):
-            if len(ids) > MAX_EMBEDDING_INPUT_TOKENS:
-                raise invalid(f"Invalid 'input[{i}]': this model's maximum input length is "
-                              f"{MAX_EMBEDDING_INPUT_TOKENS} tokens, but the input has {len(ids)}.", "input",
-                              "context_length_exceeded")
-        total = sum(len(ids) for ids in prompts)
-        if total > MAX_EMBEDDING_REQUEST_TOKENS:
-            raise invalid(f"Requested {total} tokens, max {MAX_EMBEDDING_REQUEST_TOKENS} tokens per request.",
-                          "input", "max_tokens_per_request")
-        size = self.config.embedding_size
-        if request.dimensions is not None and request.dimensions > size:
-            raise invalid(f"Invalid 'dimensions': {request.dimensions} is larger than this model's embedding "
-                          f"size ({size}).", "dimensions", "integer_above_max_value")
-
-    def _check_work(self, request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> None:
-        """Refuse, before any work, a request whose total work or non-streamed answer is over the caps.
-
-        Work is prompt tokens plus every choice's max_tokens, each generated
-        token counted once more per logprob alternative asked for
-        (``max_request_tokens``); the answer's size is estimated from the same
-        figures (``max_response_bytes``; a stream is sent as it is made).
-        """
-        config = self.config
-        cap = config.max_request_tokens
-        prompt_tokens = sum(len(ids) for ids in prompts)
-        generated = request.n * sum(budgets)
-        fan_out = 1 + (request.logprobs or 0) if request.logprobs is not None else 1
-        output_tokens = generated * fan_out
-        if prompt_tokens + output_tokens > cap:
-            param = request.prompt_param if prompt_tokens > cap else request.max_tokens_param
-            logprobs = f" x (1 + top_logprobs={request.logprobs}) for the logprobs" if fan_out > 1 else ""
-            raise invalid(
-                f"This request asks for {prompt_tokens + output_tokens:,} tokens of work ({prompt_tokens:,} "
-                f"prompt tokens in {len(prompts)} prompt(s), plus n={request.n} x max_tokens for each prompt"
-                f"{logprobs}: {output_tokens:,}); this backend accepts at most {cap:,} per request "
-                f"(max_request_tokens). Lower max_tokens or n, or send fewer prompts.", param, "request_too_large")
-        if request.stream or request.kind == "embedding":
-            return
-        per_token = BYTES_PER_TOKEN
-        if request.logprobs is not None:
-            per_token += BYTES_PER_LOGPROB * (1 + request.logprobs)
-        estimate = generated * per_token
-        if estimate > config.max_response_bytes:
-            raise invalid(
-                f"The answer to this request would be about {estimate:,} bytes (n={request.n} x max_tokens="
-                f"{max(budgets, default=0):,} tokens at ~{per_token} bytes each"
-                f"{' with logprobs' if request.logprobs is not None else ''}); this backend sends at most "
-                f"{config.max_response_bytes:,} bytes in one non-streamed answer (max_response_bytes). Lower "
-                f"max_tokens, n or top_logprobs, or stream the answer.", request.max_tokens_param,
-                "response_too_large")
 
     def _prompts(self, request: GenerationRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
         if request.kind == "chat":

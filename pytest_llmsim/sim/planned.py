@@ -1,0 +1,129 @@
+"""What a choice will say, planned before it is generated: its tokens, their text, its tool calls.
+
+:class:`PlannedOutput` is what the engine streams and the adapters render;
+:class:`CyclicRun` lets a long filler answer be planned without building it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar, overload
+
+__all__ = ["CyclicRun", "PlannedCall", "PlannedOutput"]
+
+T = TypeVar("T")
+
+
+class CyclicRun(Sequence[T]):
+    """``length`` items: ``first``, then ``cycle`` from ``offset`` on, wrapping as often as needed.
+
+    A long filler answer is a slice of one seeded stream; this stands for it
+    without building it, so an answer of any length costs only the part being
+    read (``run[a:b]`` builds that part).
+    """
+
+    __slots__ = ("_cycle", "_first", "_length", "_offset")
+
+    def __init__(self, first: T, cycle: list[T], offset: int, length: int) -> None:
+        self._first = first
+        self._cycle = cycle
+        self._offset = offset % len(cycle)
+        self._length = max(0, length)
+
+    @property
+    def period(self) -> int:
+        """Items after the first repeat with this period."""
+        return len(self._cycle)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return self._slice(start, stop)
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("run index out of range")
+        return self._first if index == 0 else self._cycle[(self._offset + index - 1) % len(self._cycle)]
+
+    def _slice(self, start: int, stop: int) -> list[T]:
+        out: list[T] = []
+        if start >= stop:
+            return out
+        if start == 0:
+            out.append(self._first)
+            start = 1
+        cycle, size = self._cycle, len(self._cycle)
+        position = (self._offset + start - 1) % size
+        remaining = stop - start
+        while remaining > 0:
+            count = min(remaining, size - position)
+            out.extend(cycle[position:position + count])
+            remaining -= count
+            position = 0
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    """One tool call of an answer: tokens ``start`` to ``end`` of the answer are its arguments.
+
+    ``key`` is unique per call; each API makes its ids from it (``call_…``,
+    ``fc_…``, ``toolu_…``). ``arguments`` is the JSON text the client gets
+    (a prefix of it when ``max_tokens`` cut the answer).
+    """
+
+    key: str
+    name: str
+    arguments: str
+    start: int
+    end: int
+
+
+class PlannedOutput:
+    """What one choice will say: its tokens, the text each adds, and why it ends.
+
+    ``tokens`` and ``pieces`` are lists for short answers (scripted, echoed,
+    cut at a stop string) and :class:`CyclicRun` views for filler, which is
+    never materialised whole: slicing builds only the part being sent.
+    An answer that calls tools has ``calls``: its tokens are the calls'
+    arguments, one after another, and it has no text.
+    """
+
+    __slots__ = ("calls", "finish_reason", "pieces", "stop_sequence", "tokens")
+
+    def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str,
+                 stop_sequence: str | None = None, calls: tuple[PlannedCall, ...] = ()) -> None:
+        self.tokens = tokens
+        self.pieces = pieces
+        self.finish_reason = finish_reason
+        self.stop_sequence = stop_sequence  # the stop string that ended it, if one did
+        self.calls = calls
+
+    def call_at(self, position: int) -> tuple[int, PlannedCall]:
+        """The call (and its index) whose arguments hold token ``position``."""
+        for index, call in enumerate(self.calls):
+            if call.start <= position < call.end:
+                return index, call
+        raise IndexError(f"token {position} belongs to no tool call")
+
+    @property
+    def length(self) -> int:
+        """Tokens in the answer."""
+        return len(self.tokens)
+
+    @property
+    def text(self) -> str:
+        """The answer's text ("" for an answer that calls tools)."""
+        return "" if self.calls else "".join(self.pieces[0:len(self.pieces)])
