@@ -43,6 +43,35 @@ def server_process(argv: Sequence[str], url_pattern: str = r"(http://127\.0\.0\.
         errors.close()
 
 
+@contextmanager
+def worktree(revision: str) -> Iterator[str]:
+    """``revision`` checked out in a temporary git worktree (removed afterwards)."""
+    root = os.path.dirname(HERE)
+    with tempfile.TemporaryDirectory(prefix="llmsim-base-") as parent:
+        path = os.path.join(parent, "tree")
+        subprocess.run(["git", "-C", root, "worktree", "add", "--detach", "-q", path, revision], check=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "-C", root, "worktree", "remove", "--force", path], check=False)
+
+
+@contextmanager
+def llmsim_from(tree: str | None, *flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``llmsim serve FLAGS`` running the code of ``tree`` (None: this checkout, as installed).
+
+    Started in ``tree``: ``python -m`` puts the working directory first on
+    ``sys.path``, ahead of ``PYTHONPATH`` and of an editable install.
+    """
+    if tree is not None:
+        imported = subprocess.run([sys.executable, "-c", "import pytest_llmsim; print(pytest_llmsim.__file__)"],
+                                  cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
+        if not imported.startswith(os.path.realpath(tree)):
+            raise RuntimeError(f"the server would run {imported}, not the code in {tree}")
+    with server_process(llmsim_argv(*flags), cwd=tree) as served:
+        yield served
+
+
 def llmsim_argv(*flags: str) -> list[str]:
     return [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", *flags]
 

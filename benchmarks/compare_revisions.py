@@ -18,48 +18,25 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from common import HERE, cpu_seconds, server_process, wait_ready
+from common import HERE, cpu_seconds, llmsim_from, wait_ready, worktree
 from throughput import wrk
 
 ROOT = os.path.dirname(HERE)
 GET_SCRIPT = os.path.join(HERE, "get.lua")
 
 
-@contextmanager
-def worktree(revision: str) -> Iterator[str]:
-    """``revision`` checked out in a temporary directory (removed afterwards)."""
-    with tempfile.TemporaryDirectory(prefix="llmsim-base-") as parent:
-        path = os.path.join(parent, "tree")
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-q", path, revision], check=True)
-        try:
-            yield path
-        finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], check=False)
-
-
-def serve_argv(io: str, gc_pacing: str | None = None) -> list[str]:
+def serve_flags(io: str, gc_pacing: str | None = None) -> list[str]:
     pacing = ["--gc-pacing", gc_pacing] if gc_pacing else []  # a base older than the flag runs without it
-    return [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--io", io, *pacing]
+    return ["--speed", "inf", "--io", io, *pacing]
 
 
 @contextmanager
 def served_from(tree: str, io: str, gc_pacing: str | None = None) -> Iterator[tuple[str, int]]:
-    """``llmsim serve`` running the code of ``tree``; its root URL and process id.
-
-    Started in ``tree``: ``python -m`` puts the working directory first on
-    ``sys.path``, ahead of ``PYTHONPATH`` and of an editable install.
-    """
-    imported = subprocess.run([sys.executable, "-c", "import pytest_llmsim; print(pytest_llmsim.__file__)"],
-                              cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
-    if not imported.startswith(os.path.realpath(tree)):
-        raise RuntimeError(f"the server would run {imported}, not the code in {tree}")
-    with server_process(serve_argv(io, gc_pacing), cwd=tree) as (process, url):
+    """``llmsim serve`` running the code of ``tree``; its root URL and process id."""
+    with llmsim_from(tree, *serve_flags(io, gc_pacing)) as (process, url):
         yield url, process.pid
 
 

@@ -7,6 +7,10 @@ median TTFT and median inter-chunk gap against the setting, and the 99th
 percentile gap as a multiple of itl.
 
     python benchmarks/timing_fidelity.py [--streams 64 256] [--repeats 3] [--apis chat messages responses]
+        [--base REV]
+
+With ``--base REV`` a second server runs that git revision (a temporary
+worktree) and the repeats alternate between the two: an A/B in one run.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import argparse
 import json
 import statistics
 import subprocess
+from contextlib import ExitStack
 
-from common import HERE, llmsim_argv, server_process, wait_ready
+from common import HERE, llmsim_from, wait_ready, worktree
 
 TTFT, ITL, TOKENS = 0.1, 0.01, 50
 
@@ -46,23 +51,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--apis", nargs="+", default=["chat"], choices=["chat", "messages", "responses"],
                         help="Wire APIs to stream through (OpenAI chat, Anthropic Messages, OpenAI Responses)")
+    parser.add_argument("--base", help="also measure llmsim serve at this git revision (A/B in one run)")
     args = parser.parse_args()
     flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", "256", "--speed", "1",
              "--max-waiting", "4096"]
-    with server_process(llmsim_argv(*flags)) as (_, url):
+    with ExitStack() as stack:
+        urls: dict[str, str] = {}
+        if args.base:
+            urls[f"base {args.base}"] = stack.enter_context(llmsim_from(stack.enter_context(worktree(args.base)),
+                                                                        *flags))[1]
+        urls["new" if args.base else ""] = stack.enter_context(llmsim_from(None, *flags))[1]
         wait_ready()
-        for api in args.apis:
-            measure(url, 8, api)  # warm-up
+        for url in urls.values():
+            for api in args.apis:
+                measure(url, 8, api)  # warm-up
         for api in args.apis:
             for streams in args.streams:
-                runs = [measure(url, streams, api) for _ in range(args.repeats)]
-                med = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-                print(f"{api}: {streams} streams x {TOKENS} tokens ({args.repeats} runs, medians): "
-                      f"TTFT p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
-                      f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
-                      f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, TTFT p99 {med['ttft_p99'] * 1000:.1f} ms",
-                      flush=True)
-
+                runs: dict[str, list[dict[str, float]]] = {name: [] for name in urls}
+                for _ in range(args.repeats):  # alternating, so drift hits both alike
+                    for name, url in urls.items():
+                        runs[name].append(measure(url, streams, api))
+                for name, measured in runs.items():
+                    med = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
+                    print(f"{name + ' ' if name else ''}{api}: {streams} streams x {TOKENS} tokens "
+                          f"({args.repeats} runs, medians): "
+                          f"TTFT p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
+                          f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
+                          f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, TTFT p99 {med['ttft_p99'] * 1000:.1f} ms",
+                          flush=True)
 
 if __name__ == "__main__":
     main()
