@@ -293,6 +293,10 @@ class AnthropicMessages:
 ANTHROPIC_MESSAGES = AnthropicMessages()
 
 
+#: How the request log names a token-counting request.
+COUNT_TOKENS_NAME = "anthropic.count_tokens"
+
+
 def parse_count_tokens(body: Any) -> GenerationRequest:
     """A ``POST /v1/messages/count_tokens`` body: a Messages request without ``max_tokens``."""
     return parse_messages(body, require_max_tokens=False)

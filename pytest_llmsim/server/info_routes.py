@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from werkzeug.wrappers import Request, Response
 
-from ..api.anthropic_messages import count_tokens_body, parse_count_tokens
+from ..api.anthropic_messages import COUNT_TOKENS_NAME, count_tokens_body, parse_count_tokens
 from ..api.openai_models import model_card, model_list, unknown_model
 from ..api.openai_responses import deleted_response, response_not_found
 from ..api.vllm_extras import (
@@ -44,7 +44,7 @@ class InfoRoutes:
     def count_tokens(self, request: Request, match: RouteMatch) -> Response:
         """Anthropic's token counter: the prompt tokens a Messages request would be charged."""
         record = new_record(request)
-        record.api = "anthropic.count_tokens"
+        record.api = COUNT_TOKENS_NAME
         try:
             parsed = parse_count_tokens(read_logged_json(request, self.simulator, record))
             record.model = parsed.model

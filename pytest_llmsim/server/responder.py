@@ -25,7 +25,7 @@ from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
 from ..sim.runtime import FINISH, ClientGone
 from ..sim.simulator import Generation, Outcome, Simulator
-from .sockets import blocking_socket, client_gone, drop_connection, nonblocking_socket
+from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 
 __all__ = ["GenerationResponder", "json_response"]
 
@@ -112,11 +112,8 @@ class _DirectWriter:
             data = self.render(emitted)
             if not data:
                 return True
-            framed = b"%x\r\n%s\r\n" % (len(data), data)
             try:
-                sent = self._sock.send(framed, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                sent = 0
+                framed, sent = send_chunk_now(self._sock, data)
             except OSError:  # the client is gone; the handler's hang-up check notices and cancels
                 self.enabled = False
                 self.written = before  # these never reached it
@@ -291,7 +288,7 @@ class GenerationResponder:
         sock = blocking_socket(request)
         if (fault is not None or len(generation.outputs) != 1 or sock is None
                 or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"
-                or not hasattr(socket, "MSG_DONTWAIT")):  # it must never block: no such flag, no fast path
+                or not can_send_now()):  # it must never block: no such flag, no fast path
             return None
         return _DirectWriter(sock, events, generation.outputs[0].pieces,
                              functools.partial(self.simulator.note_lag, generation))

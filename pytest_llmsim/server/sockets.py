@@ -214,3 +214,19 @@ def drop_connection(request: Request) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # already gone
+
+
+def can_send_now() -> bool:
+    """Whether this platform can send without waiting (``MSG_DONTWAIT``; Windows cannot)."""
+    return hasattr(socket, "MSG_DONTWAIT")
+
+
+def send_chunk_now(sock: socket.socket, data: bytes) -> tuple[bytes, int]:
+    """``data`` framed as one HTTP/1.1 chunk and sent without waiting (``sock`` from
+    :func:`nonblocking_socket`): the frame, and how many of its bytes went out (raises ``OSError``
+    when the client is gone)."""
+    framed = b"%x\r\n%s\r\n" % (len(data), data)
+    try:
+        return framed, sock.send(framed, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return framed, 0
