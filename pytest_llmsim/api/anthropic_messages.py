@@ -38,7 +38,7 @@ from .validation import describe, expect_object, is_int, optional, ranged
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["ANTHROPIC_MESSAGES", "AnthropicMessages", "parse_messages"]
+__all__ = ["ANTHROPIC_COUNTER", "ANTHROPIC_MESSAGES", "AnthropicMessages", "parse_messages"]
 
 # Anthropic's error types by status; 503 (overloaded, a full queue) is answered 529 as Anthropic does.
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -293,15 +293,16 @@ class AnthropicMessages:
 ANTHROPIC_MESSAGES = AnthropicMessages()
 
 
-#: How the request log names a token-counting request.
-COUNT_TOKENS_NAME = "anthropic.count_tokens"
+class AnthropicCounter:
+    """``POST /v1/messages/count_tokens``: a Messages request without ``max_tokens``, counted."""
+
+    name = "anthropic.count_tokens"
+
+    def parse_count(self, body: Any, target: RequestTarget) -> GenerationRequest:
+        return parse_messages(body, require_max_tokens=False)
+
+    def count_body(self, count: int) -> dict[str, Any]:
+        return {"input_tokens": count}
 
 
-def parse_count_tokens(body: Any) -> GenerationRequest:
-    """A ``POST /v1/messages/count_tokens`` body: a Messages request without ``max_tokens``."""
-    return parse_messages(body, require_max_tokens=False)
-
-
-def count_tokens_body(input_tokens: int) -> dict[str, Any]:
-    """The answer of ``POST /v1/messages/count_tokens``."""
-    return {"input_tokens": input_tokens}
+ANTHROPIC_COUNTER = AnthropicCounter()

@@ -19,7 +19,7 @@ from ..sim import GenerationRequest, RateLimitStatus, SimError
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["NO_TARGET", "PIECE_MARK", "RequestTarget", "StreamRenderer", "WireAPI"]
+__all__ = ["NO_TARGET", "PIECE_MARK", "RequestTarget", "StreamRenderer", "TokenCounter", "WireAPI"]
 
 #: Where a token's text goes in a stream event's cached template. Random per process: a client
 #: cannot put it in a string the event also carries (a model name), which would split the template.
@@ -73,6 +73,21 @@ class StreamRenderer(Protocol):
 
     def malformed(self) -> bytes:
         """An event whose JSON breaks off, as a truncating proxy would leave it."""
+
+    # A renderer may set ``content_type`` (the stream's media type) when it is not SSE's: Gemini's
+    # streamGenerateContent without ``alt=sse`` streams one JSON array.
+
+
+class TokenCounter(Protocol):
+    """A token-counting route's protocol (Anthropic's ``count_tokens``, Gemini's ``countTokens``)."""
+
+    name: str  # as the request log names it
+
+    def parse_count(self, body: Any, target: RequestTarget) -> GenerationRequest:
+        """The request whose prompt is counted (raises :class:`SimError`)."""
+
+    def count_body(self, count: int) -> dict[str, Any]:
+        """The answer: ``count`` prompt tokens."""
 
 
 class WireAPI(Protocol):

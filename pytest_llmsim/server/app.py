@@ -23,11 +23,14 @@ import os
 import threading
 import traceback
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
 from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
+from ..api.anthropic_messages import ANTHROPIC_COUNTER
+from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
 from ..sim import SimError, wire_json
 from ..sim.config import SimConfig
 from ..sim.fault_effects import Drop, Empty, Fail, Slow, Stall
@@ -39,7 +42,7 @@ from .exchange import ROUTE_KEY, answer_error, new_record, read_logged_json, unt
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
 from .responder import GenerationResponder
-from .routes import Handler, Route, RouteMatch, RouteTable, request_target
+from .routes import Guard, Handler, Route, RouteMatch, RouteTable, request_target
 from .sockets import drop_connection
 from .wsgi import ACCEPTED_AT, PooledWSGIServer
 
@@ -72,19 +75,45 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/v1/messages": ANTHROPIC_MESSAGES,
     "/v1/responses": OPENAI_RESPONSES,
     "/v1/embeddings": OPENAI_EMBEDDINGS,
+    "/v1beta/models/{model}:{action}": GEMINI_GENERATE,  # generateContent, streamGenerateContent
+    "/v1/models/{model}:{action}": GEMINI_GENERATE,
+    "/v1beta/models/{model}:embedContent": GEMINI_EMBED,
+    "/v1beta/models/{model}:batchEmbedContents": GEMINI_EMBED,
+    "/v1/models/{model}:embedContent": GEMINI_EMBED,
+    "/v1/models/{model}:batchEmbedContents": GEMINI_EMBED,
 }
-# The routes that generate nothing: template, methods, handler, whose error shape.
-INFO_ROUTES: tuple[tuple[str, tuple[str, ...], Callable[[InfoRoutes, Request, RouteMatch], Response], WireAPI], ...] = (
-    ("/v1/messages/count_tokens", ("POST",), InfoRoutes.count_tokens, ANTHROPIC_MESSAGES),
-    ("/v1/responses/{id}", ("GET", "DELETE"), InfoRoutes.stored_response, OPENAI_RESPONSES),
-    ("/v1/models", ("GET",), InfoRoutes.models, OPENAI_CHAT),
-    ("/v1/models/{id}", ("GET",), InfoRoutes.model, OPENAI_CHAT),
-    ("/v1/load_lora_adapter", ("POST",), InfoRoutes.load_lora, OPENAI_CHAT),
-    ("/v1/unload_lora_adapter", ("POST",), InfoRoutes.unload_lora, OPENAI_CHAT),
-    ("/tokenize", ("POST",), InfoRoutes.tokenize, OPENAI_CHAT),
-    ("/detokenize", ("POST",), InfoRoutes.detokenize, OPENAI_CHAT),
-    ("/health", ("GET",), InfoRoutes.health, OPENAI_CHAT),
-    ("/metrics", ("GET",), InfoRoutes.metrics, OPENAI_CHAT),
+
+
+class InfoRoute(NamedTuple):
+    """A route that generates nothing: its handler (an ``InfoRoutes`` method) and whose error shape it uses."""
+
+    template: str
+    methods: tuple[str, ...]
+    handler: Callable[..., Response]  # (InfoRoutes, Request, RouteMatch) -> Response
+    api: WireAPI
+    accepts: Guard | None = None  # asked of the environ, where two APIs share the path
+
+
+INFO_ROUTES: tuple[InfoRoute, ...] = (
+    InfoRoute("/v1/messages/count_tokens", ("POST",),
+              functools.partial(InfoRoutes.count_tokens, counter=ANTHROPIC_COUNTER), ANTHROPIC_MESSAGES),
+    InfoRoute("/v1/responses/{id}", ("GET", "DELETE"), InfoRoutes.stored_response, OPENAI_RESPONSES),
+    InfoRoute("/v1/models", ("GET",), InfoRoutes.models, OPENAI_CHAT),
+    InfoRoute("/v1/models/{id}", ("GET",), InfoRoutes.model, OPENAI_CHAT),
+    InfoRoute("/v1/load_lora_adapter", ("POST",), InfoRoutes.load_lora, OPENAI_CHAT),
+    InfoRoute("/v1/unload_lora_adapter", ("POST",), InfoRoutes.unload_lora, OPENAI_CHAT),
+    InfoRoute("/tokenize", ("POST",), InfoRoutes.tokenize, OPENAI_CHAT),
+    InfoRoute("/detokenize", ("POST",), InfoRoutes.detokenize, OPENAI_CHAT),
+    InfoRoute("/health", ("GET",), InfoRoutes.health, OPENAI_CHAT),
+    InfoRoute("/metrics", ("GET",), InfoRoutes.metrics, OPENAI_CHAT),
+    *(route for version in ("v1beta", "v1") for route in (
+        InfoRoute(f"/{version}/models/{{model}}:countTokens", ("POST",),
+                  functools.partial(InfoRoutes.count_tokens, counter=GEMINI_COUNTER), GEMINI_GENERATE),
+        # /v1/models is OpenAI's too: a request with a Google API key gets Gemini's list
+        InfoRoute(f"/{version}/models", ("GET",), InfoRoutes.gemini_models, GEMINI_GENERATE,
+                  None if version == "v1beta" else gemini_key),
+        InfoRoute(f"/{version}/models/{{model}}", ("GET",), InfoRoutes.gemini_model, GEMINI_GENERATE,
+                  None if version == "v1beta" else gemini_key))),
 )
 declare_routes_without_generation(template for template, *_ in INFO_ROUTES)  # only some fault kinds apply there
 DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in
@@ -112,8 +141,8 @@ class SimulatorServer(HTTPServer):
         for template, api in GENERATION_ROUTES.items():
             self.add_route(template, api)
         info = InfoRoutes(simulator)
-        for template, methods, handler, api in INFO_ROUTES:
-            self.routes.add(Route(template, methods, functools.partial(handler, info), api))
+        for template, methods, handler, api, accepts in INFO_ROUTES:
+            self.routes.add(Route(template, methods, functools.partial(handler, info), api, accepts=accepts))
 
     def add_route(self, template: str, api: WireAPI, methods: tuple[str, ...] = ("POST",)) -> Route:
         """Serve generation requests to ``template`` with ``api`` (its ``{name}`` parts reach
@@ -121,9 +150,9 @@ class SimulatorServer(HTTPServer):
         handler: Handler = functools.partial(self._generate, api=api)
         return self.routes.add(Route(template, methods, handler, api, generates=True))
 
-    def api_of_path(self, path: str) -> WireAPI:
+    def api_of_path(self, path: str, environ: dict[str, Any] | None = None) -> WireAPI:
         """The API whose error shape answers ``path``: its route's, else OpenAI's."""
-        match = self.routes.match(path)
+        match = self.routes.match(path, None, environ)
         return match.route.api if match is not None else DEFAULT_API
 
     def protocol_error_body(self, status: int, message: str, path: str | None) -> bytes:
@@ -230,14 +259,13 @@ class SimulatorServer(HTTPServer):
             return self.control.handle(request)
         if (self.ordered_handlers or self.oneshot_handlers or self.handlers) and self._test_handler_matches(request):
             return self._fallback(request)  # a test's own expect_request() wins, on any path
-        match = self.routes.match(path)
+        match = self.routes.match(path, request.method, request.environ)
         if match is None:
             return self._fallback(request)
         route = match.route
         request.environ[ROUTE_KEY] = route.template
-        methods = route.methods
-        if request.method not in methods and not ("GET" in methods and request.method == "HEAD"):
-            allowed = ", ".join(methods)
+        if not match.allowed:
+            allowed = ", ".join(route.methods)
             error = SimError(405, f"Method {request.method} is not allowed on {path}; use {allowed}.",
                              code="method_not_allowed", headers={"Allow": allowed})
             return self._api_error(request, error)
@@ -286,7 +314,7 @@ class SimulatorServer(HTTPServer):
         return self._api_error(request, error)
 
     def _api_error(self, request: Request, error: SimError) -> Response:
-        return answer_error(self.simulator, request, self.api_of_path(request.path), error)
+        return answer_error(self.simulator, request, self.api_of_path(request.path, request.environ), error)
 
     # --- generation routes ---
 
@@ -301,6 +329,7 @@ class SimulatorServer(HTTPServer):
             body = read_logged_json(request, simulator, record)
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
+            record.model = match.params.get("model", record.model)  # an API with the model in its URL
             parsed = api.parse(body, request_target(request.environ, match.params))
             parsed.api = api.name
             record.model = parsed.model or record.model

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from werkzeug.wrappers import Request, Response
 
-from ..api.anthropic_messages import COUNT_TOKENS_NAME, count_tokens_body, parse_count_tokens
+from ..api.base import TokenCounter
+from ..api.gemini import gemini_model_card, gemini_model_list
 from ..api.openai_models import model_card, model_list, unknown_model
 from ..api.openai_responses import deleted_response, response_not_found
 from ..api.vllm_extras import (
@@ -27,7 +28,7 @@ from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
 from ..sim.simulator import Simulator
 from .exchange import answer_error, new_record, read_json, read_logged_json
 from .responder import json_response
-from .routes import RouteMatch
+from .routes import RouteMatch, request_target
 
 __all__ = ["InfoRoutes"]
 
@@ -41,19 +42,20 @@ class InfoRoutes:
     def _error(self, request: Request, match: RouteMatch, error: SimError) -> Response:
         return answer_error(self.simulator, request, match.route.api, error)
 
-    def count_tokens(self, request: Request, match: RouteMatch) -> Response:
-        """Anthropic's token counter: the prompt tokens a Messages request would be charged."""
+    def count_tokens(self, request: Request, match: RouteMatch, counter: TokenCounter) -> Response:
+        """A token counter (Anthropic's, Gemini's): the prompt tokens a request would be charged."""
         record = new_record(request)
-        record.api = COUNT_TOKENS_NAME
+        record.api = counter.name
         try:
-            parsed = parse_count_tokens(read_logged_json(request, self.simulator, record))
+            body = read_logged_json(request, self.simulator, record)
+            parsed = counter.parse_count(body, request_target(request.environ, match.params))
             record.model = parsed.model
             count = self.simulator.count_prompt(parsed)
         except SimError as error:
             return answer_error(self.simulator, request, match.route.api, error, record)
         record.status, record.prompt_tokens = 200, count
         self.simulator.finish(record)
-        return json_response(count_tokens_body(count))
+        return json_response(counter.count_body(count))
 
     def stored_response(self, request: Request, match: RouteMatch) -> Response:
         """``GET`` a stored Responses API answer, or ``DELETE`` it."""
@@ -75,6 +77,18 @@ class InfoRoutes:
         if model_id not in self.simulator.served_models():
             return self._error(request, match, unknown_model(model_id))
         return json_response(self._card(model_id))
+
+    def gemini_models(self, request: Request, match: RouteMatch) -> Response:
+        """Every served name, as the Gemini API lists models."""
+        limit = self.simulator.config.max_model_len
+        return json_response(gemini_model_list([gemini_model_card(name, limit)
+                                                for name in self.simulator.served_models()]))
+
+    def gemini_model(self, request: Request, match: RouteMatch) -> Response:
+        model_id = match.params["model"]
+        if model_id not in self.simulator.served_models():
+            return self._error(request, match, unknown_model(model_id))
+        return json_response(gemini_model_card(model_id, self.simulator.config.max_model_len))
 
     def _card(self, name: str) -> dict[str, object]:
         config = self.simulator.config

@@ -150,7 +150,7 @@ class GenerationResponder:
             events = api.stream(generation, response_id)
             remember = self._remember(generation, response_id, api)
             body = self._stream(request, record, generation, events, fault, remember)
-            return Response(body, status=200, content_type=SSE_TYPE, headers=headers)
+            return Response(body, status=200, content_type=getattr(events, "content_type", SSE_TYPE), headers=headers)
         return self._complete(request, record, generation, response_id, fault, api, limits)
 
     def _remember(self, generation: Generation, response_id: str, api: WireAPI) -> Callable[[], None] | None:

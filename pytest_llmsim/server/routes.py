@@ -29,23 +29,37 @@ _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 Handler = Callable[[Request, "RouteMatch"], Response]
 
 
+Guard = Callable[[dict[str, Any]], bool]
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route: its template, the methods it takes, what answers it, and whose error shape it uses."""
+    """One route: its template, the methods it takes, what answers it, and whose error shape it uses.
+
+    ``accepts``, when set, is asked of the request's WSGI environ: two APIs may share a path (Gemini's
+    ``GET /v1/models`` and OpenAI's), told apart by what the request carries (Google's API key).
+    """
 
     template: str
     methods: tuple[str, ...]
     handler: Handler
     api: WireAPI
     generates: bool = False
+    accepts: Guard | None = None
+
+    def takes(self, method: str | None) -> bool:
+        """Whether ``method`` is one of the route's (HEAD where GET is; None: any)."""
+        return method is None or method in self.methods or (method == "HEAD" and "GET" in self.methods)
 
 
 @dataclass(frozen=True, slots=True)
 class RouteMatch:
-    """A route a path matched, with the path parameters it captured."""
+    """A route a path matched, with the path parameters it captured; ``allowed`` is False when the
+    path matched but no route there takes the request's method (a 405 naming ``route.methods``)."""
 
     route: Route
     params: Mapping[str, str]
+    allowed: bool = True
 
 
 def _compile(template: str) -> re.Pattern[str]:
@@ -64,41 +78,66 @@ def _compile(template: str) -> re.Pattern[str]:
     return re.compile("".join(pattern))
 
 
+def _literal_length(template: str) -> int:
+    return len(_PARAM.sub("", template))
+
+
 class RouteTable:
-    """Routes by template: exact paths in a dict, templates with parameters in order."""
+    """Routes by template: exact paths in a dict, templates with parameters most specific first
+    (the most literal characters: ``/v1/models/{model}:countTokens`` before
+    ``/v1/models/{model}:{action}`` before ``/v1/models/{id}``), then in the order added."""
 
     def __init__(self) -> None:
-        self._exact: dict[str, Route] = {}
+        self._exact: dict[str, list[Route]] = {}
         self._templated: list[tuple[re.Pattern[str], Route]] = []
 
     def add(self, route: Route) -> Route:
-        """Add ``route``; a template already present is replaced (so a test may re-aim one)."""
+        """Add ``route``; one with the same template and guard is replaced (so a test may re-aim one)."""
         if _PARAM.search(route.template) is None:
-            self._exact[route.template] = route
+            same = self._exact.setdefault(route.template, [])
+            same[:] = [r for r in same if r.accepts is not route.accepts]
+            same.insert(0 if route.accepts is not None else len(same), route)  # guarded routes are asked first
             return route
         pattern = _compile(route.template)
-        self._templated = [(p, r) for p, r in self._templated if r.template != route.template]
-        self._templated.append((pattern, route))
+        kept = [(p, r) for p, r in self._templated if not (r.template == route.template and r.accepts is route.accepts)]
+        kept.append((pattern, route))
+        kept.sort(key=lambda entry: (-_literal_length(entry[1].template), entry[1].accepts is None))  # stable
+        self._templated = kept
         return route
 
     def remove(self, template: str) -> None:
-        """Forget the route of ``template`` (no error if there is none)."""
+        """Forget every route of ``template`` (no error if there is none)."""
         self._exact.pop(template, None)
         self._templated = [(p, r) for p, r in self._templated if r.template != template]
 
-    def match(self, path: str) -> RouteMatch | None:
-        """The route ``path`` matches, with its parameters, or None."""
-        route = self._exact.get(path)
-        if route is not None:
-            return RouteMatch(route, {})
+    def match(self, path: str, method: str | None = None, environ: dict[str, Any] | None = None) -> RouteMatch | None:
+        """The route that answers ``method`` on ``path``, with its parameters, or None.
+
+        A route whose guard refuses ``environ`` (or any guarded route, without one) is passed
+        over; a path whose routes all refuse the method matches as not ``allowed``.
+        """
+        refused: RouteMatch | None = None
+        exact = self._exact.get(path)
+        if exact is not None:
+            for route in exact:
+                if route.accepts is not None and (environ is None or not route.accepts(environ)):
+                    continue
+                if route.takes(method):
+                    return RouteMatch(route, {})
+                refused = refused or RouteMatch(route, {}, allowed=False)
         for pattern, candidate in self._templated:
+            if candidate.accepts is not None and (environ is None or not candidate.accepts(environ)):
+                continue
             found = pattern.fullmatch(path)
             if found is not None:
-                return RouteMatch(candidate, found.groupdict())
-        return None
+                if candidate.takes(method):
+                    return RouteMatch(candidate, found.groupdict())
+                refused = refused or RouteMatch(candidate, found.groupdict(), allowed=False)
+        return refused
 
     def __iter__(self) -> Iterator[Route]:
-        yield from self._exact.values()
+        for routes in self._exact.values():
+            yield from routes
         for _, route in self._templated:
             yield route
 
