@@ -56,3 +56,26 @@ def _close_litellm_clients() -> Iterator[None]:
         except Exception:  # a client whose loop is gone: nothing left to close
             pass
     cache.flush_cache()
+
+
+@pytest.fixture
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any connection to an address other than loopback: a cloud SDK under test must never reach
+    its provider (a credential refresh, a metadata server, a region lookup)."""
+    import ipaddress
+    import socket
+
+    original = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None and self.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback:
+                raise AssertionError(f"a test connected to {address!r}: only 127.0.0.1 is allowed here")
+        return original(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)

@@ -121,8 +121,9 @@ def parse_generate(body: Any, model: str, stream: bool) -> GenerationRequest:
 class GeminiGenerate(GeminiErrors):
     """``models/{model}:generateContent`` and ``:streamGenerateContent``."""
 
-    name = "gemini.generate_content"
-    id_prefix = "gem"
+    def __init__(self, name: str = "gemini.generate_content", id_prefix: str = "gem") -> None:
+        self.name = name  # Vertex AI serves the same bodies under its own name
+        self.id_prefix = id_prefix
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         action = target.params.get("action", "")
@@ -248,7 +249,14 @@ class GeminiStream:
 def _embed_request(request: Any, param: str) -> tuple[str, int | None]:
     request = camel_keys(expect_object(request) if not param else _expect(request, param))
     where = param.rstrip(".")
-    unknown_fields(request, ("model", "content", "taskType", "title", "outputDimensionality"), where)
+    unknown_fields(request, ("model", "content", "taskType", "title", "outputDimensionality", "embedContentConfig"),
+                   where)
+    config = request.get("embedContentConfig")  # Vertex AI nests the options
+    if config is not None:
+        config = camel_keys(_expect(config, f"{param}embedContentConfig."))
+        unknown_fields(config, ("taskType", "title", "outputDimensionality", "autoTruncate"),
+                       f"{param}embedContentConfig")
+        request = {**request, **config}
     content = request.get("content")
     parts = content.get("parts") if isinstance(content, dict) else None
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) and isinstance(p.get("text"), str)
@@ -271,8 +279,9 @@ def _expect(value: Any, param: str) -> dict[str, Any]:
 class GeminiEmbed(GeminiErrors):
     """``models/{model}:embedContent`` (one ``embedding``) and ``:batchEmbedContents`` (``embeddings``)."""
 
-    name = "gemini.embed_content"
-    id_prefix = "gemb"
+    def __init__(self, name: str = "gemini.embed_content", id_prefix: str = "gemb") -> None:
+        self.name = name  # Vertex AI serves the same bodies under its own name
+        self.id_prefix = id_prefix
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         body = camel_keys(expect_object(body))
@@ -311,7 +320,8 @@ class GeminiEmbed(GeminiErrors):
 class GeminiCounter:
     """``models/{model}:countTokens``: ``contents`` (or a whole ``generateContentRequest``) counted."""
 
-    name = "gemini.count_tokens"
+    def __init__(self, name: str = "gemini.count_tokens") -> None:
+        self.name = name
 
     def parse_count(self, body: Any, target: RequestTarget) -> GenerationRequest:
         body = camel_keys(expect_object(body))
@@ -323,9 +333,9 @@ class GeminiCounter:
         return {"totalTokens": count, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": count}]}
 
 
-def gemini_model_card(name: str, max_model_len: int) -> dict[str, Any]:
-    """A ``Model`` as the Gemini API lists it."""
-    return {"name": f"models/{name}", "version": "001", "displayName": name,
+def gemini_model_card(name: str, max_model_len: int, prefix: str = "models/") -> dict[str, Any]:
+    """A ``Model`` as the Gemini API lists it (Vertex AI names it ``publishers/google/models/NAME``)."""
+    return {"name": f"{prefix}{name}", "version": "001", "displayName": name,
             "description": "A model simulated by pytest-llmsim.", "inputTokenLimit": max_model_len,
             "outputTokenLimit": max_model_len,
             "supportedGenerationMethods": ["generateContent", "countTokens", "embedContent", "batchEmbedContents"]}

@@ -31,6 +31,15 @@ from werkzeug.wrappers import Request, Response
 from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
 from ..api.anthropic_messages import ANTHROPIC_COUNTER
 from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
+from ..api.vertex import (
+    VERTEX_ANTHROPIC,
+    VERTEX_ANTHROPIC_COUNTER,
+    VERTEX_COUNTER,
+    VERTEX_EMBED,
+    VERTEX_GENERATE,
+    VERTEX_PREDICT_EMBED,
+    vertex_model_prefixes,
+)
 from ..sim import SimError, wire_json
 from ..sim.config import SimConfig
 from ..sim.fault_effects import Drop, Empty, Fail, Slow, Stall
@@ -81,6 +90,9 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/v1beta/models/{model}:batchEmbedContents": GEMINI_EMBED,
     "/v1/models/{model}:embedContent": GEMINI_EMBED,
     "/v1/models/{model}:batchEmbedContents": GEMINI_EMBED,
+    **{f"{prefix}/{{model}}:{action}": api for prefix in vertex_model_prefixes("google") for action, api in (
+        ("{action}", VERTEX_GENERATE), ("embedContent", VERTEX_EMBED), ("predict", VERTEX_PREDICT_EMBED))},
+    **{f"{prefix}/{{model}}:{{action}}": VERTEX_ANTHROPIC for prefix in vertex_model_prefixes("anthropic")},
 }
 
 
@@ -114,6 +126,14 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
                   None if version == "v1beta" else gemini_key),
         InfoRoute(f"/{version}/models/{{model}}", ("GET",), InfoRoutes.gemini_model, GEMINI_GENERATE,
                   None if version == "v1beta" else gemini_key))),
+    *(route for prefix in vertex_model_prefixes("google") for route in (
+        InfoRoute(f"{prefix}/{{model}}:countTokens", ("POST",),
+                  functools.partial(InfoRoutes.count_tokens, counter=VERTEX_COUNTER), VERTEX_GENERATE),
+        InfoRoute(f"{prefix}/{{model}}", ("GET",),
+                  functools.partial(InfoRoutes.gemini_model, prefix="publishers/google/models/"), VERTEX_GENERATE))),
+    *(InfoRoute(f"{prefix}/count-tokens:rawPredict", ("POST",),
+                functools.partial(InfoRoutes.count_tokens, counter=VERTEX_ANTHROPIC_COUNTER), VERTEX_ANTHROPIC)
+      for prefix in vertex_model_prefixes("anthropic")),
 )
 declare_routes_without_generation(template for template, *_ in INFO_ROUTES)  # only some fault kinds apply there
 DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in

@@ -78,17 +78,18 @@ class InfoRoutes:
             return self._error(request, match, unknown_model(model_id))
         return json_response(self._card(model_id))
 
-    def gemini_models(self, request: Request, match: RouteMatch) -> Response:
-        """Every served name, as the Gemini API lists models."""
+    def gemini_models(self, request: Request, match: RouteMatch, prefix: str = "models/") -> Response:
+        """Every served name, as the Gemini API (or, ``prefix`` ``publishers/google/models/``, Vertex AI)
+        lists models."""
         limit = self.simulator.config.max_model_len
-        return json_response(gemini_model_list([gemini_model_card(name, limit)
+        return json_response(gemini_model_list([gemini_model_card(name, limit, prefix)
                                                 for name in self.simulator.served_models()]))
 
-    def gemini_model(self, request: Request, match: RouteMatch) -> Response:
+    def gemini_model(self, request: Request, match: RouteMatch, prefix: str = "models/") -> Response:
         model_id = match.params["model"]
         if model_id not in self.simulator.served_models():
             return self._error(request, match, unknown_model(model_id))
-        return json_response(gemini_model_card(model_id, self.simulator.config.max_model_len))
+        return json_response(gemini_model_card(model_id, self.simulator.config.max_model_len, prefix))
 
     def _card(self, name: str) -> dict[str, object]:
         config = self.simulator.config

@@ -1,0 +1,112 @@
+"""Vertex AI: Gemini through google-genai's Vertex mode (a project's paths, and API-key express mode),
+text-embedding ``:predict``, and Claude through ``anthropic.AnthropicVertex``; nothing leaves loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import google.oauth2.credentials
+import httpx
+import pytest
+from google import genai
+from google.genai import errors, types
+
+from pytest_llmsim import LLMBackend, ToolCall
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
+MODEL = "gemini-2.5-flash"
+CLAUDE = "claude-sonnet-4@20250514"
+MESSAGES: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Say something short."}]
+
+
+@pytest.fixture(params=["project", "express"])
+def vertex(request: pytest.FixtureRequest, llm_backend: LLMBackend) -> Iterator[genai.Client]:
+    options = types.HttpOptions(base_url=llm_backend.root_url)
+    if request.param == "project":
+        client = genai.Client(vertexai=True, project="p", location="us-central1", http_options=options,
+                              credentials=google.oauth2.credentials.Credentials(token="test"))
+    else:
+        client = genai.Client(vertexai=True, api_key="test-key", http_options=options)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def claude(llm_backend: LLMBackend) -> Iterator[anthropic.AnthropicVertex]:
+    client = anthropic.AnthropicVertex(region="us-east5", project_id="p", access_token="test",
+                                       base_url=llm_backend.root_url + "/v1", max_retries=0)
+    yield client
+    client.close()
+
+
+def test_gemini_on_vertex_generates_streams_and_counts(llm_backend: LLMBackend, vertex: genai.Client) -> None:
+    llm_backend.reply_with("hello vertex", "streamed answer")
+    answer = vertex.models.generate_content(model=MODEL, contents="hi")
+    assert answer.text == "hello vertex"
+    record = llm_backend.requests[-1]
+    assert record.api == "vertex.generate_content" and record.model == MODEL and "publishers/google" in record.route
+    chunks = list(vertex.models.generate_content_stream(model=MODEL, contents="hi"))
+    assert "".join(chunk.text or "" for chunk in chunks) == "streamed answer"
+    counted = vertex.models.count_tokens(model=MODEL, contents="hi")
+    assert counted.total_tokens == llm_backend.requests[-1].prompt_tokens > 0
+    assert llm_backend.requests[-1].api == "vertex.count_tokens"
+    model = vertex.models.get(model="llmsim")
+    assert model.name is not None and model.name.endswith("llmsim")
+
+
+def test_vertex_embeddings_by_predict_and_by_embed_content(llm_backend: LLMBackend, vertex: genai.Client) -> None:
+    predicted = vertex.models.embed_content(model="text-embedding-004", contents=["a", "bb"],
+                                            config=types.EmbedContentConfig(output_dimensionality=32))
+    assert predicted.embeddings is not None and [len(e.values or []) for e in predicted.embeddings] == [32, 32]
+    assert llm_backend.requests[-1].api == "vertex.predict"
+    embedded = vertex.models.embed_content(model="gemini-embedding-001", contents=["a"],
+                                           config=types.EmbedContentConfig(output_dimensionality=32))
+    assert embedded.embeddings is not None and embedded.embeddings[0].values == predicted.embeddings[0].values
+    assert llm_backend.requests[-1].api == "vertex.embed_content"
+
+
+def test_vertex_tool_calls_and_errors_are_geminis(llm_backend: LLMBackend, vertex: genai.Client) -> None:
+    llm_backend.on(api="vertex.generate_content").reply(ToolCall("lookup", {"q": "x"}), times=1)
+    tool = types.Tool(function_declarations=[types.FunctionDeclaration(
+        name="lookup", parameters={"type": "OBJECT", "properties": {"q": {"type": "STRING"}}})])
+    answer = vertex.models.generate_content(model=MODEL, contents="find",
+                                            config=types.GenerateContentConfig(tools=[tool]))
+    assert answer.function_calls is not None and answer.function_calls[0].args == {"q": "x"}
+    llm_backend.add_fault("overloaded", times=1)
+    with pytest.raises(errors.ServerError) as raised:
+        vertex.models.generate_content(model=MODEL, contents="hi")
+    assert raised.value.code == 503 and raised.value.status == "UNAVAILABLE"
+    llm_backend.add_fault("rate_limit", times=1, retry_after=1)
+    with pytest.raises(errors.ClientError) as limited:
+        vertex.models.generate_content(model=MODEL, contents="hi")
+    assert limited.value.details["error"]["details"][-1]["retryDelay"] == "1s"
+
+
+def test_claude_on_vertex_creates_streams_and_counts(llm_backend: LLMBackend,
+                                                     claude: anthropic.AnthropicVertex) -> None:
+    llm_backend.reply_with("hello claude", "streamed claude")
+    message = claude.messages.create(model=CLAUDE, max_tokens=20, messages=MESSAGES)
+    assert message.content[0].type == "text" and message.content[0].text == "hello claude"
+    assert message.model == CLAUDE and message.usage.output_tokens == llm_backend.requests[-1].completion_tokens
+    record = llm_backend.requests[-1]
+    assert (record.api, record.model) == ("vertex.anthropic", CLAUDE)
+    with claude.messages.stream(model=CLAUDE, max_tokens=20, messages=MESSAGES) as stream:
+        assert "".join(stream.text_stream) == "streamed claude"
+    assert llm_backend.requests[-1].stream is True
+    counted = claude.messages.count_tokens(model=CLAUDE, messages=MESSAGES)
+    assert counted.input_tokens == llm_backend.requests[-1].prompt_tokens > 0
+    assert llm_backend.requests[-1].api == "vertex.anthropic.count_tokens"
+
+
+def test_claude_on_vertex_errors_are_anthropics(llm_backend: LLMBackend, claude: anthropic.AnthropicVertex) -> None:
+    llm_backend.add_fault("overloaded", times=1)
+    with pytest.raises(anthropic.InternalServerError) as raised:
+        claude.messages.create(model=CLAUDE, max_tokens=5, messages=MESSAGES)
+    assert raised.value.status_code == 529
+    url = llm_backend.url_for(f"/v1/projects/p/locations/us-east5/publishers/anthropic/models/{CLAUDE}:rawPredict")
+    missing = httpx.post(url, json={"max_tokens": 5, "messages": MESSAGES})
+    assert missing.status_code == 400 and missing.json()["type"] == "error"
+    assert "anthropic_version" in missing.json()["error"]["message"]
+    unknown = httpx.post(url.replace(":rawPredict", ":explode"), json={})
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
