@@ -3,20 +3,30 @@
 // the OS (socket connected, body written): the client's own event-loop lag is not the server's.
 import http from "node:http";
 
-export function streamArrivals(target, agent, body, hasText) {
+// framing "sse" (data: events) or "json-array" (Gemini's streamGenerateContent without alt=sse: one
+// JSON array, an element per line).
+export function streamArrivals(target, agent, body, hasText, framing = "sse") {
   return new Promise((resolve, reject) => {
     const arrivals = [];
     let sent = process.hrtime.bigint();
     const req = http.request({
-      host: target.hostname, port: target.port, path: target.pathname, method: "POST", agent,
+      host: target.hostname, port: target.port, path: target.pathname + target.search, method: "POST", agent,
       headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
     }, (res) => {
       let buffer = "";
       res.setEncoding("utf8");
       res.on("data", (data) => {
         const now = process.hrtime.bigint();
-        buffer += data;
+        buffer += data.replace(/\r/g, "");
         let cut;
+        if (framing === "json-array") {
+          while ((cut = buffer.indexOf("\n")) >= 0) {
+            const line = buffer.slice(0, cut).replace(/^[[,]/, "");
+            buffer = buffer.slice(cut + 1);
+            if (line.startsWith("{") && hasText(JSON.parse(line))) arrivals.push(Number(now - sent) / 1e9);
+          }
+          return;
+        }
         while ((cut = buffer.indexOf("\n\n")) >= 0) {
           const event = buffer.slice(0, cut);
           buffer = buffer.slice(cut + 2);

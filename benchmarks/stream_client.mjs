@@ -1,6 +1,6 @@
 // Streaming load client for the timing-fidelity benchmark (runs in its own process).
 // Opens N streams at once and records when each content event arrives.
-// Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS [chat|messages|responses]
+// Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS [chat|messages|responses|gemini|gemini-array]
 import http from "node:http";
 
 import { streamArrivals } from "./sse_request.mjs";
@@ -18,14 +18,23 @@ const APIS = {
              (e) => e.type === "content_block_delta" && e.delta.text],
   responses: ["/v1/responses", { model: "llmsim", max_output_tokens: maxTokens, stream: true, input: prompt },
               (e) => e.type === "response.output_text.delta" && e.delta],
+  gemini: ["/v1beta/models/llmsim:streamGenerateContent?alt=sse", geminiBody(), geminiText],
+  "gemini-array": ["/v1beta/models/llmsim:streamGenerateContent", geminiBody(), geminiText, "json-array"],
 };
-const [path, request, hasText] = APIS[api];
+function geminiBody() {
+  return { contents: [{ role: "user", parts: [{ text: prompt }] }], generationConfig: { maxOutputTokens: maxTokens } };
+}
+function geminiText(e) {
+  const parts = e.candidates && e.candidates[0] && e.candidates[0].content && e.candidates[0].content.parts;
+  return parts && parts.some((p) => p.text);
+}
+const [path, request, hasText, framing] = APIS[api];
 const target = new URL(path, root);
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 const body = JSON.stringify(request);
 
 function oneStream() {
-  return streamArrivals(target, agent, body, hasText);
+  return streamArrivals(target, agent, body, hasText, framing);
 }
 
 const results = await Promise.all(Array.from({ length: streams }, (_, i) => oneStream(i)));

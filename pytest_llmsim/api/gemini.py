@@ -202,7 +202,7 @@ class GeminiStream:
         self._count += 1
         if self._sse:
             return b"data: " + body + b"\r\n\r\n"
-        return (b"[" if self._count == 1 else b",\r\n") + body
+        return (b"[" if self._count == 1 else b",\r\n") + body + b"\n"  # Google's framing: "\n,\r\n" between
 
     def opening(self, index: int) -> bytes:
         return b""
