@@ -52,8 +52,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--apis", nargs="+", default=["chat"],
                         choices=["chat", "messages", "responses", "gemini", "gemini-array"],
-                        help="Wire APIs to stream through (OpenAI chat, Anthropic Messages, OpenAI Responses, Gemini over "
-                             "SSE and as a JSON array)")
+                        help="Wire APIs to stream through (OpenAI chat, Anthropic Messages, OpenAI Responses, "
+                             "Gemini over SSE and as a JSON array)")
     parser.add_argument("--base", help="also measure llmsim serve at this git revision (A/B in one run)")
     args = parser.parse_args()
     flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", "256", "--speed", "1",
