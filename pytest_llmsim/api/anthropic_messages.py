@@ -180,7 +180,7 @@ def _event(name: str, body: dict[str, Any]) -> bytes:
     return b"event: %s\ndata: %s\n\n" % (name.encode(), wire_json.dumps(body))
 
 
-class _MessagesStream:
+class MessagesStream:
     """``message_start``, ``content_block_start``, ``ping``, a ``content_block_delta`` per token,
     ``content_block_stop``, ``message_delta``, ``message_stop``: the sequence the SDK's
     ``messages.stream()`` reads."""
@@ -264,8 +264,8 @@ class AnthropicMessages:
                 "content": _content(generation), "stop_reason": reason,
                 "stop_sequence": sequence, "usage": usage(generation)}
 
-    def stream(self, generation: Generation, response_id: str) -> _MessagesStream:
-        return _MessagesStream(generation, response_id)
+    def stream(self, generation: Generation, response_id: str) -> MessagesStream:
+        return MessagesStream(generation, response_id)
 
     def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
         """``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}``, resets as RFC 3339 times."""

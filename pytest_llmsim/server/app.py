@@ -30,6 +30,13 @@ from werkzeug.wrappers import Request, Response
 
 from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
 from ..api.anthropic_messages import ANTHROPIC_COUNTER
+from ..api.bedrock import (
+    BEDROCK_CONVERSE,
+    BEDROCK_CONVERSE_STREAM,
+    BEDROCK_COUNTER,
+    BEDROCK_INVOKE,
+    BEDROCK_INVOKE_STREAM,
+)
 from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
 from ..api.vertex import (
     VERTEX_ANTHROPIC,
@@ -93,6 +100,10 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     **{f"{prefix}/{{model}}:{action}": api for prefix in vertex_model_prefixes("google") for action, api in (
         ("{action}", VERTEX_GENERATE), ("embedContent", VERTEX_EMBED), ("predict", VERTEX_PREDICT_EMBED))},
     **{f"{prefix}/{{model}}:{{action}}": VERTEX_ANTHROPIC for prefix in vertex_model_prefixes("anthropic")},
+    "/model/{model}/converse": BEDROCK_CONVERSE,
+    "/model/{model}/converse-stream": BEDROCK_CONVERSE_STREAM,
+    "/model/{model}/invoke": BEDROCK_INVOKE,
+    "/model/{model}/invoke-with-response-stream": BEDROCK_INVOKE_STREAM,
 }
 
 
@@ -134,6 +145,8 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
     *(InfoRoute(f"{prefix}/count-tokens:rawPredict", ("POST",),
                 functools.partial(InfoRoutes.count_tokens, counter=VERTEX_ANTHROPIC_COUNTER), VERTEX_ANTHROPIC)
       for prefix in vertex_model_prefixes("anthropic")),
+    InfoRoute("/model/{model}/count-tokens", ("POST",),
+              functools.partial(InfoRoutes.count_tokens, counter=BEDROCK_COUNTER), BEDROCK_CONVERSE),
 )
 declare_routes_without_generation(template for template, *_ in INFO_ROUTES)  # only some fault kinds apply there
 DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in

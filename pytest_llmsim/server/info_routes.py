@@ -55,7 +55,8 @@ class InfoRoutes:
             return answer_error(self.simulator, request, match.route.api, error, record)
         record.status, record.prompt_tokens = 200, count
         self.simulator.finish(record)
-        return json_response(counter.count_body(count))
+        extra = getattr(match.route.api, "answer_headers", None)
+        return json_response(counter.count_body(count), headers=extra() if extra is not None else None)
 
     def stored_response(self, request: Request, match: RouteMatch) -> Response:
         """``GET`` a stored Responses API answer, or ``DELETE`` it."""

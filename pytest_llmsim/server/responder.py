@@ -142,6 +142,9 @@ class GenerationResponder:
         """The answer to a started generation, in ``api``'s wire format."""
         record.status = 200
         limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
+        extra = getattr(api, "answer_headers", None)  # headers an API puts on every answer (a request id)
+        if extra is not None:
+            limits = {**limits, **extra()}
         if generation.request.stream:
             headers = {**SSE_HEADERS, **limits}
             if fault is not None and isinstance(fault.effect.before_headers(fault, stream=True), Empty):
