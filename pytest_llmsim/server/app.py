@@ -30,6 +30,15 @@ from werkzeug.wrappers import Request, Response
 
 from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
 from ..api.anthropic_messages import ANTHROPIC_COUNTER
+from ..api.azure import (
+    AZURE_CHAT,
+    AZURE_COMPLETIONS,
+    AZURE_EMBEDDINGS,
+    AZURE_RESPONSES,
+    AZURE_V1_CHAT,
+    AZURE_V1_EMBEDDINGS,
+    AZURE_V1_RESPONSES,
+)
 from ..api.bedrock import (
     BEDROCK_CONVERSE,
     BEDROCK_CONVERSE_STREAM,
@@ -104,6 +113,13 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/model/{model}/converse-stream": BEDROCK_CONVERSE_STREAM,
     "/model/{model}/invoke": BEDROCK_INVOKE,
     "/model/{model}/invoke-with-response-stream": BEDROCK_INVOKE_STREAM,
+    "/openai/deployments/{deployment}/chat/completions": AZURE_CHAT,
+    "/openai/deployments/{deployment}/completions": AZURE_COMPLETIONS,
+    "/openai/deployments/{deployment}/embeddings": AZURE_EMBEDDINGS,
+    "/openai/responses": AZURE_RESPONSES,
+    "/openai/v1/chat/completions": AZURE_V1_CHAT,
+    "/openai/v1/responses": AZURE_V1_RESPONSES,
+    "/openai/v1/embeddings": AZURE_V1_EMBEDDINGS,
 }
 
 
@@ -147,6 +163,9 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
       for prefix in vertex_model_prefixes("anthropic")),
     InfoRoute("/model/{model}/count-tokens", ("POST",),
               functools.partial(InfoRoutes.count_tokens, counter=BEDROCK_COUNTER), BEDROCK_CONVERSE),
+    InfoRoute("/openai/models", ("GET",), InfoRoutes.models, AZURE_CHAT),
+    InfoRoute("/openai/v1/models", ("GET",), InfoRoutes.models, AZURE_V1_CHAT),
+    InfoRoute("/openai/v1/models/{id}", ("GET",), InfoRoutes.model, AZURE_V1_CHAT),
 )
 declare_routes_without_generation(template for template, *_ in INFO_ROUTES)  # only some fault kinds apply there
 DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in

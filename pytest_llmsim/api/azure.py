@@ -1,0 +1,146 @@
+"""Azure OpenAI: OpenAI's chat, completions, embeddings and Responses under Azure's paths, with its extras.
+
+Routes::
+
+    POST /openai/deployments/{deployment}/chat/completions?api-version=V   AZURE_CHAT ("azure.chat")
+    POST /openai/deployments/{deployment}/completions?api-version=V        AZURE_COMPLETIONS
+    POST /openai/deployments/{deployment}/embeddings?api-version=V         AZURE_EMBEDDINGS
+    POST /openai/responses?api-version=V                                   AZURE_RESPONSES
+    GET  /openai/models?api-version=V
+    POST /openai/v1/chat/completions | responses | embeddings; GET /openai/v1/models   the v1 surface
+
+The bodies are OpenAI's (the adapters are OpenAI's); a deployment is a
+served model name (a body without ``model`` gets the deployment's). A
+missing or unknown ``api-version`` answers as Azure does: 404
+``{"error": {"code": "404", "message": "Resource not found"}}``; an unknown
+deployment under ``strict_models`` 404 ``DeploymentNotFound``. Answers carry
+Azure's content-filter annotations (``prompt_filter_results``,
+``content_filter_results``: nothing filtered), ``apim-request-id``, and of
+the rate-limit headers ``x-ratelimit-remaining-requests``/``-tokens``; a 429
+is worded as Azure words it, with ``retry-after`` and ``retry-after-ms``.
+Any key (``api-key`` or ``Authorization: Bearer``) is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..sim import GenerationRequest, RateLimitStatus, SimError
+from ..sim.ratelimit import openai_rate_limit_headers
+from .base import NO_TARGET, RequestTarget, StreamRenderer, WireAPI
+from .openai_chat import OPENAI_CHAT
+from .openai_common import openai_error_body, sse
+from .openai_completions import OPENAI_COMPLETIONS
+from .openai_embeddings import OPENAI_EMBEDDINGS
+from .openai_responses import OPENAI_RESPONSES
+
+if TYPE_CHECKING:
+    from ..sim.generation import Generation
+
+__all__ = ["AZURE_CHAT", "AZURE_COMPLETIONS", "AZURE_EMBEDDINGS", "AZURE_RESPONSES", "AZURE_V1_CHAT",
+           "AZURE_V1_EMBEDDINGS", "AZURE_V1_RESPONSES", "api_version_known"]
+
+API_VERSION = re.compile(r"(\d{4}-\d{2}-\d{2}(-preview)?|v1|latest|preview)\Z")
+NOT_FILTERED = {"filtered": False, "severity": "safe"}
+CONTENT_FILTER_RESULTS = {kind: NOT_FILTERED for kind in ("hate", "self_harm", "sexual", "violence")}
+_APIM = os.urandom(4).hex()
+
+
+def api_version_known(query: Any) -> bool:
+    """Whether ``?api-version=`` names a version Azure serves (a date, ``-preview``, or ``v1``/``latest``)."""
+    version = query.get("api-version")
+    return isinstance(version, str) and API_VERSION.match(version) is not None
+
+
+def _request_id() -> str:
+    stamp = f"{_APIM}{time.monotonic_ns():024x}"[-32:]
+    return f"{stamp[:8]}-{stamp[8:12]}-{stamp[12:16]}-{stamp[16:20]}-{stamp[20:]}"
+
+
+class AzureOpenAI:
+    """One of OpenAI's adapters as Azure serves it (``versioned``: the route needs ``api-version``)."""
+
+    def __init__(self, inner: WireAPI, name: str, versioned: bool = True, chat: bool = False) -> None:
+        self._inner = inner
+        self.name = name
+        self.id_prefix = inner.id_prefix
+        self.versioned = versioned
+        self.chat = chat  # chat streams open with Azure's prompt-filter chunk
+
+    def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
+        if self.versioned and not api_version_known(target.query):
+            raise SimError(404, "Resource not found", code="404")
+        deployment = target.params.get("deployment")
+        if deployment is not None and isinstance(body, dict) and "model" not in body:
+            body = {**body, "model": deployment}  # Azure routes by the deployment; the body need not name it
+        return self._inner.parse(body, target)
+
+    def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
+        body = self._inner.response_body(generation, response_id)
+        if "choices" in body:  # chat and completions: Azure's content-filter annotations
+            body["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": CONTENT_FILTER_RESULTS}]
+            for choice in body["choices"]:
+                choice["content_filter_results"] = CONTENT_FILTER_RESULTS
+        return body
+
+    def stream(self, generation: Generation, response_id: str) -> StreamRenderer:
+        inner = self._inner.stream(generation, response_id)
+        return _AzureChatStream(inner) if self.chat else inner
+
+    def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
+        headers = openai_rate_limit_headers(status)
+        return {name: value for name, value in headers.items() if name.startswith("x-ratelimit-remaining")}
+
+    def answer_headers(self) -> dict[str, str]:
+        """Headers every successful answer carries."""
+        return {"apim-request-id": _request_id()}
+
+    def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
+        headers = {**error.headers, "apim-request-id": _request_id()}
+        if error.rate_limit is not None:
+            headers.update(self.rate_limit_headers(error.rate_limit))
+        if error.status == 404 and error.code == "404":
+            return 404, {"error": {"code": "404", "message": "Resource not found"}}, headers
+        if error.status == 404 and error.code == "model_not_found":
+            return 404, {"error": {"code": "DeploymentNotFound", "message": "The API deployment for this resource "
+                                   "does not exist. If you created the deployment within the last 5 minutes, please "
+                                   "wait a moment and try again."}}, headers
+        if error.status == 429:
+            delay = headers.get("Retry-After") or headers.get("retry-after") or "1"
+            message = (f"Requests to the {self.name} operation have exceeded the call rate limit of your current "
+                       f"pricing tier (simulated by pytest-llmsim). Please retry after {delay} second(s).")
+            return 429, {"error": {"code": "429", "message": message}}, headers
+        return error.status, openai_error_body(error), headers
+
+
+class _AzureChatStream:
+    """OpenAI's chat stream, opened by Azure's first chunk: the prompt's filter results, no choices."""
+
+    def __init__(self, inner: StreamRenderer) -> None:
+        self._inner = inner
+        self.token = inner.token  # the hot path, untouched
+        self.finish = inner.finish
+        self.closing = inner.closing
+        self.error = inner.error
+        self.aborted = inner.aborted
+        self.malformed = inner.malformed
+
+    def opening(self, index: int) -> bytes:
+        head = b""
+        if index == 0:
+            head = sse({"id": "", "object": "", "created": 0, "model": "", "choices": [],
+                        "prompt_filter_results": [{"prompt_index": 0,
+                                                   "content_filter_results": CONTENT_FILTER_RESULTS}]})
+        return head + self._inner.opening(index)
+
+
+AZURE_CHAT = AzureOpenAI(OPENAI_CHAT, "azure.chat", chat=True)
+AZURE_COMPLETIONS = AzureOpenAI(OPENAI_COMPLETIONS, "azure.completions")
+AZURE_EMBEDDINGS = AzureOpenAI(OPENAI_EMBEDDINGS, "azure.embeddings")
+AZURE_RESPONSES = AzureOpenAI(OPENAI_RESPONSES, "azure.responses")
+AZURE_V1_CHAT = AzureOpenAI(OPENAI_CHAT, "azure.v1.chat", versioned=False, chat=True)
+AZURE_V1_RESPONSES = AzureOpenAI(OPENAI_RESPONSES, "azure.v1.responses", versioned=False)
+AZURE_V1_EMBEDDINGS = AzureOpenAI(OPENAI_EMBEDDINGS, "azure.v1.embeddings", versioned=False)
