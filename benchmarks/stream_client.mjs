@@ -1,6 +1,7 @@
 // Streaming load client for the timing-fidelity benchmark (runs in its own process).
 // Opens N streams at once and records when each content event arrives.
-// Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS [chat|messages|responses|gemini|gemini-array]
+// Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS
+//   [chat|messages|responses|gemini|gemini-array|bedrock|azure|vertex-claude]
 import http from "node:http";
 
 import { streamArrivals } from "./sse_request.mjs";
@@ -20,6 +21,16 @@ const APIS = {
               (e) => e.type === "response.output_text.delta" && e.delta],
   gemini: ["/v1beta/models/llmsim:streamGenerateContent?alt=sse", geminiBody(), geminiText],
   "gemini-array": ["/v1beta/models/llmsim:streamGenerateContent", geminiBody(), geminiText, "json-array"],
+  bedrock: ["/model/llmsim/converse-stream", { messages: [{ role: "user", content: [{ text: prompt }] }],
+                                               inferenceConfig: { maxTokens: maxTokens } },
+            (e) => e.contentBlockDelta && e.contentBlockDelta.delta.text, "aws-eventstream"],
+  azure: ["/openai/deployments/llmsim/chat/completions?api-version=2024-10-21",
+          { max_tokens: maxTokens, stream: true, messages: [{ role: "user", content: prompt }] },
+          (e) => e.choices && e.choices[0] && e.choices[0].delta && e.choices[0].delta.content],
+  "vertex-claude": ["/v1/projects/p/locations/us-east5/publishers/anthropic/models/llmsim:streamRawPredict",
+                    { anthropic_version: "vertex-2023-10-16", max_tokens: maxTokens,
+                      messages: [{ role: "user", content: prompt }] },
+                    (e) => e.type === "content_block_delta" && e.delta.text],
 };
 function geminiBody() {
   return { contents: [{ role: "user", parts: [{ text: prompt }] }], generationConfig: { maxOutputTokens: maxTokens } };
