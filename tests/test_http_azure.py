@@ -153,3 +153,31 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, azur
 def test_bad_input_answers_openais_shape_on_azures_paths(llm_backend: LLMBackend, payload: Any, param: str) -> None:
     response = httpx.post(deployment_url(llm_backend), json=payload)
     assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize(("kind", "error_class"), [("rate_limit", openai.RateLimitError),
+                                                   ("invalid_api_key", openai.AuthenticationError),
+                                                   ("context_length", openai.BadRequestError),
+                                                   ("model_not_found", openai.NotFoundError),
+                                                   ("server_error", openai.InternalServerError),
+                                                   ("timeout", openai.InternalServerError)])
+def test_http_faults_are_the_sdks_own_errors(llm_backend: LLMBackend, azure: openai.AzureOpenAI, kind: str,
+                                             error_class: type[openai.APIStatusError]) -> None:
+    llm_backend.add_fault(kind, times=1)
+    with pytest.raises(error_class):
+        azure.chat.completions.create(model="gpt-4o", messages=ASK)
+
+
+def test_a_drop_mid_stream_and_cached_tokens(llm_backend: LLMBackend, azure: openai.AzureOpenAI) -> None:
+    llm_backend.add_fault("drop", after_tokens=2, times=1)
+    seen: list[str] = []
+    with pytest.raises(openai.APIConnectionError):
+        for chunk in azure.chat.completions.create(model="gpt-4o", messages=ASK, stream=True, max_tokens=8):
+            seen.extend(choice.delta.content or "" for choice in chunk.choices)
+    assert len([piece for piece in seen if piece]) == 2
+    llm_backend.configure(block_size=16)
+    system: Any = [{"role": "system", "content": "You are a meticulous assistant. " * 40}, *ASK]
+    azure.chat.completions.create(model="gpt-4o", messages=system, max_tokens=2)
+    again = azure.chat.completions.create(model="gpt-4o", messages=system, max_tokens=2)
+    assert again.usage is not None and again.usage.prompt_tokens_details is not None
+    assert (again.usage.prompt_tokens_details.cached_tokens or 0) >= 16 * 10

@@ -110,3 +110,29 @@ def test_claude_on_vertex_errors_are_anthropics(llm_backend: LLMBackend, claude:
     assert "anthropic_version" in missing.json()["error"]["message"]
     unknown = httpx.post(url.replace(":rawPredict", ":explode"), json={})
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
+
+
+def test_vertex_bad_input_and_strict_models(llm_backend: LLMBackend, vertex: genai.Client) -> None:
+    url = llm_backend.url_for(f"/v1/projects/p/locations/l/publishers/google/models/{MODEL}:generateContent")
+    bad = httpx.post(url, json={"contents": [{"parts": [{"text": 5}]}]})
+    assert bad.status_code == 400 and bad.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert bad.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "contents[0].parts[0].text"
+    predict = llm_backend.url_for("/v1/publishers/google/models/text-embedding-004:predict")
+    assert httpx.post(predict, json={"instances": [{"content": 3}]}).json()["error"]["code"] == 400
+    llm_backend.configure(strict_models=True)
+    with pytest.raises(errors.ClientError) as raised:
+        vertex.models.generate_content(model="gemini-nope", contents="hi")
+    assert raised.value.code == 404 and raised.value.status == "NOT_FOUND"
+
+
+def test_claude_on_vertex_drop_mid_stream(llm_backend: LLMBackend, claude: anthropic.AnthropicVertex) -> None:
+    llm_backend.add_fault("drop", after_tokens=2, times=1)
+    try:  # the SDK sends through httpx2 (a fork of httpx) where it is installed; a cut stream raises its error
+        import httpx2
+        cut: tuple[type[Exception], ...] = (anthropic.APIConnectionError, httpx.HTTPError, httpx2.HTTPError)
+    except ImportError:
+        cut = (anthropic.APIConnectionError, httpx.HTTPError)
+    with pytest.raises(cut), claude.messages.stream(
+            model=CLAUDE, max_tokens=8, messages=MESSAGES) as stream:
+        for _ in stream.text_stream:
+            pass
