@@ -183,7 +183,8 @@ class LLMBackend(BackendAssertions):
         ``model_not_found`` (404), ``http_error`` (any ``status``); mid-stream
         ``error_event``, ``drop``, ``malformed`` (after ``after_tokens``),
         ``drop_before_headers``, ``empty``; ``stall`` (``seconds`` of wall
-        time) and ``slow`` (latency times ``factor``). Conditions: ``times``,
+        time), ``slow`` (latency times ``factor``) and ``content_filter`` (``side`` ``prompt`` or
+        ``completion``, in each API's own shape). Conditions: ``times``,
         ``nth``, ``rate``, ``prompt`` (regex), ``model``, ``header_only``.
         A request with the header ``x-llmsim-fault: KIND`` gets that kind.
         See the fault reference in the docs for the details.

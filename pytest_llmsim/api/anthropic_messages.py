@@ -140,6 +140,8 @@ def _stop_reason(generation: Generation) -> tuple[str, str | None]:
     output = generation.outputs[0]
     if output.finish_reason == "length":
         return "max_tokens", None
+    if output.finish_reason in ("content_filter", "prompt_filter"):
+        return "refusal", None  # Claude's safety stop
     if output.calls:
         return "tool_use", None
     if output.stop_sequence is not None:
@@ -254,6 +256,10 @@ class AnthropicMessages:
 
     name = "anthropic.messages"
     id_prefix = "msg_"
+
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        """A filter stops the answer with ``stop_reason: "refusal"`` (a blocked prompt: at once)."""
+        return None
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_messages(body)

@@ -78,6 +78,14 @@ class AzureOpenAI:
             body = {**body, "model": deployment}  # Azure routes by the deployment; the body need not name it
         return self._inner.parse(body, target)
 
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        """As OpenAI's (its error carries Azure's ``innererror``); refused where the inner API has none."""
+        inner = getattr(self._inner, "content_filter", None)
+        if inner is None:
+            raise SimError(400, f"The content_filter fault does not apply to {self.name}.", code="unsupported_fault")
+        result: SimError | None = inner(message, prompt)
+        return result
+
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         body = self._inner.response_body(generation, response_id)
         if "choices" in body:  # chat and completions: Azure's content-filter annotations

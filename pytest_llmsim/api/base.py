@@ -19,7 +19,8 @@ from ..sim import GenerationRequest, RateLimitStatus, SimError
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["NO_TARGET", "PIECE_MARK", "RequestTarget", "StreamRenderer", "TokenCounter", "WireAPI"]
+__all__ = ["NO_TARGET", "PIECE_MARK", "ContentFiltered", "RequestTarget", "StreamRenderer", "TokenCounter",
+           "WireAPI"]
 
 #: Where a token's text goes in a stream event's cached template. Random per process: a client
 #: cannot put it in a string the event also carries (a model name), which would split the template.
@@ -76,6 +77,15 @@ class StreamRenderer(Protocol):
 
     # A renderer may set ``content_type`` (the stream's media type) when it is not SSE's: Gemini's
     # streamGenerateContent without ``alt=sse`` streams one JSON array.
+
+
+class ContentFiltered(Protocol):
+    """An API with a content filter (the ``content_filter`` fault kind is refused by the others)."""
+
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        """How a blocked prompt (``prompt``) or a filtered answer is answered: an error to answer with,
+        or None to render the generation, stopped, with finish reason ``prompt_filter`` or
+        ``content_filter`` (each API names it its own way)."""
 
 
 class TokenCounter(Protocol):

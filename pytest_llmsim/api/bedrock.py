@@ -47,7 +47,7 @@ ERROR_TYPES = {400: "ValidationException", 401: "AccessDeniedException", 403: "A
                502: "ServiceUnavailableException", 503: "ServiceUnavailableException", 504: "ModelTimeoutException"}
 # The same, as a stream's exception names (lower camel case, as ConverseStream's members are)
 STREAM_EXCEPTIONS = {400: "validationException", 429: "throttlingException", 503: "serviceUnavailableException"}
-STOP_REASONS = {"length": "max_tokens"}
+STOP_REASONS = {"length": "max_tokens", "content_filter": "content_filtered", "prompt_filter": "content_filtered"}
 _ID = os.urandom(4).hex()
 
 
@@ -59,6 +59,11 @@ def request_id() -> str:
 
 class BedrockErrors:
     """``x-amzn-ErrorType`` and ``{"message"}``; ``x-amz-retry-after`` on a throttle; a request id always."""
+
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        """A filter stops the answer: Converse's ``stopReason: "content_filtered"``, InvokeModel's
+        ``stop_reason: "refusal"``."""
+        return None
 
     def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
         return {}  # Bedrock sends no rate-limit headers
@@ -110,11 +115,13 @@ def _latency_ms(generation: Generation) -> int:
 
 def _stop_reason(generation: Generation) -> str:
     output = generation.outputs[0]
-    if output.calls and output.finish_reason != "length":
+    if output.finish_reason in STOP_REASONS:
+        return STOP_REASONS[output.finish_reason]
+    if output.calls:
         return "tool_use"
     if output.stop_sequence is not None:
         return "stop_sequence"
-    return STOP_REASONS.get(output.finish_reason, "end_turn")
+    return "end_turn"
 
 
 def _tool_use_block(call: Any, with_input: bool = True) -> dict[str, Any]:

@@ -50,7 +50,8 @@ GENERATE_FIELDS = ("contents", "systemInstruction", "tools", "toolConfig", "gene
                    "cachedContent", "labels", "model")
 GENERATE_ACTIONS = ("generateContent", "streamGenerateContent")
 MAX_BATCH_EMBEDDINGS = 250
-FINISH_REASONS = {"length": "MAX_TOKENS"}
+FINISH_REASONS = {"length": "MAX_TOKENS", "content_filter": "SAFETY"}
+BLOCKED = "prompt_filter"  # a blocked prompt: no candidates, promptFeedback.blockReason
 
 
 def gemini_key(environ: dict[str, Any]) -> bool:
@@ -135,7 +136,14 @@ class GeminiGenerate(GeminiErrors):
         parsed.wire["sse"] = target.query.get("alt") == "sse"
         return parsed
 
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        """A blocked prompt: no candidates, ``promptFeedback.blockReason: SAFETY``; a filtered answer:
+        ``finishReason: SAFETY``."""
+        return None
+
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
+        if generation.outputs[0].finish_reason == BLOCKED:
+            return _blocked(generation, response_id)
         candidates = [{"content": {"role": "model", "parts": _parts(generation, i)},
                        "finishReason": _finish_reason(output), "index": i}
                       for i, output in enumerate(generation.outputs)]
@@ -143,6 +151,11 @@ class GeminiGenerate(GeminiErrors):
 
     def stream(self, generation: Generation, response_id: str) -> GeminiStream:
         return GeminiStream(generation, response_id, sse=bool(generation.request.wire.get("sse")))
+
+
+def _blocked(generation: Generation, response_id: str) -> dict[str, Any]:
+    return {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": usage(generation),
+            "modelVersion": generation.request.model, "responseId": response_id}
 
 
 def _finish_reason(output: PlannedOutput) -> str:
@@ -229,6 +242,8 @@ class GeminiStream:
 
     def finish(self, index: int) -> bytes:
         output = self._generation.outputs[index]
+        if output.finish_reason == BLOCKED:
+            return b"" if index else self._frame(wire_json.dumps(_blocked(self._generation, self._id)))
         return self._frame(wire_json.dumps(self._chunk(index, [{"text": ""}], _finish_reason(output))))
 
     def closing(self) -> bytes:

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.tokens import PlannedCall, PlannedOutput
 from .base import NO_TARGET, RequestTarget
-from .openai_common import OpenAIErrors, OpenAIStream, chat_logprobs, common_fields, envelope, generation_usage
+from .openai_common import (
+    OpenAIContentFilter,
+    OpenAIErrors,
+    OpenAIStream,
+    chat_logprobs,
+    common_fields,
+    envelope,
+    generation_usage,
+)
 from .tool_fields import openai_output_format, openai_tool_use
 from .validation import expect_object
 
@@ -134,7 +142,7 @@ class _ChatStream(OpenAIStream):
         return choice
 
 
-class OpenAIChat(OpenAIErrors):
+class OpenAIChat(OpenAIContentFilter, OpenAIErrors):
     """The chat completions API."""
 
     name = "openai.chat"

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from ..sim.generation import Generation
 
 __all__ = [
-    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIErrors", "OpenAIStream", "chat_logprobs",
+    "MAX_N", "MAX_STOP_SEQUENCES", "SYSTEM_FINGERPRINT", "OpenAIContentFilter", "OpenAIErrors",
+    "OpenAIStream", "chat_logprobs",
     "common_fields", "completion_logprobs", "envelope",
     "model_field", "openai_error_body", "sse", "usage_body",
 ]
@@ -38,8 +39,25 @@ UNSUPPORTED_FIELDS = {
 DONE = b"data: [DONE]\n\n"
 
 
+CONTENT_FILTERED = {"hate": {"filtered": True, "severity": "high"},
+                    "self_harm": {"filtered": False, "severity": "safe"},
+                    "sexual": {"filtered": False, "severity": "safe"},
+                    "violence": {"filtered": False, "severity": "safe"}}
+
+
 def openai_error_body(error: SimError) -> dict[str, Any]:
-    return {"error": error.fields()}
+    body = error.fields()
+    if error.code == "content_filter":  # Azure's shape of a blocked prompt (OpenAI's own APIs send the same code)
+        body["innererror"] = {"code": "ResponsibleAIPolicyViolation", "content_filter_result": CONTENT_FILTERED}
+    return {"error": body}
+
+
+class OpenAIContentFilter:
+    """OpenAI's (and Azure's) content filter: a blocked prompt is a 400 ``content_filter`` (with Azure's
+    ``innererror``); a filtered answer ends with ``finish_reason: "content_filter"``."""
+
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        return SimError(400, message, param="prompt", code="content_filter") if prompt else None
 
 
 class OpenAIErrors:

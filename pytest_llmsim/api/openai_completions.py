@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import GenerationRequest, invalid
 from .base import NO_TARGET, RequestTarget
 from .openai_common import (
+    OpenAIContentFilter,
     OpenAIErrors,
     OpenAIStream,
     common_fields,
@@ -89,7 +90,7 @@ class _CompletionStream(OpenAIStream):
         return choice
 
 
-class OpenAICompletions(OpenAIErrors):
+class OpenAICompletions(OpenAIContentFilter, OpenAIErrors):
     """The (legacy) completions API."""
 
     name = "openai.completions"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
 from ..sim.tokens import PlannedCall
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
-from .openai_common import OpenAIErrors, model_field
+from .openai_common import OpenAIContentFilter, OpenAIErrors, model_field
 from .tool_fields import openai_tool_use, responses_output_format
 from .validation import describe, expect_object, is_int, optional, ranged
 
@@ -40,6 +40,7 @@ __all__ = ["OPENAI_RESPONSES", "OpenAIResponses", "parse_responses"]
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 TEXT_FORMATS = ("text", "json_object", "json_schema")
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 def _content_text(content: Any, param: str) -> str:
@@ -157,7 +158,8 @@ def _text_part(text: str) -> dict[str, Any]:
 def response_object(generation: Generation, response_id: str, done: bool = True) -> dict[str, Any]:
     """The response object; ``done=False`` gives the in-progress one a stream starts with."""
     wire = generation.request.wire
-    incomplete = done and generation.outputs[0].finish_reason == "length"
+    reason = generation.outputs[0].finish_reason
+    incomplete = done and reason in INCOMPLETE_REASONS
     status = "in_progress" if not done else ("incomplete" if incomplete else "completed")
     output: list[dict[str, Any]] = []
     calls = generation.outputs[0].calls
@@ -169,7 +171,7 @@ def response_object(generation: Generation, response_id: str, done: bool = True)
                    "content": [_text_part(generation.texts()[0])]}]
     return {
         "id": response_id, "object": "response", "created_at": wire["created_at"], "status": status,
-        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "error": None, "incomplete_details": {"reason": INCOMPLETE_REASONS[reason]} if incomplete else None,
         "instructions": wire["instructions"], "max_output_tokens": wire["max_output_tokens"],
         "model": generation.request.model, "output": output, "parallel_tool_calls": wire["parallel_tool_calls"],
         "previous_response_id": wire["previous_response_id"], "reasoning": {"effort": None, "summary": None},
@@ -277,7 +279,7 @@ class _ResponsesStream:
         return self._event(self._located("response.output_text.delta", delta="", logprobs=[]))[:-12] + b"\n\n"
 
 
-class OpenAIResponses(OpenAIErrors):
+class OpenAIResponses(OpenAIContentFilter, OpenAIErrors):
     """The Responses API."""
 
     name = "openai.responses"

@@ -58,7 +58,7 @@ from ..api.vertex import (
 )
 from ..sim import SimError, wire_json
 from ..sim.config import SimConfig
-from ..sim.fault_effects import Drop, Empty, Fail, Slow, Stall
+from ..sim.fault_effects import Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.faults import declare_routes_without_generation
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
@@ -173,6 +173,20 @@ HTTP_ERROR_CODES = {
     400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "request_header_fields_too_large",
     501: "not_implemented", 503: "service_unavailable", 505: "http_version_not_supported",
 }
+
+
+def content_filtered(api: WireAPI, action: Filter) -> tuple[int, str]:
+    """After how many tokens a content filter stops ``api``'s answer, and its finish reason (a blocked
+    prompt: 0, ``prompt_filter``); raises the error the API answers with instead, or a 400 where the API
+    has no content filter."""
+    content_filter = getattr(api, "content_filter", None)
+    if content_filter is None:
+        raise SimError(400, f"The content_filter fault does not apply to {api.name}: it has no content filter.",
+                       code="unsupported_fault")
+    error = content_filter(action.message, action.after_tokens is None)
+    if error is not None:
+        raise error
+    return (0, "prompt_filter") if action.after_tokens is None else (action.after_tokens, "content_filter")
 
 
 class SimulatorServer(HTTPServer):
@@ -388,6 +402,7 @@ class SimulatorServer(HTTPServer):
             record.stream = parsed.stream
             fault = simulator.pick_fault(number, record.headers, parsed, record.route)
             scale = 1.0
+            filtered: tuple[int, str] | None = None
             if fault is not None:
                 record.fault = fault.kind
                 action = fault.effect.on_request(fault)
@@ -399,8 +414,10 @@ class SimulatorServer(HTTPServer):
                     return Response(b"", status=500)  # never reaches the client
                 if isinstance(action, Slow):
                     scale = action.factor
+                if isinstance(action, Filter):
+                    filtered = content_filtered(api, action)
             try:
-                generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale)
+                generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale, filtered)
             finally:
                 record.rule = parsed.rule
         except SimError as error:

@@ -28,8 +28,8 @@ from typing import Protocol
 
 from .request import SimError
 
-__all__ = ["EFFECTS", "Action", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Malformed",
-           "Slow", "Stall"]
+__all__ = ["EFFECTS", "Action", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter",
+           "Malformed", "Slow", "Stall"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +69,22 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Filter:
+    """A content filter stops the answer: the prompt is blocked (``after_tokens`` None), or the answer
+    ends after ``after_tokens`` tokens. Each API renders it as its own (an error, or a finish reason)."""
+
+    after_tokens: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Slow:
     """This request's latencies multiplied by ``factor``."""
 
     factor: float
 
 
-Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Slow
+Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Slow | Filter
 
 
 class FaultParams(Protocol):
@@ -93,6 +102,8 @@ class FaultParams(Protocol):
     def seconds(self) -> float: ...
     @property
     def factor(self) -> float: ...
+    @property
+    def side(self) -> str: ...
 
 
 class FaultEffect(Protocol):
@@ -106,7 +117,7 @@ class FaultEffect(Protocol):
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | None:
         """Before the generation starts (and on a route that generates nothing, before its answer)."""
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -131,7 +142,7 @@ class _Effect:
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         return None
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | None:
         return None
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -279,6 +290,21 @@ class SlowEffect(_Effect):
         return Slow(fault.factor)
 
 
+class ContentFilterEffect(_Effect):
+    """A content filter: the prompt is blocked (``side="prompt"``, the default), or the answer stops
+    after ``after_tokens`` tokens (``side="completion"``); refused by APIs without a content filter."""
+
+    params: tuple[str, ...] = ("side", "after_tokens", "message")
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        return None if fault.side in ("prompt", "completion") else ("side", "expected 'prompt' or 'completion'")
+
+    def on_request(self, fault: FaultParams) -> Filter:
+        message = fault.message or ("The response was filtered due to the prompt triggering the content management "
+                                    "policy (simulated by pytest-llmsim).")
+        return Filter(None if fault.side == "prompt" else fault.after_tokens, message)
+
+
 #: kind -> its effect; the order is the documented one (``FAULT_KINDS``).
 EFFECTS: dict[str, FaultEffect] = {
     "rate_limit": HTTPErrorEffect(429, "requests", "rate_limit_exceeded", None,
@@ -303,4 +329,5 @@ EFFECTS: dict[str, FaultEffect] = {
     "malformed": MalformedEffect(),
     "stall": StallEffect(),
     "slow": SlowEffect(),
+    "content_filter": ContentFilterEffect(),
 }

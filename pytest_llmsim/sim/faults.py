@@ -70,7 +70,8 @@ class Fault:
     What: ``status``/``message``/``retry_after`` (HTTP errors; ``retry_after``
     in wall seconds, sent as ``Retry-After`` and ``retry-after-ms``),
     ``after_tokens`` (mid-stream kinds and ``stall``), ``seconds`` (``stall``,
-    wall seconds: client timeouts are wall-clock), ``factor`` (``slow``).
+    wall seconds: client timeouts are wall-clock), ``factor`` (``slow``), ``side`` (``content_filter``:
+    ``prompt`` or ``completion``).
     When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``header_only``.
     """
 
@@ -81,6 +82,7 @@ class Fault:
     after_tokens: int = 0
     seconds: float = 1.0
     factor: float = 2.0
+    side: str = "prompt"
     times: int | None = None
     nth: int | None = None
     rate: float | None = None

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar, overload
 
-__all__ = ["CyclicRun", "PlannedCall", "PlannedOutput"]
+__all__ = ["CyclicRun", "PlannedCall", "PlannedOutput", "filtered"]
 
 T = TypeVar("T")
 
@@ -127,3 +127,9 @@ class PlannedOutput:
     def text(self) -> str:
         """The answer's text ("" for an answer that calls tools)."""
         return "" if self.calls else "".join(self.pieces[0:len(self.pieces)])
+
+
+def filtered(output: PlannedOutput, after_tokens: int, reason: str) -> PlannedOutput:
+    """``output`` stopped by a content filter after ``after_tokens`` tokens (no tool calls survive it)."""
+    length = min(after_tokens, output.length)
+    return PlannedOutput(list(output.tokens[0:length]), list(output.pieces[0:length]), reason)

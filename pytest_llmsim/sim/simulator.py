@@ -20,6 +20,7 @@ from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
 from .generation import Generation, Outcome
 from .metrics import Metrics, MetricsSnapshot
+from .planned import filtered
 from .ratelimit import RateLimiter
 from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import check_embedding, check_work, queue_full
@@ -225,11 +226,14 @@ class Simulator:
     # --- serving ---
 
     def start(self, request: GenerationRequest, arrived_at: float | None = None,
-              latency_scale: float = 1.0) -> Generation:
+              latency_scale: float = 1.0, content_filter: tuple[int, str] | None = None) -> Generation:
         """Check the request against the model's limits and the backend's capacity, then enter the engine.
 
         Every check that can refuse a request runs before its outputs are
         planned, so a refused request costs no more than its prompt's tokens.
+        ``content_filter``: ``(after_tokens, finish_reason)``, a content filter
+        stops every answer after that many tokens (``content_filter``; a
+        blocked prompt: 0 and ``prompt_filter``).
         """
         config, tokenizer = self.config, self.tokenizer
         adapter = self._check_model(request)
@@ -282,6 +286,8 @@ class Simulator:
             for choice in range(request.n):
                 key = hash((request.seed or 0, prompt_key, choice)) & 0xFFFFFFFFFFFF
                 output = planner.plan(request, key, reply, echo_tokens, max_tokens, limit - len(ids))
+                if content_filter is not None:
+                    output = filtered(output, *content_filter)
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
