@@ -286,7 +286,8 @@ BAD_BODIES: list[tuple[Any, str]] = [
      "tools[0].functionDeclarations[0].parameters.type"),
     ({**body(), "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}},
      "toolConfig.functionCallingConfig.mode"),
-    ({**body(), "cachedContent": "cachedContents/abc"}, "cachedContent"),
+    ({**body(), "cachedContent": "abc"}, "cachedContent"),
+    ({**body(), "cachedContent": "cachedContents/abc", "systemInstruction": "x"}, "systemInstruction"),
     ({**body(), "temperature": 0.5}, "temperature"),
 ]
 
@@ -320,3 +321,26 @@ def test_unknown_actions_and_bad_json_answer_in_geminis_shape(llm_backend: LLMBa
     assert broken.status_code == 400 and broken.json()["error"]["status"] == "INVALID_ARGUMENT"
     wrong_method = httpx.post(llm_backend.url_for("/v1beta/models/gemini-2.5-flash"), json=body())
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == 405
+
+
+def test_cached_contents_are_created_used_listed_and_deleted(llm_backend: LLMBackend, gemini: genai.Client) -> None:
+    document = "A long document about simulated inference servers. " * 40
+    cache = gemini.caches.create(model=MODEL, config=types.CreateCachedContentConfig(
+        system_instruction="Answer from the document.", contents=[document], ttl="300s", display_name="doc"))
+    assert cache.name is not None and cache.name.startswith("cachedContents/")
+    assert cache.usage_metadata is not None and (cache.usage_metadata.total_token_count or 0) > 300
+    answer = gemini.models.generate_content(model=MODEL, contents="Summarize it.", config=types.GenerateContentConfig(
+        cached_content=cache.name, max_output_tokens=3))
+    usage = answer.usage_metadata
+    assert usage is not None and usage.cached_content_token_count == cache.usage_metadata.total_token_count
+    assert (usage.prompt_token_count or 0) > (usage.cached_content_token_count or 0)  # plus the question
+    assert llm_backend.requests[-1].prompt_tokens == usage.prompt_token_count
+    assert gemini.caches.get(name=cache.name).display_name == "doc"
+    assert [c.name for c in gemini.caches.list()] == [cache.name]
+    gemini.caches.delete(name=cache.name)
+    with pytest.raises(errors.ClientError) as gone:
+        gemini.models.generate_content(model=MODEL, contents="again",
+                                       config=types.GenerateContentConfig(cached_content=cache.name))
+    assert gone.value.code == 404
+    with pytest.raises(errors.ClientError):
+        gemini.caches.get(name=cache.name)

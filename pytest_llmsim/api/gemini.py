@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from ..sim.generation import Generation
     from ..sim.planned import PlannedOutput
 
-__all__ = ["GEMINI_COUNTER", "GEMINI_EMBED", "GEMINI_GENERATE", "gemini_key", "gemini_model_card",
-           "gemini_model_list"]
+__all__ = ["GEMINI_COUNTER", "GEMINI_EMBED", "GEMINI_GENERATE", "cached_content_resource", "gemini_key",
+           "gemini_model_card", "gemini_model_list", "parse_cached_content"]
 
 # google.rpc.Code names by HTTP status (https://cloud.google.com/apis/design/errors)
 STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -105,18 +105,54 @@ def parse_generate(body: Any, model: str, stream: bool) -> GenerationRequest:
     """A ``GenerateContentRequest`` into the shared request model."""
     body = camel_keys(expect_object(body))
     unknown_fields(body, GENERATE_FIELDS, "")
-    if body.get("cachedContent") is not None:
-        raise invalid("cachedContent is not simulated by pytest-llmsim yet; the prefix cache reports repeated "
-                      "prefixes as cachedContentTokenCount (implicit caching).", "cachedContent",
-                      "unsupported_value")
+    cached = body.get("cachedContent")
+    if cached is not None:
+        if not isinstance(cached, str) or not cached.startswith("cachedContents/"):
+            raise invalid("Invalid value at 'cachedContent': expected a name 'cachedContents/ID'.", "cachedContent",
+                          "invalid_value")
+        given = [key for key in ("systemInstruction", "tools", "toolConfig") if body.get(key) is not None]
+        if given:
+            raise invalid(f"CachedContent can not be used with GenerateContent request setting {given[0]}; move "
+                          "it to the cached content.", given[0], "invalid_value")
     messages = gemini_messages(body)
     config = generation_config(body)
     tools = body.get("tools")
-    return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True,
-                             max_tokens=config["max_tokens"], max_tokens_param="generationConfig.maxOutputTokens",
-                             n=config["n"], stops=config["stops"], seed=config["seed"], messages=messages,
-                             prompt_param="contents", tools_text=json.dumps(tools) if tools else "",
-                             tool_use=gemini_tool_use(body), output_format=config["output_format"])
+    parsed = GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True,
+                               max_tokens=config["max_tokens"], max_tokens_param="generationConfig.maxOutputTokens",
+                               n=config["n"], stops=config["stops"], seed=config["seed"], messages=messages,
+                               prompt_param="contents", tools_text=json.dumps(tools) if tools else "",
+                               tool_use=gemini_tool_use(body), output_format=config["output_format"])
+    if cached is not None:  # the cached content's messages go first, reported as cached tokens
+        parsed.previous_id, parsed.previous_param, parsed.cache_continued = cached, "cachedContent", True
+    return parsed
+
+
+CACHED_CONTENT_FIELDS = ("model", "contents", "systemInstruction", "tools", "toolConfig", "ttl", "expireTime",
+                         "displayName")
+
+
+def parse_cached_content(body: Any) -> tuple[GenerationRequest, dict[str, Any]]:
+    """A ``CachedContent`` to create: its prompt (``model``, ``contents``, ``systemInstruction``, ``tools``),
+    and the fields its resource echoes (``displayName``, ``ttl``)."""
+    body = camel_keys(expect_object(body))
+    unknown_fields(body, CACHED_CONTENT_FIELDS, "")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("model is required (e.g. 'models/gemini-2.5-flash').", "model", "missing_required_parameter")
+    ttl = body.get("ttl", "3600s")
+    if not isinstance(ttl, str) or not ttl.endswith("s"):
+        raise invalid("Invalid value at 'ttl': a duration such as '300s'.", "ttl", "invalid_value")
+    prompt = {key: body[key] for key in ("contents", "systemInstruction", "tools", "toolConfig") if key in body}
+    return parse_generate(prompt, model.removeprefix("models/"), False), {
+        "model": model if model.startswith("models/") else f"models/{model}", "ttl": ttl,
+        "displayName": body.get("displayName", "")}
+
+
+def cached_content_resource(name: str, fields: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """The ``CachedContent`` resource the API answers with (its contents are not echoed, as Gemini's)."""
+    return {"name": name, "model": fields["model"], "displayName": fields["displayName"],
+            "usageMetadata": {"totalTokenCount": tokens}, "createTime": "2026-01-01T00:00:00Z",
+            "updateTime": "2026-01-01T00:00:00Z", "expireTime": "2099-01-01T00:00:00Z", "ttl": fields["ttl"]}
 
 
 class GeminiGenerate(GeminiErrors):
@@ -179,7 +215,8 @@ def _parts(generation: Generation, index: int) -> list[dict[str, Any]]:
 
 def usage(generation: Generation, final: bool = True) -> dict[str, Any]:
     """``usageMetadata``: the prefix cache's hits as ``cachedContentTokenCount`` (counted in the prompt)."""
-    prompt, cached = generation.prompt_tokens, generation.cached_tokens
+    # the prefix cache's hits (implicit caching), or a cachedContent's whole prompt (explicit caching)
+    prompt, cached = generation.prompt_tokens, max(generation.cached_tokens, generation.marked_prompt_tokens or 0)
     body: dict[str, Any] = {"promptTokenCount": prompt}
     if final:
         body["candidatesTokenCount"] = generation.completion_tokens

@@ -152,7 +152,10 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
         InfoRoute(f"/{version}/models", ("GET",), InfoRoutes.gemini_models, GEMINI_GENERATE,
                   None if version == "v1beta" else gemini_key),
         InfoRoute(f"/{version}/models/{{model}}", ("GET",), InfoRoutes.gemini_model, GEMINI_GENERATE,
-                  None if version == "v1beta" else gemini_key))),
+                  None if version == "v1beta" else gemini_key),
+        InfoRoute(f"/{version}/cachedContents", ("POST", "GET"), InfoRoutes.cached_contents, GEMINI_GENERATE),
+        InfoRoute(f"/{version}/cachedContents/{{id}}", ("GET", "DELETE"), InfoRoutes.cached_content,
+                  GEMINI_GENERATE))),
     *(route for prefix in vertex_model_prefixes("google") for route in (
         InfoRoute(f"{prefix}/{{model}}:countTokens", ("POST",),
                   functools.partial(InfoRoutes.count_tokens, counter=VERTEX_COUNTER), VERTEX_GENERATE),

@@ -8,10 +8,13 @@ answers with the body its API module builds (``api.openai_models``,
 
 from __future__ import annotations
 
+import functools
+import os
+
 from werkzeug.wrappers import Request, Response
 
 from ..api.base import TokenCounter
-from ..api.gemini import gemini_model_card, gemini_model_list
+from ..api.gemini import cached_content_resource, gemini_model_card, gemini_model_list, parse_cached_content
 from ..api.openai_models import model_card, model_list, unknown_model
 from ..api.openai_responses import deleted_response, response_not_found
 from ..api.vllm_extras import (
@@ -91,6 +94,33 @@ class InfoRoutes:
         if model_id not in self.simulator.served_models():
             return self._error(request, match, unknown_model(model_id))
         return json_response(gemini_model_card(model_id, self.simulator.config.max_model_len, prefix))
+
+    def cached_contents(self, request: Request, match: RouteMatch) -> Response:
+        """Gemini's ``cachedContents``: ``POST`` creates one (a named cached prompt), ``GET`` lists them."""
+        if request.method == "GET":
+            return json_response({"cachedContents": [stored.body for _, stored in
+                                                     self.simulator.conversations.named("cachedContents/")]})
+        record = new_record(request)
+        record.api = "gemini.cached_contents"
+        try:
+            parsed, fields = parse_cached_content(read_logged_json(request, self.simulator, record))
+            name = f"cachedContents/{os.urandom(8).hex()}"
+            resource = self.simulator.keep_prefix(name, parsed, functools.partial(cached_content_resource, name,
+                                                                                  fields))
+        except SimError as error:
+            return answer_error(self.simulator, request, match.route.api, error, record)
+        record.status, record.model = 200, parsed.model
+        self.simulator.finish(record)
+        return json_response(resource)
+
+    def cached_content(self, request: Request, match: RouteMatch) -> Response:
+        """``GET`` one cached content, or ``DELETE`` it."""
+        name = f"cachedContents/{match.params['id']}"
+        stored = self.simulator.conversations.get(name)
+        if stored is None or (request.method == "DELETE" and not self.simulator.conversations.delete(name)):
+            return self._error(request, match, SimError(404, f"CachedContent not found: {name}.", param="name",
+                                                        code="not_found"))
+        return json_response({} if request.method == "DELETE" else stored.body)
 
     def _card(self, name: str) -> dict[str, object]:
         config = self.simulator.config

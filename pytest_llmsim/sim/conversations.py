@@ -71,5 +71,10 @@ class ConversationStore:
                 self.total_bytes -= entry[1]
         return entry is not None
 
+    def named(self, prefix: str) -> list[tuple[str, StoredExchange]]:
+        """The entries whose names start with ``prefix``, oldest first."""
+        with self._lock:
+            return [(name, entry[0]) for name, entry in self._entries.items() if name.startswith(prefix)]
+
     def __len__(self) -> int:
         return len(self._entries)

@@ -120,7 +120,9 @@ class GenerationRequest:
     ``cache_breakpoint``: the request marks its first that many messages as
     a cacheable prefix (Anthropic's ``cache_control``); APIs that report
     cache use only for a marked prefix read it. ``previous_id``: the stored
-    exchange this request continues (its messages go first); ``store``:
+    exchange this request continues (its messages go first; ``previous_param``
+    names the field that asked, ``cache_continued`` marks those messages as
+    the cached prefix, as Gemini's ``cachedContent`` is); ``store``:
     keep this exchange for later requests to continue and to retrieve;
     ``preamble``: how many leading messages belong to this request alone
     (instructions: the stored history goes after them, and they are not
@@ -152,6 +154,8 @@ class GenerationRequest:
     prompt_param: str = ""
     cache_breakpoint: int | None = None
     previous_id: str | None = None
+    previous_param: str = "previous_response_id"
+    cache_continued: bool = False
     store: bool = False
     preamble: int = 0
     tool_use: ToolUse | None = None

@@ -312,11 +312,25 @@ class Simulator:
             return
         stored = self.conversations.get(request.previous_id)
         if stored is None:
+            if request.previous_param != "previous_response_id":
+                raise SimError(404, f"{request.previous_param} {request.previous_id!r} was not found (or it "
+                                    f"expired).", param=request.previous_param, code="not_found")
             raise SimError(400, f"Previous response with id '{request.previous_id}' not found.",
                            param="previous_response_id", code="previous_response_not_found")
         own = request.preamble
         request.messages = [*request.messages[:own], *stored.messages, *request.messages[own:]]
+        if request.cache_continued:  # the stored messages are the request's cached prefix
+            request.cache_breakpoint = own + len(stored.messages)
         request.previous_id = None  # resolved: a retry of start() must not prepend it twice
+
+    def keep_prefix(self, name: str, request: GenerationRequest,
+                    body_of: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+        """Store ``request``'s messages under ``name`` for later requests to continue (a named cached
+        prompt, Gemini's ``cachedContents``), with the body ``body_of(token count)``; returns the body."""
+        self.count_prompt(request)  # the checks a prompt gets (tokenizable, valid schemas)
+        body = body_of(self.tokenizer.chat_prefix_length(request.messages))  # as a request's cached prefix counts
+        self.conversations.put(name, StoredExchange(tuple(request.messages), body))
+        return body
 
     def remember(self, response_id: str, generation: Generation, body: dict[str, Any]) -> None:
         """Store a complete exchange (its conversation plus the answer) for chaining and retrieval."""
