@@ -181,3 +181,15 @@ def test_a_drop_mid_stream_and_cached_tokens(llm_backend: LLMBackend, azure: ope
     again = azure.chat.completions.create(model="gpt-4o", messages=system, max_tokens=2)
     assert again.usage is not None and again.usage.prompt_tokens_details is not None
     assert (again.usage.prompt_tokens_details.cached_tokens or 0) >= 16 * 10
+
+
+def test_a_required_api_key_is_checked_in_each_apis_shape(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(required_api_key="sk-right")
+    wrong = httpx.post(deployment_url(llm_backend), json={"messages": ASK}, headers={"api-key": "sk-wrong"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.post(deployment_url(llm_backend), json={"messages": ASK}, headers={"api-key": "sk-right"}).is_success
+    gemini = httpx.post(llm_backend.url_for("/v1beta/models/m:generateContent?key=sk-wrong"),
+                        json={"contents": [{"parts": [{"text": "hi"}]}]})
+    assert gemini.status_code == 401 and gemini.json()["error"]["status"] == "UNAUTHENTICATED"
+    assert httpx.post(llm_backend.url_for("/v1/chat/completions"), json={"model": "m", "messages": ASK},
+                      headers={"Authorization": "Bearer sk-right"}).is_success

@@ -273,3 +273,21 @@ def test_invoke_needs_its_anthropic_version_and_unknown_models_are_not_found(llm
     with pytest.raises(botocore.exceptions.ClientError) as raised:
         bedrock.converse(modelId="amazon.nova-unknown", messages=MESSAGES)
     assert raised.value.response["Error"]["Code"] == "ResourceNotFoundException"
+
+
+def test_a_required_access_key_id_is_checked(llm_backend: LLMBackend, bedrock: Any) -> None:
+    llm_backend.configure(required_api_key="AKIDGATEWAY")
+    with pytest.raises(botocore.exceptions.ClientError) as refused:
+        bedrock.converse(modelId=MODEL, messages=MESSAGES)  # signed with AKIDTEST
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    allowed = boto3.client("bedrock-runtime", endpoint_url=llm_backend.root_url, region_name="us-east-1",
+                           aws_access_key_id="AKIDGATEWAY", aws_secret_access_key="test")
+    try:
+        assert allowed.converse(modelId=MODEL, messages=MESSAGES, inferenceConfig={"maxTokens": 2})["usage"][
+            "outputTokens"] == 2
+    finally:
+        allowed.close()
+    bearer = httpx.post(converse_url(llm_backend), json={"messages": MESSAGES},
+                        headers={"Authorization": "Bearer AKIDGATEWAY"})  # a Bedrock API key
+    assert bearer.status_code == 200

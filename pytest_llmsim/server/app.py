@@ -395,6 +395,7 @@ class SimulatorServer(HTTPServer):
         number = simulator.count_request()
         fault = None
         try:
+            simulator.check_credentials(record.headers, request.environ.get("QUERY_STRING", ""))
             body = read_logged_json(request, simulator, record)
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]

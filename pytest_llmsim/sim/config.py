@@ -89,6 +89,7 @@ class SimConfig:
     embedding_size: int = 1536
     served_models: tuple[str, ...] = ()
     strict_models: bool = False
+    required_api_key: str | None = None
     lora_adapters: tuple[str, ...] = ()
     max_loras: int = 1
     profile: str | None = None
@@ -179,6 +180,10 @@ def _text(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a non-empty string)")
     return value
+
+
+def _optional_text(name: str, value: Any) -> str | None:
+    return None if value is None else _text(name, value)
 
 
 def _output_mode(name: str, value: Any) -> str:
@@ -322,6 +327,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "embedding_size": _integer(1),
     "served_models": _names,
     "strict_models": _boolean,
+    "required_api_key": _optional_text,
     "lora_adapters": _names,
     "max_loras": _integer(1),
 }
@@ -391,6 +397,8 @@ SETTING_HELP: dict[str, str] = {
     "embedding_size": "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)",
     "served_models": "More model names the backend answers to, besides 'model' (comma-separated)",
     "strict_models": "Answer 404 model_not_found for a model name the backend does not serve",
+    "required_api_key": "Generation requests must carry this credential (an API key or bearer token, or a SigV4 "
+                        "access key id): otherwise 401 (403 for a signed request), in the API's shape",
     "lora_adapters": "LoRA adapters loaded at start (comma-separated names), served like models",
     "max_loras": "LoRA adapters active in one batch; requests for others wait",
 }

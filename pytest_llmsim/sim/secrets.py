@@ -11,9 +11,12 @@ use one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["SECRET_HEADERS", "key_fingerprint", "redact_headers"]
+__all__ = ["SECRET_HEADERS", "key_fingerprint", "presented_credentials", "redact_headers"]
 
 #: Request headers whose values are credentials (lower-case names).
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
@@ -41,3 +44,32 @@ def key_fingerprint(value: str) -> str:
 def redact_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """``(name, value)`` pairs with every credential's value replaced by its fingerprint."""
     return [(name, key_fingerprint(value) if name.lower() in SECRET_HEADERS else value) for name, value in pairs]
+
+
+_SIGV4_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
+#: Headers that carry an API key as it is (OpenAI's Azure, Anthropic, Google).
+KEY_HEADERS = ("x-api-key", "api-key", "x-goog-api-key")
+
+
+def presented_credentials(headers: Mapping[str, str] | Any, query_string: str = "") -> tuple[list[str], bool]:
+    """The credentials a request presents (``headers``: case-insensitive, werkzeug's ``Headers``), and
+    whether it is SigV4-signed: a bearer token, an API key header, a ``?key=``, or a signature's access
+    key id (``Credential=AKID/...``)."""
+    found: list[str] = []
+    signed = False
+    authorization = headers.get("Authorization") or ""
+    scheme, _, rest = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer" and rest.strip():
+        found.append(rest.strip())
+    elif scheme.upper().startswith("AWS4-HMAC-SHA256"):
+        signed = True
+        match = _SIGV4_CREDENTIAL.search(rest)
+        if match is not None:
+            found.append(match.group(1))
+    for name in KEY_HEADERS:
+        value = headers.get(name)
+        if value:
+            found.append(value.strip())
+    if query_string:
+        found.extend(value for key, value in urllib.parse.parse_qsl(query_string) if key == "key")
+    return found, signed

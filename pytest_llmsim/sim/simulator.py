@@ -26,6 +26,7 @@ from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import check_embedding, check_work, queue_full
 from .request_log import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime
+from .secrets import presented_credentials
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
@@ -190,6 +191,21 @@ class Simulator:
     def add_fault(self, kind: str, **params: Any) -> Fault:
         """Arm a fault (validated; raises ``FaultError`` naming a bad kind or parameter)."""
         return self.faults.add(Fault.build(kind, **params))
+
+    def check_credentials(self, headers: HeaderLookup, query_string: str = "") -> None:
+        """With ``required_api_key`` set: refuse a request that does not present it (401; 403 for a
+        SigV4-signed one, as AWS answers a key it does not know)."""
+        required = self.config.required_api_key
+        if required is None:
+            return
+        presented, signed = presented_credentials(headers, query_string)
+        if required in presented:
+            return
+        if signed:
+            raise SimError(403, "The security token included in the request is invalid (the access key id is not "
+                                "the one required_api_key names).", code="invalid_api_key")
+        raise SimError(401, "Incorrect API key provided (the backend requires the key set as required_api_key).",
+                       code="invalid_api_key")
 
     def count_request(self) -> int:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
