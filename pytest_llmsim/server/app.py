@@ -47,6 +47,7 @@ from ..api.bedrock import (
     BEDROCK_INVOKE_STREAM,
 )
 from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
+from ..api.rerank import COHERE_RERANK, VLLM_RERANK, VLLM_SCORE
 from ..api.vertex import (
     VERTEX_ANTHROPIC,
     VERTEX_ANTHROPIC_COUNTER,
@@ -120,6 +121,11 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/openai/v1/chat/completions": AZURE_V1_CHAT,
     "/openai/v1/responses": AZURE_V1_RESPONSES,
     "/openai/v1/embeddings": AZURE_V1_EMBEDDINGS,
+    "/v2/rerank": COHERE_RERANK,
+    "/v1/rerank": VLLM_RERANK,
+    "/rerank": VLLM_RERANK,
+    "/v1/score": VLLM_SCORE,
+    "/score": VLLM_SCORE,
 }
 
 
