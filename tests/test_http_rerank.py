@@ -14,7 +14,8 @@ import pytest
 from pytest_llmsim import FAULT_KINDS, LLMBackend
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-pytestmark = pytest.mark.usefixtures("loopback_only")
+pytestmark = [pytest.mark.usefixtures("loopback_only"),
+              pytest.mark.filterwarnings("ignore:The `__fields__` attribute is deprecated:DeprecationWarning")]
 DOCS = ["The cat sat on the mat.", "Stock prices fell sharply today.", "A cat and a mat: a story about a cat."]
 QUERY = "cat on a mat"
 

@@ -46,6 +46,7 @@ from ..api.bedrock import (
     BEDROCK_INVOKE,
     BEDROCK_INVOKE_STREAM,
 )
+from ..api.cohere_v2 import COHERE_CHAT, COHERE_EMBED
 from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
 from ..api.rerank import COHERE_RERANK, VLLM_RERANK, VLLM_SCORE
 from ..api.vertex import (
@@ -121,6 +122,8 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
     "/openai/v1/chat/completions": AZURE_V1_CHAT,
     "/openai/v1/responses": AZURE_V1_RESPONSES,
     "/openai/v1/embeddings": AZURE_V1_EMBEDDINGS,
+    "/v2/chat": COHERE_CHAT,
+    "/v2/embed": COHERE_EMBED,
     "/v2/rerank": COHERE_RERANK,
     "/v1/rerank": VLLM_RERANK,
     "/rerank": VLLM_RERANK,
