@@ -6,7 +6,7 @@ handlers: one that matches a request answers it, on the simulator's routes
 too (it wins over the simulator). Everything here translates
 HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator` calls and back.
 
-Routes (:data:`GENERATION_ROUTES` and :meth:`SimulatorServer.add_route`): the
+Routes (``route_table.GENERATION_ROUTES`` and :meth:`SimulatorServer.add_route`): the
 generation routes (OpenAI chat, completions, Responses and embeddings,
 Anthropic Messages), ``POST /v1/messages/count_tokens``,
 ``GET``/``DELETE /v1/responses/{id}``, ``GET /v1/models``,
@@ -22,46 +22,15 @@ import itertools
 import os
 import threading
 import traceback
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
-from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
-from ..api.anthropic_messages import ANTHROPIC_COUNTER
-from ..api.azure import (
-    AZURE_CHAT,
-    AZURE_COMPLETIONS,
-    AZURE_EMBEDDINGS,
-    AZURE_RESPONSES,
-    AZURE_V1_CHAT,
-    AZURE_V1_EMBEDDINGS,
-    AZURE_V1_RESPONSES,
-)
-from ..api.bedrock import (
-    BEDROCK_CONVERSE,
-    BEDROCK_CONVERSE_STREAM,
-    BEDROCK_COUNTER,
-    BEDROCK_INVOKE,
-    BEDROCK_INVOKE_STREAM,
-)
-from ..api.cohere_v2 import COHERE_CHAT, COHERE_EMBED
-from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
-from ..api.rerank import COHERE_RERANK, VLLM_RERANK, VLLM_SCORE
-from ..api.vertex import (
-    VERTEX_ANTHROPIC,
-    VERTEX_ANTHROPIC_COUNTER,
-    VERTEX_COUNTER,
-    VERTEX_EMBED,
-    VERTEX_GENERATE,
-    VERTEX_PREDICT_EMBED,
-    vertex_model_prefixes,
-)
+from ..api import OPENAI_CHAT, WireAPI
 from ..sim import SimError, wire_json
 from ..sim.config import SimConfig
 from ..sim.fault_effects import Drop, Empty, Fail, Filter, Slow, Stall
-from ..sim.faults import declare_routes_without_generation
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .control import CONTROL_PREFIX, ControlAPI
@@ -69,7 +38,8 @@ from .exchange import ROUTE_KEY, answer_error, new_record, read_logged_json, unt
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
 from .responder import GenerationResponder
-from .routes import Guard, Handler, Route, RouteMatch, RouteTable, request_target
+from .route_table import GENERATION_ROUTES, INFO_ROUTES
+from .routes import Handler, Route, RouteMatch, RouteTable, request_target
 from .sockets import drop_connection
 from .wsgi import ACCEPTED_AT, PooledWSGIServer
 
@@ -93,93 +63,6 @@ def validate_address(host: str, port: int) -> None:
         raise ValueError(f"port must be an integer from 0 to 65535 (0 picks a free port), not {port!r}")
 
 
-# Generation routes: template -> the wire API that parses and renders them. Adding an
-# API is adding its module to pytest_llmsim.api and its lines here (or, from a test or a
-# plugin, SimulatorServer.add_route).
-GENERATION_ROUTES: dict[str, WireAPI] = {
-    "/v1/chat/completions": OPENAI_CHAT,
-    "/v1/completions": OPENAI_COMPLETIONS,
-    "/v1/messages": ANTHROPIC_MESSAGES,
-    "/v1/responses": OPENAI_RESPONSES,
-    "/v1/embeddings": OPENAI_EMBEDDINGS,
-    "/v1beta/models/{model}:{action}": GEMINI_GENERATE,  # generateContent, streamGenerateContent
-    "/v1/models/{model}:{action}": GEMINI_GENERATE,
-    "/v1beta/models/{model}:embedContent": GEMINI_EMBED,
-    "/v1beta/models/{model}:batchEmbedContents": GEMINI_EMBED,
-    "/v1/models/{model}:embedContent": GEMINI_EMBED,
-    "/v1/models/{model}:batchEmbedContents": GEMINI_EMBED,
-    **{f"{prefix}/{{model}}:{action}": api for prefix in vertex_model_prefixes("google") for action, api in (
-        ("{action}", VERTEX_GENERATE), ("embedContent", VERTEX_EMBED), ("predict", VERTEX_PREDICT_EMBED))},
-    **{f"{prefix}/{{model}}:{{action}}": VERTEX_ANTHROPIC for prefix in vertex_model_prefixes("anthropic")},
-    "/model/{model}/converse": BEDROCK_CONVERSE,
-    "/model/{model}/converse-stream": BEDROCK_CONVERSE_STREAM,
-    "/model/{model}/invoke": BEDROCK_INVOKE,
-    "/model/{model}/invoke-with-response-stream": BEDROCK_INVOKE_STREAM,
-    "/openai/deployments/{deployment}/chat/completions": AZURE_CHAT,
-    "/openai/deployments/{deployment}/completions": AZURE_COMPLETIONS,
-    "/openai/deployments/{deployment}/embeddings": AZURE_EMBEDDINGS,
-    "/openai/responses": AZURE_RESPONSES,
-    "/openai/v1/chat/completions": AZURE_V1_CHAT,
-    "/openai/v1/responses": AZURE_V1_RESPONSES,
-    "/openai/v1/embeddings": AZURE_V1_EMBEDDINGS,
-    "/v2/chat": COHERE_CHAT,
-    "/v2/embed": COHERE_EMBED,
-    "/v2/rerank": COHERE_RERANK,
-    "/v1/rerank": VLLM_RERANK,
-    "/rerank": VLLM_RERANK,
-    "/v1/score": VLLM_SCORE,
-    "/score": VLLM_SCORE,
-}
-
-
-class InfoRoute(NamedTuple):
-    """A route that generates nothing: its handler (an ``InfoRoutes`` method) and whose error shape it uses."""
-
-    template: str
-    methods: tuple[str, ...]
-    handler: Callable[..., Response]  # (InfoRoutes, Request, RouteMatch) -> Response
-    api: WireAPI
-    accepts: Guard | None = None  # asked of the environ, where two APIs share the path
-
-
-INFO_ROUTES: tuple[InfoRoute, ...] = (
-    InfoRoute("/v1/messages/count_tokens", ("POST",),
-              functools.partial(InfoRoutes.count_tokens, counter=ANTHROPIC_COUNTER), ANTHROPIC_MESSAGES),
-    InfoRoute("/v1/responses/{id}", ("GET", "DELETE"), InfoRoutes.stored_response, OPENAI_RESPONSES),
-    InfoRoute("/v1/models", ("GET",), InfoRoutes.models, OPENAI_CHAT),
-    InfoRoute("/v1/models/{id}", ("GET",), InfoRoutes.model, OPENAI_CHAT),
-    InfoRoute("/v1/load_lora_adapter", ("POST",), InfoRoutes.load_lora, OPENAI_CHAT),
-    InfoRoute("/v1/unload_lora_adapter", ("POST",), InfoRoutes.unload_lora, OPENAI_CHAT),
-    InfoRoute("/tokenize", ("POST",), InfoRoutes.tokenize, OPENAI_CHAT),
-    InfoRoute("/detokenize", ("POST",), InfoRoutes.detokenize, OPENAI_CHAT),
-    InfoRoute("/health", ("GET",), InfoRoutes.health, OPENAI_CHAT),
-    InfoRoute("/metrics", ("GET",), InfoRoutes.metrics, OPENAI_CHAT),
-    *(route for version in ("v1beta", "v1") for route in (
-        InfoRoute(f"/{version}/models/{{model}}:countTokens", ("POST",),
-                  functools.partial(InfoRoutes.count_tokens, counter=GEMINI_COUNTER), GEMINI_GENERATE),
-        # /v1/models is OpenAI's too: a request with a Google API key gets Gemini's list
-        InfoRoute(f"/{version}/models", ("GET",), InfoRoutes.gemini_models, GEMINI_GENERATE,
-                  None if version == "v1beta" else gemini_key),
-        InfoRoute(f"/{version}/models/{{model}}", ("GET",), InfoRoutes.gemini_model, GEMINI_GENERATE,
-                  None if version == "v1beta" else gemini_key),
-        InfoRoute(f"/{version}/cachedContents", ("POST", "GET"), InfoRoutes.cached_contents, GEMINI_GENERATE),
-        InfoRoute(f"/{version}/cachedContents/{{id}}", ("GET", "DELETE"), InfoRoutes.cached_content,
-                  GEMINI_GENERATE))),
-    *(route for prefix in vertex_model_prefixes("google") for route in (
-        InfoRoute(f"{prefix}/{{model}}:countTokens", ("POST",),
-                  functools.partial(InfoRoutes.count_tokens, counter=VERTEX_COUNTER), VERTEX_GENERATE),
-        InfoRoute(f"{prefix}/{{model}}", ("GET",),
-                  functools.partial(InfoRoutes.gemini_model, prefix="publishers/google/models/"), VERTEX_GENERATE))),
-    *(InfoRoute(f"{prefix}/count-tokens:rawPredict", ("POST",),
-                functools.partial(InfoRoutes.count_tokens, counter=VERTEX_ANTHROPIC_COUNTER), VERTEX_ANTHROPIC)
-      for prefix in vertex_model_prefixes("anthropic")),
-    InfoRoute("/model/{model}/count-tokens", ("POST",),
-              functools.partial(InfoRoutes.count_tokens, counter=BEDROCK_COUNTER), BEDROCK_CONVERSE),
-    InfoRoute("/openai/models", ("GET",), InfoRoutes.models, AZURE_CHAT),
-    InfoRoute("/openai/v1/models", ("GET",), InfoRoutes.models, AZURE_V1_CHAT),
-    InfoRoute("/openai/v1/models/{id}", ("GET",), InfoRoutes.model, AZURE_V1_CHAT),
-)
-declare_routes_without_generation(template for template, *_ in INFO_ROUTES)  # only some fault kinds apply there
 DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in
 HTTP_ERROR_CODES = {
     400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "request_header_fields_too_large",

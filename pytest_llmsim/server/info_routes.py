@@ -15,6 +15,8 @@ from werkzeug.wrappers import Request, Response
 
 from ..api.base import TokenCounter
 from ..api.gemini import cached_content_resource, gemini_model_card, gemini_model_list, parse_cached_content
+from ..api.ollama import model_not_found as ollama_not_found
+from ..api.ollama import ollama_show, ollama_tags, ollama_version
 from ..api.openai_models import model_card, model_list, unknown_model
 from ..api.openai_responses import deleted_response, response_not_found
 from ..api.vllm_extras import (
@@ -121,6 +123,24 @@ class InfoRoutes:
             return self._error(request, match, SimError(404, f"CachedContent not found: {name}.", param="name",
                                                         code="not_found"))
         return json_response({} if request.method == "DELETE" else stored.body)
+
+    def ollama_tags(self, request: Request, match: RouteMatch) -> Response:
+        """``GET /api/tags`` and ``/api/ps``: every served model, as Ollama lists them."""
+        return json_response(ollama_tags(self.simulator.served_models(), self.simulator.config.max_model_len))
+
+    def ollama_show(self, request: Request, match: RouteMatch) -> Response:
+        try:
+            body, _ = read_json(request, self.simulator)
+            name = body.get("model") if isinstance(body, dict) else None
+            name = name.removesuffix(":latest") if isinstance(name, str) else None
+            if name is None or name not in self.simulator.served_models():
+                raise ollama_not_found(str(name))
+        except SimError as error:
+            return self._error(request, match, error)
+        return json_response(ollama_show(name, self.simulator.config.max_model_len))
+
+    def ollama_version(self, request: Request, match: RouteMatch) -> Response:
+        return json_response(ollama_version())
 
     def _card(self, name: str) -> dict[str, object]:
         config = self.simulator.config

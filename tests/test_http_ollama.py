@@ -1,0 +1,159 @@
+"""Ollama's native API through the official ``ollama`` client (sync, async, streaming, tools, formats)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import ollama
+import pytest
+
+from pytest_llmsim import FAULT_KINDS, LLMBackend, ToolCall
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
+ASK: Any = [{"role": "user", "content": "Say something short."}]
+TOOLS: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+_OPEN: list[ollama.Client] = []
+
+
+def client(backend: LLMBackend) -> ollama.Client:
+    made = ollama.Client(host=backend.root_url)
+    _OPEN.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """The ollama client keeps an httpx client open; close each one the test made."""
+    yield
+    while _OPEN:
+        _OPEN.pop()._client.close()
+
+
+def test_chat_reports_counts_and_simulated_durations(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.05, itl=0.01, speed=float("inf"))
+    llm_backend.reply_with("Hello from Ollama")
+    answer = client(llm_backend).chat(model="llama3:latest", messages=ASK, stream=False)
+    assert answer.message.content == "Hello from Ollama" and answer.done and answer.done_reason == "stop"
+    record = llm_backend.requests[-1]
+    assert (answer.prompt_eval_count, answer.eval_count) == (record.prompt_tokens, record.completion_tokens)
+    assert answer.prompt_eval_duration == pytest.approx(50_000_000, rel=0.01)  # ttft, in nanoseconds
+    assert answer.total_duration is not None and answer.prompt_eval_duration is not None
+    assert answer.eval_duration == answer.total_duration - answer.prompt_eval_duration
+    assert (record.api, record.model) == ("ollama.chat", "llama3")
+    limited = client(llm_backend).chat(model="llama3", messages=ASK, options={"num_predict": 3}, stream=False)
+    assert limited.done_reason == "length" and limited.eval_count == 3
+
+
+def test_streams_are_ndjson_by_default(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with("one two three", "four five")
+    parts = list(client(llm_backend).chat(model="llama3", messages=ASK, stream=True))
+    assert [part.done for part in parts][-1] is True and not any(part.done for part in parts[:-1])
+    assert "".join(part.message.content for part in parts) == "one two three"
+    with httpx.stream("POST", llm_backend.url_for("/api/generate"), json={"model": "llama3", "prompt": "hi"}) as raw:
+        assert raw.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in raw.iter_lines() if line]
+    assert "".join(line["response"] for line in lines) == "four five" and lines[-1]["done"] is True
+
+
+def test_generate_embed_and_the_model_routes(llm_backend: LLMBackend) -> None:
+    ol = client(llm_backend)
+    generated = ol.generate(model="llama3", prompt="Once upon", system="Be brief.", options={"num_predict": 4},
+                            stream=False)
+    assert generated.eval_count == 4 and llm_backend.requests[-1].api == "ollama.generate"
+    vectors = ol.embed(model="nomic-embed-text", input=["a", "b"])
+    assert len(vectors.embeddings) == 2 and llm_backend.requests[-1].api == "ollama.embed"
+    legacy = httpx.post(llm_backend.url_for("/api/embeddings"), json={"model": "m", "prompt": "a"}).json()
+    assert legacy["embedding"] == list(vectors.embeddings[0])
+    assert [m.model for m in ol.list().models] == ["llmsim:latest"]
+    assert "tools" in (ol.show("llmsim").capabilities or [])
+    assert ol.ps().models[0].model == "llmsim:latest"
+    assert httpx.get(llm_backend.url_for("/api/version")).json()["version"]
+
+
+def test_tools_and_structured_output(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with(ToolCall("get_weather", {"city": "Paris"}))
+    ol = client(llm_backend)
+    called = ol.chat(model="llama3", messages=ASK, tools=TOOLS, stream=False)
+    call = (called.message.tool_calls or [])[0]
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+    history = [*ASK, called.message, {"role": "tool", "content": "21 degrees"}]
+    assert ol.chat(model="llama3", messages=history, tools=TOOLS, stream=False).message.content
+    llm_backend.reply_with(ToolCall("get_weather", {"city": "Oslo"}))
+    streamed = [part for part in ol.chat(model="llama3", messages=ASK, tools=TOOLS, stream=True)
+                if part.message.tool_calls]
+    assert len(streamed) == 1 and (streamed[0].message.tool_calls or [])[0].function.arguments == {"city": "Oslo"}
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    shaped = ol.chat(model="llama3", messages=ASK, format=schema, stream=False)
+    assert isinstance(json.loads(shaped.message.content or "")["n"], int)
+    assert isinstance(json.loads(ol.chat(model="llama3", messages=ASK, format="json", stream=False).message.content
+                                 or ""), dict)
+
+
+def test_the_async_client(llm_backend: LLMBackend) -> None:
+    async def ask() -> str:
+        ol = ollama.AsyncClient(host=llm_backend.root_url)
+        try:
+            answer = await ol.chat(model="llama3", messages=ASK, stream=False)
+        finally:
+            await ol._client.aclose()
+        return answer.message.content or ""
+
+    llm_backend.reply_with("async answer")
+    assert asyncio.run(ask()) == "async answer"
+
+
+def test_errors_are_ollamas(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(strict_models=True)
+    with pytest.raises(ollama.ResponseError) as missing:
+        client(llm_backend).chat(model="nope", messages=ASK, stream=False)
+    assert missing.value.status_code == 404 and missing.value.error == "model 'nope' not found"
+    llm_backend.configure(strict_models=False)
+    llm_backend.add_fault("error_event", after_tokens=2, times=1, message="went wrong")
+    with pytest.raises(ollama.ResponseError, match="went wrong"):
+        list(client(llm_backend).chat(model="llama3", messages=ASK, stream=True))
+    llm_backend.add_fault("rate_limit", times=1)
+    with pytest.raises(ollama.ResponseError) as limited:
+        client(llm_backend).chat(model="llama3", messages=ASK, stream=False)
+    assert limited.value.status_code == 429
+
+
+@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind: str) -> None:
+    params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
+    llm_backend.add_fault(kind, times=2, **params)
+    for stream in (False, True):
+        try:
+            response = httpx.post(llm_backend.url_for("/api/chat"), timeout=5,
+                                  json={"model": "m", "messages": ASK, "stream": stream})
+            if response.status_code >= 400:
+                assert isinstance(response.json()["error"], str)
+        except httpx.HTTPError:
+            assert kind in ("drop", "drop_before_headers")
+    assert client(llm_backend).chat(model="m", messages=ASK, options={"num_predict": 2}, stream=False).eval_count == 2
+    llm_backend.check()
+
+
+@pytest.mark.parametrize(("path", "payload", "param"), [
+    ("/api/chat", {"messages": ASK}, "model"),
+    ("/api/chat", {"model": "m", "messages": "hi"}, "messages"),
+    ("/api/chat", {"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ("/api/chat", {"model": "m", "messages": ASK, "options": {"num_predict": 0}}, "options.num_predict"),
+    ("/api/chat", {"model": "m", "messages": ASK, "options": {"warp": 9}}, "options.warp"),
+    ("/api/chat", {"model": "m", "messages": ASK, "format": "yaml"}, "format"),
+    ("/api/chat", {"model": "m", "messages": ASK, "think": True}, "think"),
+    ("/api/chat", {"model": "m", "messages": ASK, "bogus": 1}, "bogus"),
+    ("/api/generate", {"model": "m", "prompt": 3}, "prompt"),
+    ("/api/embed", {"model": "m", "input": []}, "input"),
+])
+def test_bad_input_is_ollamas_error_naming_the_field(llm_backend: LLMBackend, path: str, payload: Any,
+                                                     param: str) -> None:
+    response = httpx.post(llm_backend.url_for(path), json=payload)
+    assert response.status_code == 400 and isinstance(response.json()["error"], str)
+    assert llm_backend.requests[-1].error is not None and llm_backend.requests[-1].error["param"] == param
