@@ -17,7 +17,8 @@ function awsEventType(headers) {
   return null;
 }
 
-// framing "sse" (data: events), "aws-eventstream" (Bedrock's binary frames) or "json-array" (Gemini's streamGenerateContent without alt=sse: one
+// framing "sse" (data: events), "aws-eventstream" (Bedrock's binary frames) or "json-array" (an object per
+// line: Gemini's JSON array without alt=sse, and Ollama's NDJSON) (Gemini's streamGenerateContent without alt=sse: one
 // JSON array, an element per line).
 export function streamArrivals(target, agent, body, hasText, framing = "sse") {
   return new Promise((resolve, reject) => {

@@ -1,7 +1,7 @@
 // Streaming load client for the timing-fidelity benchmark (runs in its own process).
 // Opens N streams at once and records when each content event arrives.
 // Usage: node stream_client.mjs ROOT_URL STREAMS MAX_TOKENS
-//   [chat|messages|responses|gemini|gemini-array|bedrock|azure|vertex-claude|cohere]
+//   [chat|messages|responses|gemini|gemini-array|bedrock|azure|vertex-claude|cohere|ollama]
 import http from "node:http";
 
 import { streamArrivals } from "./sse_request.mjs";
@@ -27,6 +27,9 @@ const APIS = {
   azure: ["/openai/deployments/llmsim/chat/completions?api-version=2024-10-21",
           { max_tokens: maxTokens, stream: true, messages: [{ role: "user", content: prompt }] },
           (e) => e.choices && e.choices[0] && e.choices[0].delta && e.choices[0].delta.content],
+  ollama: ["/api/chat", { model: "llmsim", stream: true, options: { num_predict: maxTokens },
+                         messages: [{ role: "user", content: prompt }] },
+           (e) => !e.done && e.message && e.message.content, "json-array"],
   cohere: ["/v2/chat", { model: "llmsim", max_tokens: maxTokens, stream: true,
                         messages: [{ role: "user", content: prompt }] },
            (e) => e.type === "content-delta" && e.delta.message.content.text],

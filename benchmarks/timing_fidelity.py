@@ -7,7 +7,7 @@ median TTFT and median inter-chunk gap against the setting, and the 99th
 percentile gap as a multiple of itl.
 
     python benchmarks/timing_fidelity.py [--streams 64 256] [--repeats 3]
-        [--apis chat messages responses gemini gemini-array bedrock azure vertex-claude cohere]
+        [--apis chat messages responses gemini gemini-array bedrock azure vertex-claude cohere ollama]
         [--base REV]
 
 With ``--base REV`` a second server runs that git revision (a temporary
@@ -52,10 +52,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--apis", nargs="+", default=["chat"],
                         choices=["chat", "messages", "responses", "gemini", "gemini-array", "bedrock", "azure",
-                                 "vertex-claude", "cohere"],
+                                 "vertex-claude", "cohere", "ollama"],
                         help="Wire APIs to stream through (OpenAI chat, Anthropic Messages, OpenAI Responses, "
                              "Gemini over SSE and as a JSON array, Bedrock ConverseStream, Azure chat, Claude on "
-                             "Vertex, Cohere v2 chat)")
+                             "Vertex, Cohere v2 chat, Ollama)")
     parser.add_argument("--base", help="also measure llmsim serve at this git revision (A/B in one run)")
     args = parser.parse_args()
     flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", "256", "--speed", "1",

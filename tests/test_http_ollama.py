@@ -157,3 +157,18 @@ def test_bad_input_is_ollamas_error_naming_the_field(llm_backend: LLMBackend, pa
     response = httpx.post(llm_backend.url_for(path), json=payload)
     assert response.status_code == 400 and isinstance(response.json()["error"], str)
     assert llm_backend.requests[-1].error is not None and llm_backend.requests[-1].error["param"] == param
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # LiteLLM's own event loops
+def test_litellm_ollama_chat_route(llm_backend: LLMBackend) -> None:
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    litellm = pytest.importorskip("litellm")
+    answer = litellm.completion(model="ollama_chat/llama3", messages=ASK, api_base=llm_backend.root_url, max_tokens=4)
+    assert answer.usage.completion_tokens == 4
+    sent = llm_backend.requests[-1]
+    assert (sent.api, sent.path, sent.body["options"]["num_predict"]) == ("ollama.chat", "/api/chat", 4)
+    chunks = litellm.completion(model="ollama_chat/llama3", messages=ASK, api_base=llm_backend.root_url,
+                                max_tokens=4, stream=True)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
