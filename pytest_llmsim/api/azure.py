@@ -23,14 +23,12 @@ Any key (``api-key`` or ``Authorization: Bearer``) is accepted.
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, RateLimitStatus, SimError
 from ..sim.ratelimit import openai_rate_limit_headers
-from .base import NO_TARGET, RequestTarget, StreamRenderer, WireAPI
+from .base import NO_TARGET, RequestTarget, StreamRenderer, WireAPI, request_uuid
 from .openai_chat import OPENAI_CHAT
 from .openai_common import openai_error_body, sse
 from .openai_completions import OPENAI_COMPLETIONS
@@ -46,18 +44,12 @@ __all__ = ["AZURE_CHAT", "AZURE_COMPLETIONS", "AZURE_EMBEDDINGS", "AZURE_RESPONS
 API_VERSION = re.compile(r"(\d{4}-\d{2}-\d{2}(-preview)?|v1|latest|preview)\Z")
 NOT_FILTERED = {"filtered": False, "severity": "safe"}
 CONTENT_FILTER_RESULTS = {kind: NOT_FILTERED for kind in ("hate", "self_harm", "sexual", "violence")}
-_APIM = os.urandom(4).hex()
 
 
 def api_version_known(query: Any) -> bool:
     """Whether ``?api-version=`` names a version Azure serves (a date, ``-preview``, or ``v1``/``latest``)."""
     version = query.get("api-version")
     return isinstance(version, str) and API_VERSION.match(version) is not None
-
-
-def _request_id() -> str:
-    stamp = f"{_APIM}{time.monotonic_ns():024x}"[-32:]
-    return f"{stamp[:8]}-{stamp[8:12]}-{stamp[12:16]}-{stamp[16:20]}-{stamp[20:]}"
 
 
 class AzureOpenAI:
@@ -104,10 +96,10 @@ class AzureOpenAI:
 
     def answer_headers(self) -> dict[str, str]:
         """Headers every successful answer carries."""
-        return {"apim-request-id": _request_id()}
+        return {"apim-request-id": request_uuid()}
 
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
-        headers = {**error.headers, "apim-request-id": _request_id()}
+        headers = {**error.headers, "apim-request-id": request_uuid()}
         if error.rate_limit is not None:
             headers.update(self.rate_limit_headers(error.rate_limit))
         if error.status == 404 and error.code == "404":

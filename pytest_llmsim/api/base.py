@@ -10,6 +10,7 @@ here and its lines in the route table.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,8 +20,26 @@ from ..sim import GenerationRequest, RateLimitStatus, SimError
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["NO_TARGET", "PIECE_MARK", "ContentFiltered", "RequestTarget", "StreamRenderer", "TokenCounter",
-           "WireAPI"]
+__all__ = [
+    "NO_TARGET",
+    "PIECE_MARK",
+    "ContentFiltered",
+    "RequestTarget",
+    "StreamRenderer",
+    "TokenCounter",
+    "WireAPI",
+    "request_uuid",
+]
+
+_ID_PREFIX = os.urandom(4).hex()
+
+
+def request_uuid() -> str:
+    """A request id in a UUID's shape, unique per process (the ``x-amzn-RequestId``, ``apim-request-id`` a
+    cloud API puts on its answers)."""
+    stamp = f"{_ID_PREFIX}{time.monotonic_ns():024x}"[-32:]
+    return f"{stamp[:8]}-{stamp[8:12]}-{stamp[12:16]}-{stamp[16:20]}-{stamp[20:]}"
+
 
 #: Where a token's text goes in a stream event's cached template. Random per process: a client
 #: cannot put it in a string the event also carries (a model name), which would split the template.

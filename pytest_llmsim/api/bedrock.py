@@ -23,14 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
-import time
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, RateLimitStatus, SimError, invalid
 from . import aws_eventstream
 from .anthropic_messages import ANTHROPIC_MESSAGES, MessagesStream, parse_messages, usage
-from .base import NO_TARGET, RequestTarget
+from .base import NO_TARGET, RequestTarget, request_uuid
 from .bedrock_fields import parse_converse
 from .validation import expect_object
 
@@ -48,15 +46,6 @@ ERROR_TYPES = {400: "ValidationException", 401: "AccessDeniedException", 403: "A
 # The same, as a stream's exception names (lower camel case, as ConverseStream's members are)
 STREAM_EXCEPTIONS = {400: "validationException", 429: "throttlingException", 503: "serviceUnavailableException"}
 STOP_REASONS = {"length": "max_tokens", "content_filter": "content_filtered", "prompt_filter": "content_filtered"}
-_ID = os.urandom(4).hex()
-
-
-def request_id() -> str:
-    """A fresh ``x-amzn-RequestId`` (a UUID's shape)."""
-    stamp = f"{_ID}{time.monotonic_ns():024x}"[-32:]
-    return f"{stamp[:8]}-{stamp[8:12]}-{stamp[12:16]}-{stamp[16:20]}-{stamp[20:]}"
-
-
 class BedrockErrors:
     """``x-amzn-ErrorType`` and ``{"message"}``; ``x-amz-retry-after`` on a throttle; a request id always."""
 
@@ -70,7 +59,7 @@ class BedrockErrors:
 
     def answer_headers(self) -> dict[str, str]:
         """Headers every successful answer carries."""
-        return {"x-amzn-RequestId": request_id()}
+        return {"x-amzn-RequestId": request_uuid()}
 
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
         kind = ERROR_TYPES.get(error.status, "InternalServerException" if error.status >= 500
@@ -78,7 +67,7 @@ class BedrockErrors:
         headers = {name: value for name, value in error.headers.items()
                    if name.lower() not in ("retry-after", "retry-after-ms")}
         headers.update({"x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/",
-                        "x-amzn-RequestId": request_id()})
+                        "x-amzn-RequestId": request_uuid()})
         delay = _retry_after_ms(error)
         if delay is not None:
             headers["x-amz-retry-after"] = str(delay)

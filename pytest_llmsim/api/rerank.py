@@ -88,16 +88,19 @@ def _rerank_request(body: Any, objects: bool, known: tuple[str, ...]) -> Generat
                              wire={"top_n": top_n, "documents": documents, "return_documents": return_documents})
 
 
-def _relevance(generation: Generation) -> list[float]:
-    """Each document's score: its vector's cosine with the query's (both unit length), floored at 0."""
-    query, *documents = generation.embeddings()
-    return [round(max(0.0, sum(a * b for a, b in zip(query, vector))), 6) for vector in documents]
+def _score(first: list[float], second: list[float]) -> float:
+    """Two texts' relevance: their unit vectors' cosine, floored at 0."""
+    return round(max(0.0, sum(a * b for a, b in zip(first, second))), 6)
 
 
-def _ranked(generation: Generation) -> list[tuple[int, float]]:
-    scores = _relevance(generation)
-    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return [(i, scores[i]) for i in order[:generation.request.wire["top_n"]]]
+def _results(generation: Generation) -> list[dict[str, Any]]:
+    """The ``top_n`` documents, best first: ``index``, ``relevance_score`` (and ``document``, when asked)."""
+    query, *vectors = generation.embeddings()
+    scores = [_score(query, vector) for vector in vectors]
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:generation.request.wire["top_n"]]
+    wire = generation.request.wire
+    return [{"index": i, "relevance_score": scores[i],
+             **({"document": {"text": wire["documents"][i]}} if wire["return_documents"] else {})} for i in order]
 
 
 class CohereErrors:
@@ -121,11 +124,7 @@ class CohereRerank(CohereErrors):
                                              "return_documents"))
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
-        results: list[dict[str, Any]] = [{"index": i, "relevance_score": score} for i, score in _ranked(generation)]
-        if generation.request.wire["return_documents"]:
-            for result in results:
-                result["document"] = {"text": generation.request.wire["documents"][result["index"]]}
-        return {"id": response_id, "results": results,
+        return {"id": response_id, "results": _results(generation),
                 "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}}
 
     def stream(self, generation: Generation, response_id: str) -> Any:
@@ -143,14 +142,7 @@ class VLLMRerank(OpenAIErrors):
                                             "max_tokens_per_doc"))
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
-        documents = generation.request.wire["documents"]
-        results: list[dict[str, Any]] = []
-        for index, score in _ranked(generation):
-            result: dict[str, Any] = {"index": index, "relevance_score": score}
-            if generation.request.wire["return_documents"]:
-                result["document"] = {"text": documents[index]}
-            results.append(result)
-        return {"id": response_id, "model": generation.request.model, "results": results,
+        return {"id": response_id, "model": generation.request.model, "results": _results(generation),
                 "usage": {"total_tokens": generation.prompt_tokens}}
 
     def stream(self, generation: Generation, response_id: str) -> Any:
@@ -186,8 +178,7 @@ class VLLMScore(OpenAIErrors):
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         vectors = generation.embeddings()
         offset = generation.request.wire["first"]
-        data = [{"index": n, "object": "score",
-                 "score": round(max(0.0, sum(a * b for a, b in zip(vectors[i], vectors[offset + j]))), 6)}
+        data = [{"index": n, "object": "score", "score": _score(vectors[i], vectors[offset + j])}
                 for n, (i, j) in enumerate(generation.request.wire["pairs"])]
         return {"id": response_id, "object": "list", "created": int(time.time()), "model": generation.request.model,
                 "data": data, "usage": {"prompt_tokens": generation.prompt_tokens,

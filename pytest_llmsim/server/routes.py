@@ -21,7 +21,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from ..api.base import RequestTarget, WireAPI
+from ..api.base import NO_TARGET, RequestTarget, WireAPI
 
 __all__ = ["Route", "RouteMatch", "RouteTable", "request_target"]
 
@@ -145,5 +145,7 @@ class RouteTable:
 def request_target(environ: dict[str, Any], params: Mapping[str, str]) -> RequestTarget:
     """What an adapter's ``parse`` reads besides the body: the path parameters and the query."""
     query_string = environ.get("QUERY_STRING")
+    if not query_string and not params:
+        return NO_TARGET  # the usual request: nothing to read from the URL, nothing to build
     query = dict(urllib.parse.parse_qsl(query_string, keep_blank_values=True)) if query_string else {}
     return RequestTarget(params, query)
