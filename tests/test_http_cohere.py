@@ -139,6 +139,7 @@ def test_bad_chat_input_names_the_field(llm_backend: LLMBackend, payload: Any, p
     ({"model": "e", "texts": [], "input_type": "search_query"}, "texts"),
     ({"model": "e", "texts": ["a"]}, "input_type"),
     ({"model": "e", "texts": ["a"], "input_type": "search_query", "embedding_types": ["binary"]}, "embedding_types"),
+    ({"model": "e", "texts": ["a"], "input_type": "search_query", "images": ["data:"]}, "images"),
 ])
 def test_bad_embed_input_names_the_field(llm_backend: LLMBackend, payload: Any, param: str) -> None:
     response = httpx.post(llm_backend.url_for("/v2/embed"), json=payload)

@@ -149,6 +149,8 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
     ("/api/chat", {"model": "m", "messages": ASK, "format": "yaml"}, "format"),
     ("/api/chat", {"model": "m", "messages": ASK, "think": True}, "think"),
     ("/api/chat", {"model": "m", "messages": ASK, "bogus": 1}, "bogus"),
+    ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "x", "mood": "sunny"}]},
+     "messages[0].mood"),
     ("/api/generate", {"model": "m", "prompt": 3}, "prompt"),
     ("/api/embed", {"model": "m", "input": []}, "input"),
 ])

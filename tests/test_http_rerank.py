@@ -113,6 +113,7 @@ BAD: list[tuple[str, Any, str]] = [
     ("/v1/rerank", {"model": "m", "query": QUERY, "documents": DOCS, "return_documents": "yes"}, "return_documents"),
     ("/score", {"model": "m", "text_1": ["a", "b"], "text_2": ["c"]}, "text_2"),
     ("/score", {"model": "m", "text_1": "", "text_2": "c"}, "text_1"),
+    ("/score", {"model": "m", "text_1": "a", "text_2": "c", "truncate_prompt_tokens": 5}, "truncate_prompt_tokens"),
 ]
 
 

@@ -4,6 +4,7 @@ text-embedding ``:predict``, and Claude through ``anthropic.AnthropicVertex``; n
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import google.oauth2.credentials
@@ -12,7 +13,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from pytest_llmsim import LLMBackend, ToolCall
+from pytest_llmsim import FAULT_KINDS, LLMBackend, ToolCall
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 MODEL = "gemini-2.5-flash"
@@ -119,6 +120,11 @@ def test_vertex_bad_input_and_strict_models(llm_backend: LLMBackend, vertex: gen
     assert bad.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "contents[0].parts[0].text"
     predict = llm_backend.url_for("/v1/publishers/google/models/text-embedding-004:predict")
     assert httpx.post(predict, json={"instances": [{"content": 3}]}).json()["error"]["code"] == 400
+    for payload, field in (({"instances": [{"content": "a", "mood": 1}]}, "instances[0].mood"),
+                           ({"instances": [{"content": "a"}], "parameters": {"warp": 1}}, "parameters.warp")):
+        refused = httpx.post(predict, json=payload).json()["error"]
+        assert refused["status"] == "INVALID_ARGUMENT"
+        assert refused["details"][0]["fieldViolations"][0]["field"] == field
     llm_backend.configure(strict_models=True)
     with pytest.raises(errors.ClientError) as raised:
         vertex.models.generate_content(model="gemini-nope", contents="hi")
@@ -136,3 +142,29 @@ def test_claude_on_vertex_drop_mid_stream(llm_backend: LLMBackend, claude: anthr
             model=CLAUDE, max_tokens=8, messages=MESSAGES) as stream:
         for _ in stream.text_stream:
             pass
+
+
+@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+def test_every_fault_kind_answers_in_each_vertex_surfaces_shape(llm_backend: LLMBackend, kind: str) -> None:
+    params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
+    llm_backend.add_fault(kind, times=4, **params)
+    gemini = f"/v1/projects/p/locations/l/publishers/google/models/{MODEL}:generateContent"
+    claude = f"/v1/projects/p/locations/l/publishers/anthropic/models/{CLAUDE}:rawPredict"
+    for path, body in ((gemini, {"contents": [{"parts": [{"text": "hi"}]}]}),
+                       (gemini.replace(":generateContent", ":streamGenerateContent?alt=sse"),
+                        {"contents": [{"parts": [{"text": "hi"}]}]}),
+                       (claude, {"anthropic_version": "vertex-2023-10-16", "max_tokens": 4, "messages": MESSAGES}),
+                       (claude.replace(":rawPredict", ":streamRawPredict"),
+                        {"anthropic_version": "vertex-2023-10-16", "max_tokens": 4, "messages": MESSAGES})):
+        try:
+            response = httpx.post(llm_backend.url_for(path), json=body, timeout=5)
+            if response.status_code >= 400:
+                error = response.json()
+                if "anthropic" in path:
+                    assert error["type"] == "error" and error["error"]["message"]
+                else:
+                    assert error["error"]["code"] == response.status_code and error["error"]["status"]
+        except httpx.HTTPError:
+            assert kind in ("drop", "drop_before_headers")
+    assert llm_backend.metrics.faults.get(kind) == 4
+    llm_backend.check()

@@ -41,6 +41,7 @@ REFUSED_CHAT = ("documents", "citation_options", "logprobs")
 FINISH = {"length": "MAX_TOKENS"}
 INPUT_TYPES = ("search_document", "search_query", "classification", "clustering")
 EMBEDDING_TYPES = ("float", "int8", "uint8", "base64")
+EMBED_FIELDS = ("model", "texts", "input_type", "embedding_types", "output_dimension", "truncate", "max_tokens")
 
 
 def _content(value: Any, param: str) -> str:
@@ -229,6 +230,10 @@ class CohereEmbed(CohereErrors):
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         body = expect_object(body)
+        unknown = sorted(set(body) - set(EMBED_FIELDS))
+        if unknown:
+            raise invalid(f"invalid request: unknown field {unknown[0]!r} (images and inputs are not simulated).",
+                          unknown[0], "unknown_field")
         texts = body.get("texts")
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
             raise invalid("invalid request: texts must be a non-empty list of non-empty strings.", "texts",

@@ -108,6 +108,13 @@ def parse_chat(body: Any) -> GenerationRequest:
         if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "tool"):
             raise invalid(f"messages[{i}].role must be system, user, assistant or tool", f"messages[{i}].role",
                           "invalid_value")
+        unknown = sorted(set(message) - {"role", "content", "images", "tool_calls", "tool_name", "thinking"})
+        if unknown:
+            raise invalid(f"messages[{i}]: unknown field {unknown[0]!r}", f"messages[{i}].{unknown[0]}",
+                          "unknown_field")
+        if message.get("thinking"):
+            raise invalid(f"messages[{i}].thinking: thinking is not simulated by pytest-llmsim",
+                          f"messages[{i}].thinking", "unsupported_value")
         if message.get("images"):
             raise invalid(f"messages[{i}].images: images are not simulated by pytest-llmsim",
                           f"messages[{i}].images", "unsupported_value")

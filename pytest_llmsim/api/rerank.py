@@ -166,6 +166,10 @@ class VLLMScore(OpenAIErrors):
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         body = expect_object(body)
+        unknown = sorted(set(body) - {"model", "text_1", "text_2", "user"})
+        if unknown:
+            raise invalid(f"Unrecognized request argument: {unknown[0]!r} (pytest-llmsim reads model, text_1, "
+                          f"text_2, user).", unknown[0], "unknown_parameter")
         first, second = _texts(body.get("text_1"), "text_1"), _texts(body.get("text_2"), "text_2")
         if len(first) > 1 and len(first) != len(second):
             raise invalid("text_1 and text_2 must have the same length when both are lists.", "text_2",

@@ -90,6 +90,10 @@ class VertexPredictEmbed(GeminiErrors):
                           "instances", "invalid_value")
         texts: list[str | list[int]] = []
         for i, instance in enumerate(instances):
+            unknown = sorted(set(instance) - {"content", "task_type", "title"}) if isinstance(instance, dict) else []
+            if unknown:
+                raise invalid(f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at 'instances[{i}]'.",
+                              f"instances[{i}].{unknown[0]}", "unknown_field")
             content = instance.get("content") if isinstance(instance, dict) else None
             if not isinstance(content, str) or not content:
                 raise invalid(f"Invalid value at 'instances[{i}].content': expected a non-empty string, got "
@@ -98,6 +102,10 @@ class VertexPredictEmbed(GeminiErrors):
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise invalid("Invalid value at 'parameters': expected an object.", "parameters", "invalid_type")
+        unknown = sorted(set(parameters) - {"outputDimensionality", "autoTruncate"})
+        if unknown:
+            raise invalid(f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at 'parameters'.",
+                          f"parameters.{unknown[0]}", "unknown_field")
         dimensions = parameters.get("outputDimensionality")
         if dimensions is not None and (not is_int(dimensions) or dimensions < 1):
             raise invalid("Invalid value at 'parameters.outputDimensionality': expected a positive integer.",
