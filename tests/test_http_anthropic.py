@@ -187,6 +187,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
             assert kind in ("drop", "drop_before_headers")
     healthy = client(llm_backend).messages.create(model="m", max_tokens=2, messages=MESSAGES)
     assert healthy.usage.output_tokens == 2
+    assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 1
     llm_backend.check()
 

@@ -231,6 +231,7 @@ def test_every_fault_kind_answers_in_bedrocks_shape(llm_backend: LLMBackend, bed
             assert kind in ("drop", "drop_before_headers")
     assert bedrock.converse(modelId=MODEL, messages=MESSAGES, inferenceConfig={"maxTokens": 2})["usage"][
         "outputTokens"] == 2
+    assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 2
     llm_backend.check()
 

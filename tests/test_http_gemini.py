@@ -218,6 +218,7 @@ def test_every_fault_kind_answers_in_geminis_shape(llm_backend: LLMBackend, gemi
     healthy = gemini.models.generate_content(model=MODEL, contents="hi",
                                              config=types.GenerateContentConfig(max_output_tokens=2))
     assert healthy.usage_metadata is not None and healthy.usage_metadata.candidates_token_count == 2
+    assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 2
     llm_backend.check()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -73,7 +74,7 @@ def test_generate_embed_and_the_model_routes(llm_backend: LLMBackend) -> None:
     assert legacy["embedding"] == list(vectors.embeddings[0])
     assert [m.model for m in ol.list().models] == ["llmsim:latest"]
     assert "tools" in (ol.show("llmsim").capabilities or [])
-    assert ol.ps().models[0].model == "llmsim:latest"
+    assert sorted(m.model for m in ol.ps().models) == ["llama3:latest", "m:latest", "nomic-embed-text:latest"]
     assert httpx.get(llm_backend.url_for("/api/version")).json()["version"]
 
 
@@ -174,3 +175,55 @@ def test_litellm_ollama_chat_route(llm_backend: LLMBackend) -> None:
     chunks = litellm.completion(model="ollama_chat/llama3", messages=ASK, api_base=llm_backend.root_url,
                                 max_tokens=4, stream=True)
     assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+
+
+def test_a_cold_model_loads_once_and_stays_loaded_for_its_keep_alive(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ollama_load_seconds=2.0, ttft=0.01, speed=float("inf"))
+    ol = client(llm_backend)
+    cold = ol.chat(model="llama3", messages=ASK, stream=False)
+    assert cold.load_duration == 2_000_000_000
+    assert cold.total_duration == cold.load_duration + cold.prompt_eval_duration + cold.eval_duration
+    record = llm_backend.requests[-1]
+    assert record.load_time == 2.0 and record.ttft == pytest.approx(2.01) and record.queue_time == 0
+    warm = ol.chat(model="llama3", messages=ASK, stream=False, keep_alive=0)  # unloaded when it ends
+    assert warm.load_duration == 0 and llm_backend.requests[-1].load_time is None
+    assert ol.ps().models == []
+    again = ol.generate(model="llama3", prompt="hi", stream=False, keep_alive="1h30m")
+    assert again.load_duration == 2_000_000_000
+    (loaded,) = ol.ps().models
+    assert loaded.model == "llama3:latest" and loaded.expires_at is not None
+    other = ol.embed(model="nomic-embed-text", input="a")
+    assert other.load_duration == 2_000_000_000  # each model loads on its own
+    assert ol.chat(model="llama3", messages=ASK, stream=False).load_duration == 0
+    assert llm_backend.metrics.ttft.max == pytest.approx(2.01)  # the metrics see the wait too
+
+
+def test_requests_that_arrive_while_a_model_loads_wait_for_the_same_load(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ollama_load_seconds=1.0, speed=20.0)  # 50 ms of wall time
+    url = llm_backend.url_for("/api/chat")
+
+    def ask(_: int) -> float:
+        answer = httpx.post(url, json={"model": "llama3", "messages": ASK, "stream": False}, timeout=10).json()
+        return float(answer["load_duration"]) / 1e9
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = sorted(pool.map(ask, range(2)), reverse=True)
+    assert first == pytest.approx(1.0, abs=1e-6)
+    assert second < first  # the model loaded once: the later request waited for what was left of it
+
+
+def test_a_load_is_cut_short_by_a_client_that_gives_up(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ollama_load_seconds=60.0, speed=100.0)  # 0.6 s of wall time
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(llm_backend.url_for("/api/chat"), json={"model": "llama3", "messages": ASK}, timeout=0.1)
+    assert llm_backend.wait_idle(timeout=5)
+    (record,) = llm_backend.requests
+    assert record.status == 499 and record.cancelled
+
+
+@pytest.mark.parametrize("keep_alive", ["5 minutes", "m", "-", True, [], {}, "1x"])
+def test_a_keep_alive_that_is_not_a_duration_is_refused(llm_backend: LLMBackend, keep_alive: Any) -> None:
+    body = {"model": "m", "messages": ASK, "keep_alive": keep_alive}
+    answer = httpx.post(llm_backend.url_for("/api/chat"), json=body)
+    message = answer.json()["error"]
+    assert answer.status_code == 400 and ("keep_alive" in message or "invalid duration" in message)

@@ -163,6 +163,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
     except httpx.HTTPError:
         assert kind in ("drop", "drop_before_headers")
     assert sdk(llm_backend).responses.create(model="m", input="hi").status == "completed"
+    assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 1
     llm_backend.check()
 

@@ -5,7 +5,9 @@ answers one object): an object per token with ``done: false``, then the
 final one with ``done: true``, ``done_reason`` and the timings in
 nanoseconds, derived from the simulated ones (``total_duration`` arrival to
 the last token, ``prompt_eval_duration`` to the first, ``eval_duration``
-the rest, ``load_duration`` 0). A tool call goes out whole in one object, as
+the rest, ``load_duration`` the wait for the model to load: ``ollama_load_seconds``
+on a model's first request and on the first after its ``keep_alive`` ran out,
+default 5 minutes; ``/api/ps`` lists the models loaded). A tool call goes out whole in one object, as
 Ollama streams calls. Errors are ``{"error": "..."}`` with the status (404
 ``model 'x' not found`` under ``strict_models``); a mid-stream error is an
 ``{"error"}`` line, which the ``ollama`` client raises.
@@ -14,7 +16,9 @@ Ollama streams calls. Errors are ``{"error": "..."}`` with the status (404
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+import math
+import re
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
@@ -25,8 +29,8 @@ from .validation import describe, expect_object, is_int
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["OLLAMA_CHAT", "OLLAMA_EMBED", "OLLAMA_EMBEDDINGS", "OLLAMA_GENERATE", "model_not_found", "ollama_model",
-           "ollama_show", "ollama_tags", "ollama_version"]
+__all__ = ["OLLAMA_CHAT", "OLLAMA_EMBED", "OLLAMA_EMBEDDINGS", "OLLAMA_GENERATE", "keep_alive_seconds",
+           "model_not_found", "ollama_model", "ollama_ps", "ollama_show", "ollama_tags", "ollama_version"]
 
 NDJSON = "application/x-ndjson"
 OPTIONS = ("num_predict", "stop", "seed", "num_ctx", "temperature", "top_p", "top_k", "min_p", "repeat_penalty",
@@ -37,6 +41,9 @@ CHAT_FIELDS = ("model", "messages", "tools", "format", "options", "stream", "kee
 GENERATE_FIELDS = ("model", "prompt", "suffix", "system", "template", "context", "raw", "format", "options",
                    "stream", "keep_alive", "images", "think")
 VERSION = "0.12.0"
+DEFAULT_KEEP_ALIVE = 300.0  # Ollama's default, 5m
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def _now() -> str:
@@ -90,6 +97,30 @@ def _format(body: dict[str, Any]) -> Any:
     raise invalid(f"format must be 'json' or a JSON Schema, not {describe(value)}", "format", "invalid_value")
 
 
+def keep_alive_seconds(body: dict[str, Any]) -> float:
+    """``keep_alive``: seconds (a number) or a Go duration (``"5m"``, ``"1h30m"``); negative keeps the model
+    loaded for ever, 0 unloads it when the request ends. Absent: 5 minutes."""
+    value = body.get("keep_alive")
+    if value is None:
+        return DEFAULT_KEEP_ALIVE
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        seconds = float(value)
+    elif isinstance(value, str) and value:
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        text = text.lstrip("+-")
+        parts = _DURATION_PART.findall(text)
+        if text == "0":
+            parts = [("0", "s")]
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            raise invalid(f"time: invalid duration {value!r}", "keep_alive", "invalid_value")
+        seconds = sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    else:
+        raise invalid(f"keep_alive must be a number of seconds or a duration such as '5m', not {describe(value)}",
+                      "keep_alive", "invalid_type")
+    return math.inf if seconds < 0 else seconds
+
+
 def _no_thinking(body: dict[str, Any]) -> None:
     if body.get("think") not in (None, False):
         raise invalid("think is not simulated by pytest-llmsim (no thinking content is generated)", "think",
@@ -132,7 +163,8 @@ def parse_chat(body: Any) -> GenerationRequest:
                              include_usage=True, max_tokens=max_tokens, max_tokens_param="options.num_predict",
                              n=1, stops=stops, seed=seed, messages=parsed,
                              tools_text=json.dumps(tools) if tools else "",
-                             tool_use=openai_tool_use({"tools": tools}, flat=False), output_format=_format(body))
+                             tool_use=openai_tool_use({"tools": tools}, flat=False), output_format=_format(body),
+                             keep_alive=keep_alive_seconds(body))
 
 
 def parse_generate(body: Any) -> GenerationRequest:
@@ -151,16 +183,18 @@ def parse_generate(body: Any) -> GenerationRequest:
     return GenerationRequest(kind="chat", model=_model(body), stream=body.get("stream", True) is not False,
                              include_usage=True, max_tokens=max_tokens, max_tokens_param="options.num_predict",
                              n=1, stops=stops, seed=seed, messages=messages, prompt_param="prompt",
-                             output_format=_format(body), wire={"generate": True})
+                             output_format=_format(body), wire={"generate": True},
+                             keep_alive=keep_alive_seconds(body))
 
 
 def _durations(generation: Generation) -> dict[str, int]:
     seq = generation.sequences[0]
     first = seq.first_token_at if seq.first_token_at is not None else seq.finished_at
     end = seq.finished_at if seq.finished_at is not None else first
+    load = round(generation.load_time * 1e9)
     if first is None or end is None or seq.arrival != seq.arrival:  # NaN: never ran
-        return {"total_duration": 0, "load_duration": 0, "prompt_eval_duration": 0, "eval_duration": 0}
-    return {"total_duration": round((end - seq.arrival) * 1e9), "load_duration": 0,
+        return {"total_duration": load, "load_duration": load, "prompt_eval_duration": 0, "eval_duration": 0}
+    return {"total_duration": load + round((end - seq.arrival) * 1e9), "load_duration": load,
             "prompt_eval_duration": round((first - seq.arrival) * 1e9), "eval_duration": round((end - first) * 1e9)}
 
 
@@ -288,7 +322,8 @@ class OllamaEmbed(OllamaErrors):
         texts: list[str | list[int]] = list(inputs)
         return GenerationRequest(kind="embedding", model=_model(body), stream=False, include_usage=False,
                                  max_tokens=0, n=1, stops=[], seed=None, prompts=texts, dimensions=dimensions,
-                                 prompt_param="prompt" if self.legacy else "input")
+                                 prompt_param="prompt" if self.legacy else "input",
+                                 keep_alive=keep_alive_seconds(body))
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         vectors = generation.embeddings()
@@ -296,7 +331,7 @@ class OllamaEmbed(OllamaErrors):
             return {"embedding": vectors[0]}
         durations = _durations(generation)
         return {"model": generation.request.model, "embeddings": vectors,
-                "total_duration": durations["total_duration"], "load_duration": 0,
+                "total_duration": durations["total_duration"], "load_duration": durations["load_duration"],
                 "prompt_eval_count": generation.prompt_tokens}
 
     def stream(self, generation: Generation, response_id: str) -> Any:
@@ -313,6 +348,18 @@ def ollama_model(name: str, max_model_len: int) -> dict[str, Any]:
 
 def ollama_tags(names: list[str], max_model_len: int) -> dict[str, Any]:
     return {"models": [ollama_model(name, max_model_len) for name in names]}
+
+
+def ollama_ps(loaded: list[tuple[str, float]], max_model_len: int) -> dict[str, Any]:
+    """``/api/ps``: the models loaded, each with the wall seconds until it is unloaded (infinite: never)."""
+    now = datetime.now(timezone.utc)
+    models = []
+    for name, seconds_left in loaded:
+        expires = datetime(2318, 1, 1, tzinfo=timezone.utc) if math.isinf(seconds_left) else \
+            now + timedelta(seconds=seconds_left)
+        models.append({**ollama_model(name, max_model_len), "expires_at": expires.isoformat().replace("+00:00", "Z"),
+                       "size_vram": 1})
+    return {"models": models}
 
 
 def ollama_version() -> dict[str, Any]:

@@ -9,6 +9,7 @@ answers with the body its API module builds (``api.openai_models``,
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 from werkzeug.wrappers import Request, Response
@@ -16,7 +17,7 @@ from werkzeug.wrappers import Request, Response
 from ..api.base import TokenCounter
 from ..api.gemini import cached_content_resource, gemini_model_card, gemini_model_list, parse_cached_content
 from ..api.ollama import model_not_found as ollama_not_found
-from ..api.ollama import ollama_show, ollama_tags, ollama_version
+from ..api.ollama import ollama_ps, ollama_show, ollama_tags, ollama_version
 from ..api.openai_models import model_card, model_list, unknown_model
 from ..api.openai_responses import deleted_response, response_not_found
 from ..api.vllm_extras import (
@@ -125,8 +126,16 @@ class InfoRoutes:
         return json_response({} if request.method == "DELETE" else stored.body)
 
     def ollama_tags(self, request: Request, match: RouteMatch) -> Response:
-        """``GET /api/tags`` and ``/api/ps``: every served model, as Ollama lists them."""
+        """``GET /api/tags``: every served model, as Ollama lists them."""
         return json_response(ollama_tags(self.simulator.served_models(), self.simulator.config.max_model_len))
+
+    def ollama_ps(self, request: Request, match: RouteMatch) -> Response:
+        """``GET /api/ps``: the models loaded now (used within their keep_alive), with when each expires."""
+        simulator = self.simulator
+        now = simulator.runtime.virtual_now()
+        loaded = [(model.name, simulator.runtime.to_wall(model.expires_at - now) if model.in_use == 0 else math.inf)
+                  for model in simulator.residency.loaded(now)]
+        return json_response(ollama_ps(loaded, simulator.config.max_model_len))
 
     def ollama_show(self, request: Request, match: RouteMatch) -> Response:
         try:

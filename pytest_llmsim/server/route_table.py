@@ -137,7 +137,7 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
     InfoRoute("/model/{model}/count-tokens", ("POST",),
               functools.partial(InfoRoutes.count_tokens, counter=BEDROCK_COUNTER), BEDROCK_CONVERSE),
     InfoRoute("/api/tags", ("GET",), InfoRoutes.ollama_tags, OLLAMA_CHAT),
-    InfoRoute("/api/ps", ("GET",), InfoRoutes.ollama_tags, OLLAMA_CHAT),
+    InfoRoute("/api/ps", ("GET",), InfoRoutes.ollama_ps, OLLAMA_CHAT),
     InfoRoute("/api/show", ("POST",), InfoRoutes.ollama_show, OLLAMA_CHAT),
     InfoRoute("/api/version", ("GET",), InfoRoutes.ollama_version, OLLAMA_CHAT),
     InfoRoute("/openai/models", ("GET",), InfoRoutes.models, AZURE_CHAT),

@@ -90,6 +90,7 @@ class SimConfig:
     served_models: tuple[str, ...] = ()
     strict_models: bool = False
     required_api_key: str | None = None
+    ollama_load_seconds: float = 0.0
     lora_adapters: tuple[str, ...] = ()
     max_loras: int = 1
     profile: str | None = None
@@ -328,6 +329,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "served_models": _names,
     "strict_models": _boolean,
     "required_api_key": _optional_text,
+    "ollama_load_seconds": _number(0.0),
     "lora_adapters": _names,
     "max_loras": _integer(1),
 }
@@ -397,6 +399,8 @@ SETTING_HELP: dict[str, str] = {
     "embedding_size": "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)",
     "served_models": "More model names the backend answers to, besides 'model' (comma-separated)",
     "strict_models": "Answer 404 model_not_found for a model name the backend does not serve",
+    "ollama_load_seconds": "Simulated seconds a model takes to load through Ollama's API (/api/*): added to its "
+                           "first request and to the first after its keep_alive ran out; reported as load_duration",
     "required_api_key": "Generation requests must carry this credential (an API key or bearer token, or a SigV4 "
                         "access key id): otherwise 401 (403 for a signed request), in the API's shape",
     "lora_adapters": "LoRA adapters loaded at start (comma-separated names), served like models",

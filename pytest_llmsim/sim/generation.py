@@ -72,6 +72,7 @@ class Generation:
     embedding_size: int = 0  # the backend's vector length, for embedding requests
     seed: int = 0
     embedder: Embedder | None = None  # set for embedding requests
+    load_time: float = 0.0  # simulated seconds it waited for its model to load, before the engine
     # Wall seconds each write of tokens left after they were due (one sample per write, capped).
     emit_lags: list[float] = field(default_factory=list)
 
@@ -133,10 +134,13 @@ class Generation:
             record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
         else:  # the client saw no ending, whatever the engine got to
             record.finish_reasons = [None] * len(seqs)
+        # The client waited for the model to load too: it is in TTFT and e2e (not in queue_time).
+        load = self.load_time
+        record.load_time = load or None
         ttfts = [t for t in (s.ttft for s in seqs) if t is not None]
-        record.ttft = min(ttfts) if ttfts else None
+        record.ttft = min(ttfts) + load if ttfts else None
         ends = [t for t in (s.e2e for s in seqs) if t is not None]
-        record.e2e = max(ends) if ends else None
+        record.e2e = max(ends) + load if ends else None
         queued = [t for t in (s.queue_time for s in seqs) if t is not None]
         record.queue_time = max(queued) if queued else None
         gap_count = sum(seq.gaps.count for seq in seqs)

@@ -134,7 +134,9 @@ class GenerationRequest:
     ``api`` names the wire API (``openai.chat``…), for rules that match on
     it; ``rule`` is set to the scripted rule that answered, if one did.
     ``wire`` holds fields the API echoes back in its answers; the simulator
-    never reads it.
+    never reads it. ``keep_alive``: the API loads models on demand (Ollama):
+    how long the model stays loaded after this request, in simulated
+    seconds (infinite: for ever); None for APIs whose models are always loaded.
     """
 
     kind: str
@@ -165,6 +167,7 @@ class GenerationRequest:
     api: str = ""
     rule: str | None = None
     wire: dict[str, Any] = field(default_factory=dict)
+    keep_alive: float | None = None
 
     @property
     def after_tool_result(self) -> bool:

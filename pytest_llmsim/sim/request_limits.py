@@ -1,14 +1,14 @@
-"""The limits a generation request is checked against before any work: its total work, the size of a
-non-streamed answer, and OpenAI's embedding limits (each a 400 naming the field to change); and the
-503 of a full waiting queue."""
+"""The limits a generation request is checked against before any work: the context window and the KV
+cache, its total work, its sequence count, the size of a non-streamed answer, and OpenAI's embedding
+limits (each a 400 naming the field to change); and the 503 of a full waiting queue."""
 
 from __future__ import annotations
 
 from .config import SimConfig
 from .request import GenerationRequest, SimError, invalid
 
-__all__ = ["MAX_EMBEDDING_INPUT_TOKENS", "MAX_EMBEDDING_REQUEST_TOKENS", "check_embedding", "check_work",
-           "queue_full"]
+__all__ = ["MAX_EMBEDDING_INPUT_TOKENS", "MAX_EMBEDDING_REQUEST_TOKENS", "check_capacity", "check_embedding",
+           "check_work", "queue_full", "token_budgets"]
 
 # Bytes a generated token takes in a non-streamed JSON answer, for the size estimate of
 # check_work: its text (filler words average ~6), and one logprob entry (the chosen token or
@@ -25,6 +25,43 @@ def queue_full(config: SimConfig) -> SimError:
     return SimError(503, f"The server is overloaded: the waiting queue is full "
                          f"(max_waiting={config.max_waiting}). Please retry later.",
                     type="server_error", code="queue_full")
+
+
+def token_budgets(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> list[int]:
+    """Each prompt's ``max_tokens`` (``default_max_tokens`` when the request set none), checked against the
+    context window (``max_model_len``) and the KV cache (``kv_cache_blocks``)."""
+    limit = config.max_model_len
+    budgets: list[int] = []
+    for ids in prompts:
+        wanted = request.max_tokens or 0
+        if len(ids) + wanted > limit or len(ids) >= limit:
+            raise invalid(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(ids) + wanted} tokens ({len(ids)} in the {request.prompt_param}, {wanted} in "
+                f"the completion). Please reduce the length of the {request.prompt_param} or completion.",
+                request.prompt_param, "context_length_exceeded")
+        budgets.append(request.max_tokens if request.max_tokens is not None
+                       else min(config.default_max_tokens, limit - len(ids)))
+        blocks = config.kv_cache_blocks
+        if blocks is not None and len(ids) + budgets[-1] > blocks * config.block_size:
+            raise invalid(f"This request needs {len(ids) + budgets[-1]} tokens of KV cache ({len(ids)} in the "
+                          f"{request.prompt_param}, {budgets[-1]} to generate); this backend's KV cache holds "
+                          f"{blocks * config.block_size} (kv_cache_blocks={blocks} x block_size="
+                          f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
+    return budgets
+
+
+def check_capacity(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> int:
+    """The request's sequence count (prompts x ``n``), refused when the backend could never hold it at once."""
+    sequence_count = len(prompts) * request.n
+    capacity = config.max_batch_size + config.max_waiting
+    if sequence_count > capacity:  # never admitted whole, however long a client retries: not a 503
+        what = "inputs" if request.kind == "embedding" else "prompts"
+        raise invalid(f"This request has {sequence_count:,} sequences ({len(prompts):,} {what} x n={request.n}); "
+                      f"this backend holds at most {capacity:,} at once (max_batch_size={config.max_batch_size}"
+                      f" + max_waiting={config.max_waiting}). Send fewer {what} or a smaller n.",
+                      "n" if request.n > 1 else request.prompt_param, "request_too_large")
+    return sequence_count
 
 
 def check_embedding(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> None:

@@ -28,12 +28,14 @@ class RequestRecord:
     """One HTTP request to an API route and its outcome.
 
     Timings are simulated seconds (``None`` where the request never got
-    that far, e.g. a 400). ``status`` is 0 when the connection was dropped
-    before any response, and 499 when the client hung up before its answer
-    was complete (then ``cancelled`` is True); ``fault`` names the fault the
-    request was given. ``completion_tokens`` counts the tokens the client was
-    sent, ``generated_tokens`` those the engine produced (more, when the
-    client left early). ``route`` is the route template that served the
+    that far, e.g. a 400); ``load_time`` is the wait for a model to load
+    (Ollama's API, ``ollama_load_seconds``), included in ``ttft`` and ``e2e``.
+    ``status`` is 0 when the connection was dropped before any response,
+    and 499 when the client hung up before its answer was complete (then
+    ``cancelled`` is True); ``fault`` names the fault the request was given.
+    ``completion_tokens`` counts the tokens the client was sent,
+    ``generated_tokens`` those the engine produced (more, when the client
+    left early). ``route`` is the route template that served the
     request (``/v1/models/{id}``; ``unknown`` when none matched); ``api``
     the wire API of a generation route (``openai.chat``, ``openai.completions``);
     ``rule`` the name of the scripted rule that answered it, if one did.
@@ -58,6 +60,7 @@ class RequestRecord:
     ttft: float | None = None
     e2e: float | None = None
     queue_time: float | None = None
+    load_time: float | None = None
     itl: float | None = None
     cancelled: bool = False
     error: dict[str, Any] | None = None

@@ -234,7 +234,7 @@ class Runtime:
         return count <= free + max(0, config.max_waiting - engine.waiting_count)
 
     def submit(self, sequences: Sequence[SimSequence], arrived_at: float | None = None,
-               wants_tokens: bool = True) -> Ticket:
+               wants_tokens: bool = True, delay: float = 0.0) -> Ticket:
         """Start the sequences of one request; ``ticket.accepted`` is False if the queue was full.
 
         ``arrived_at`` is the ``time.monotonic()`` at which the request reached
@@ -242,6 +242,8 @@ class Runtime:
         connection was accepted); the engine back-dates the arrival to then,
         so handler-thread scheduling delay is not latency. ``wants_tokens``
         False means the handler only needs to hear when the request is over.
+        ``delay``: simulated seconds before the sequences reach the engine
+        (a model still loading).
         """
         ticket = Ticket(sequences, wants_tokens)
         with self._cond:
@@ -253,7 +255,7 @@ class Runtime:
             now = self.virtual_now()
             # A backlog left over (a slice budget) makes the arrival a scheduled event instead.
             engine.advance(now, SLICE_EVENTS)
-            at = self._virtual_at(arrived_at, now)
+            at = self._virtual_at(arrived_at, now) + delay
             for seq in sequences:
                 seq.owner = ticket
                 if not engine.submit(seq, at):

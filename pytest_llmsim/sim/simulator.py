@@ -20,10 +20,11 @@ from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
 from .generation import Generation, Outcome
 from .metrics import Metrics, MetricsSnapshot
+from .model_residency import ModelResidency
 from .planned import filtered
 from .ratelimit import RateLimiter
 from .request import ChatMessage, GenerationRequest, SimError, invalid
-from .request_limits import check_embedding, check_work, queue_full
+from .request_limits import check_capacity, check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime
 from .secrets import presented_credentials
@@ -49,6 +50,7 @@ class Simulator:
         self.metrics = Metrics(self.config.model)
         self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
         self.conversations = ConversationStore(self.config.max_stored_responses, self.config.max_stored_response_bytes)
+        self.residency = ModelResidency()  # models loaded on demand (Ollama's API)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self.planner = content.planner(self.tokenizer, self._filler, self.config)
@@ -102,6 +104,7 @@ class Simulator:
             self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
             self.conversations = ConversationStore(config.max_stored_responses, config.max_stored_response_bytes)
             self.script.clear()
+            self.residency.clear()
             self.trace.clear(config.max_trace_requests)
             self.adapters = dict.fromkeys(config.lora_adapters, "")
             self._epoch += 1
@@ -258,33 +261,10 @@ class Simulator:
         if request.kind == "embedding":
             check_embedding(request, prompts, self.config)
         limit = config.max_model_len
-        budgets: list[int] = []  # max_tokens of each prompt's choices
-        for ids in prompts:
-            wanted = request.max_tokens or 0
-            if len(ids) + wanted > limit or len(ids) >= limit:
-                raise invalid(
-                    f"This model's maximum context length is {limit} tokens. However, you requested "
-                    f"{len(ids) + wanted} tokens ({len(ids)} in the {request.prompt_param}, {wanted} in "
-                    f"the completion). Please reduce the length of the {request.prompt_param} or completion.",
-                    request.prompt_param, "context_length_exceeded")
-            budgets.append(request.max_tokens if request.max_tokens is not None
-                           else min(config.default_max_tokens, limit - len(ids)))
-            blocks = config.kv_cache_blocks
-            if blocks is not None and len(ids) + budgets[-1] > blocks * config.block_size:
-                raise invalid(f"This request needs {len(ids) + budgets[-1]} tokens of KV cache ({len(ids)} in the "
-                              f"{request.prompt_param}, {budgets[-1]} to generate); this backend's KV cache holds "
-                              f"{blocks * config.block_size} (kv_cache_blocks={blocks} x block_size="
-                              f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
+        budgets = token_budgets(request, prompts, config)
         check_work(request, prompts, budgets, self.config)
         self._check_schemas(request)  # after the cheap limits: thousands of schemas cost seconds
-        sequence_count = len(prompts) * request.n
-        capacity = config.max_batch_size + config.max_waiting
-        if sequence_count > capacity:  # never admitted whole, however long a client retries: not a 503
-            what = "inputs" if request.kind == "embedding" else "prompts"
-            raise invalid(f"This request has {sequence_count:,} sequences ({len(prompts):,} {what} x n={request.n}); "
-                          f"this backend holds at most {capacity:,} at once (max_batch_size={config.max_batch_size}"
-                          f" + max_waiting={config.max_waiting}). Send fewer {what} or a smaller n.",
-                          "n" if request.n > 1 else request.prompt_param, "request_too_large")
+        sequence_count = check_capacity(request, prompts, config)
         if not self.runtime.can_admit(sequence_count):
             raise queue_full(config)
         rate_limit = None
@@ -308,10 +288,15 @@ class Simulator:
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
                                              index=prompt_index * request.n + choice, adapter=adapter))
-        ticket = self.runtime.submit(sequences, arrived_at, wants_tokens=request.stream)
+        load_time = 0.0
+        if request.keep_alive is not None:
+            load_time = self.residency.acquire(request.model, self.runtime.virtual_now(), config.ollama_load_seconds,
+                                               request.keep_alive)
+        ticket = self.runtime.submit(sequences, arrived_at, wants_tokens=request.stream, delay=load_time)
         if not ticket.accepted:
             ticket.wait()
             self.runtime.release(ticket)
+            self._release_model(request)
             raise queue_full(config)
         marked = None
         if request.cache_breakpoint is not None:
@@ -320,7 +305,12 @@ class Simulator:
         logprobs = self._content.logprobs(tokenizer, config.seed) if request.logprobs is not None else None
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
                           echo_prefixes, self._epoch, rate_limit, marked, logprobs, config.embedding_size,
-                          config.seed, self._content.embed if request.kind == "embedding" else None)
+                          config.seed, self._content.embed if request.kind == "embedding" else None,
+                          load_time=load_time)
+
+    def _release_model(self, request: GenerationRequest) -> None:
+        if request.keep_alive is not None:
+            self.residency.release(request.model, self.runtime.virtual_now())
 
     def _continue(self, request: GenerationRequest) -> None:
         """Put the stored conversation a request continues in front of its own messages."""
@@ -413,9 +403,10 @@ class Simulator:
         lags: list[float] = []
         queried = 0
         if generation is not None:
-            self.runtime.release(generation.ticket)
             if generation.epoch != self._epoch:
+                self.runtime.release(generation.ticket)
                 return  # started before a reset: belongs to an earlier test
+            self._release_model(generation.request)
             generation.fill(record, outcome, delivered)
             gaps = generation.gap_runs()
             queried = generation.queried_tokens
@@ -425,6 +416,8 @@ class Simulator:
         if self.trace.enabled:
             self.trace.request(record, generation.sequences if generation is not None else [],
                                self.runtime.virtual_now())
+        if generation is not None:  # last: once wait_idle() sees it gone, its request is in the metrics and log
+            self.runtime.release(generation.ticket)
         if self.after_request is not None:
             self.after_request()
 
