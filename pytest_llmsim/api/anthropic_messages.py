@@ -46,7 +46,13 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                504: "timeout_error", 529: "overloaded_error"}
 OVERLOADED = 529
 MAX_STOP_SEQUENCES = 8191 // 8  # Anthropic documents no small cap; bound the list anyway
-_REQUEST_ID_PREFIX = os.urandom(4).hex()
+_ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def anthropic_request_id() -> str:
+    """``req_011C`` and 20 random letters and digits, as Anthropic's ``request-id`` header and error bodies
+    carry it."""
+    return "req_011C" + "".join(_ID_ALPHABET[byte % 62] for byte in os.urandom(20))
 
 
 def _block_text(block: Any, param: str) -> tuple[str, bool]:
@@ -256,6 +262,10 @@ class AnthropicMessages:
 
     name = "anthropic.messages"
     id_prefix = "msg_"
+    request_id_header = "request-id"
+
+    def new_request_id(self) -> str:
+        return anthropic_request_id()
 
     def content_filter(self, message: str, prompt: bool) -> SimError | None:
         """A filter stops the answer with ``stop_reason: "refusal"`` (a blocked prompt: at once)."""
@@ -288,7 +298,7 @@ class AnthropicMessages:
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
         status = OVERLOADED if error.status == 503 else error.status
         kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-        request_id = f"req_{_REQUEST_ID_PREFIX}{time.monotonic_ns():x}"
+        request_id = anthropic_request_id()
         body = {"type": "error", "error": {"type": kind, "message": error.message}, "request_id": request_id}
         headers = {**error.headers, "request-id": request_id}
         if error.rate_limit is not None:
@@ -303,6 +313,10 @@ class AnthropicCounter:
     """``POST /v1/messages/count_tokens``: a Messages request without ``max_tokens``, counted."""
 
     name = "anthropic.count_tokens"
+    request_id_header = "request-id"
+
+    def new_request_id(self) -> str:
+        return anthropic_request_id()
 
     def parse_count(self, body: Any, target: RequestTarget) -> GenerationRequest:
         return parse_messages(body, require_max_tokens=False)

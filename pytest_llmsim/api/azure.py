@@ -94,6 +94,11 @@ class AzureOpenAI:
         headers = openai_rate_limit_headers(status)
         return {name: value for name, value in headers.items() if name.startswith("x-ratelimit-remaining")}
 
+    request_id_header = "x-request-id"
+
+    def new_request_id(self) -> str:
+        return request_uuid()
+
     def answer_headers(self) -> dict[str, str]:
         """Headers every successful answer carries."""
         return {"apim-request-id": request_uuid()}

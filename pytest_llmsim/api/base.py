@@ -24,14 +24,21 @@ __all__ = [
     "NO_TARGET",
     "PIECE_MARK",
     "ContentFiltered",
+    "RequestIdentified",
     "RequestTarget",
     "StreamRenderer",
     "TokenCounter",
     "WireAPI",
+    "request_hex_id",
     "request_uuid",
 ]
 
 _ID_PREFIX = os.urandom(4).hex()
+
+
+def request_hex_id(prefix: str) -> str:
+    """``prefix`` and 32 random hex digits: OpenAI's ``x-request-id`` (``req_...``)."""
+    return prefix + os.urandom(16).hex()
 
 
 def request_uuid() -> str:
@@ -105,6 +112,18 @@ class ContentFiltered(Protocol):
         """How a blocked prompt (``prompt``) or a filtered answer is answered: an error to answer with,
         or None to render the generation, stopped, with finish reason ``prompt_filter`` or
         ``content_filter`` (each API names it its own way)."""
+
+
+class RequestIdentified(Protocol):
+    """An API that names each answer with a request id header (OpenAI's ``x-request-id``, Anthropic's
+    ``request-id``); the server puts it on every answer of the API's routes, errors and streams
+    included, and keeps it in the request log (``record.request_id``). An error body that carries
+    its own id sets the header itself, and the server keeps that one."""
+
+    request_id_header: str
+
+    def new_request_id(self) -> str:
+        """A new id in the API's format."""
 
 
 class TokenCounter(Protocol):

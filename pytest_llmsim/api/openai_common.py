@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import RateLimitStatus, SimError, invalid, wire_json
 from ..sim.ratelimit import openai_rate_limit_headers
-from .base import PIECE_MARK
+from .base import PIECE_MARK, request_hex_id
 from .validation import describe, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -61,7 +61,13 @@ class OpenAIContentFilter:
 
 
 class OpenAIErrors:
-    """OpenAI's error answer (the error's own status, ``{"error": {...}}``) and rate-limit headers."""
+    """OpenAI's error answer (the error's own status, ``{"error": {...}}``), rate-limit headers and
+    ``x-request-id``."""
+
+    request_id_header = "x-request-id"
+
+    def new_request_id(self) -> str:
+        return request_hex_id("req_")
 
     def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
         return openai_rate_limit_headers(status)

@@ -34,7 +34,7 @@ from ..sim.fault_effects import Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .control import CONTROL_PREFIX, ControlAPI
-from .exchange import ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
+from .exchange import RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
 from .responder import GenerationResponder
@@ -231,8 +231,23 @@ class SimulatorServer(HTTPServer):
                              code="method_not_allowed", headers={"Allow": allowed})
             return self._api_error(request, error)
         if not route.generates and self.simulator.faults.targets(route.template):
-            return self._with_route_fault(request, match)
-        return route.handler(request, match)
+            return self._identified(request, route.api, self._with_route_fault(request, match))
+        return self._identified(request, route.api, route.handler(request, match))
+
+    @staticmethod
+    def _identified(request: Request, api: WireAPI, response: Response) -> Response:
+        """Put the API's request id header on the answer (unless its error body named one) and in the log."""
+        header = getattr(api, "request_id_header", None)
+        if header is None:
+            return response
+        request_id = response.headers.get(header)
+        if request_id is None:
+            request_id = api.new_request_id()  # type: ignore[attr-defined]  # the RequestIdentified protocol
+            response.headers[header] = request_id
+        record = request.environ.get(RECORD_KEY)
+        if record is not None:
+            record.request_id = request_id
+        return response
 
     def _with_route_fault(self, request: Request, match: RouteMatch) -> Response:
         """A route that generates nothing, while a fault names it: apply the fault, log the request."""

@@ -23,9 +23,11 @@ from ..sim.tokens import TokenizeError
 from .request_body import read_json_body
 from .responder import json_response
 
-__all__ = ["ROUTE_KEY", "answer_error", "headers_of", "new_record", "read_json", "read_logged_json", "untokenizable"]
+__all__ = ["RECORD_KEY", "ROUTE_KEY", "answer_error", "headers_of", "new_record", "read_json", "read_logged_json",
+           "untokenizable"]
 
 ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
+RECORD_KEY = "llmsim.record"  # WSGI environ key: the request's log record, once made
 UNKNOWN_ROUTE = "unknown"
 
 
@@ -77,8 +79,10 @@ def headers_of(environ: dict[str, Any]) -> Headers:
 def new_record(request: Request) -> RequestRecord:
     """The request's entry in the request log, named by its route template (a client must not be able
     to create a metrics series per URL it makes up)."""
-    return RequestRecord(method=request.method, path=request.path, headers=headers_of(request.environ),
-                         body=None, route=request.environ.get(ROUTE_KEY, UNKNOWN_ROUTE))
+    record = RequestRecord(method=request.method, path=request.path, headers=headers_of(request.environ),
+                           body=None, route=request.environ.get(ROUTE_KEY, UNKNOWN_ROUTE))
+    request.environ[RECORD_KEY] = record  # the server names it with the answer's request id
+    return record
 
 
 def read_json(request: Request, simulator: Simulator) -> tuple[Any, bytes]:

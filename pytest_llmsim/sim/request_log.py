@@ -38,7 +38,8 @@ class RequestRecord:
     left early). ``route`` is the route template that served the
     request (``/v1/models/{id}``; ``unknown`` when none matched); ``api``
     the wire API of a generation route (``openai.chat``, ``openai.completions``);
-    ``rule`` the name of the scripted rule that answered it, if one did.
+    ``rule`` the name of the scripted rule that answered it, if one did;
+    ``request_id`` the id its answer carried (``x-request-id``, ``request-id``).
     ``body`` is the parsed JSON body, or, when it was larger than
     ``max_log_body_bytes`` (``body_truncated``), the start of its text
     followed by a marker; ``body_bytes`` is its size as received. ``headers`` are werkzeug's
@@ -68,6 +69,7 @@ class RequestRecord:
     route: str = "unknown"
     api: str | None = None
     rule: str | None = None
+    request_id: str | None = None
     body_bytes: int = 0
     body_truncated: bool = False
 
