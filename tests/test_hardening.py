@@ -101,7 +101,7 @@ def test_prompts_per_request_are_capped_before_tokenizing(llm_backend: LLMBacken
 
 def test_a_long_answer_is_never_materialised() -> None:
     """n=16 x 32,000 tokens: the plan is lazy views, the gaps one run per choice."""
-    simulator = Simulator(SimConfig(speed=float("inf"), max_batch_size=64), MODEL_CONTENT)
+    simulator = Simulator(SimConfig(speed=float("inf"), max_batch_size=64, natural_answer_cap=0), MODEL_CONTENT)
     try:
         request = parse_completion({"model": "m", "prompt": "hi", "n": 16, "max_tokens": 32_000})
         tracemalloc.start()
@@ -138,7 +138,7 @@ def test_queue_is_checked_before_outputs_are_planned(monkeypatch: pytest.MonkeyP
 def test_a_huge_stream_that_is_not_read_stalls_no_one(llm_backend: LLMBackend) -> None:
     """Half a million tokens due at once for a client that never reads: other clients
     are served at once, and the server's memory for it stays bounded."""
-    llm_backend.configure(speed=float("inf"))
+    llm_backend.configure(speed=float("inf"), natural_answer_cap=0)  # answers run to max_tokens
     hog = connect(llm_backend)
     hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     post_raw(hog, CHAT, chat_body("go", 32_000, n=16, stream=True))
@@ -379,7 +379,7 @@ def test_a_client_that_gives_up_frees_its_slot_at_once(llm_backend: LLMBackend, 
 
 
 def test_unread_n16_streams_are_counted_as_hang_ups(llm_backend: LLMBackend) -> None:
-    llm_backend.configure(speed=float("inf"))
+    llm_backend.configure(speed=float("inf"), natural_answer_cap=0)  # answers run to max_tokens
     socks = []
     for _ in range(4):
         sock = connect(llm_backend)

@@ -49,6 +49,20 @@ MAX_STOP_SEQUENCES = 8191 // 8  # Anthropic documents no small cap; bound the li
 _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
+def _worded(error: SimError) -> str:
+    """A model limit as Anthropic words it (the simulator words it as OpenAI does); other errors as they are."""
+    facts = error.details
+    if error.code == "max_tokens_too_large":
+        return (f"max_tokens: {facts['requested']} > {facts['maximum']}, which is the maximum allowed number of "
+                f"output tokens for {facts['model']}")
+    if error.code == "context_length_exceeded" and "prompt_tokens" in facts:
+        if facts["prompt_tokens"] >= facts["maximum"]:
+            return f"prompt is too long: {facts['prompt_tokens']} tokens > {facts['maximum']} maximum"
+        return (f"input length and `max_tokens` exceed context limit: {facts['prompt_tokens']} + "
+                f"{facts['requested']} > {facts['maximum']}, decrease input length or `max_tokens` and try again")
+    return error.message
+
+
 def anthropic_request_id() -> str:
     """``req_011C`` and 20 random letters and digits, as Anthropic's ``request-id`` header and error bodies
     carry it."""
@@ -240,7 +254,7 @@ class MessagesStream:
         return (_event("content_block_stop", {"type": "content_block_stop", "index": last_block})
                 + _event("message_delta", {"type": "message_delta",
                                            "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                           "usage": {"output_tokens": self._generation.completion_tokens}}))
+                                           "usage": usage(self._generation)}))  # the whole usage, as sent now
 
     def closing(self) -> bytes:
         return _event("message_stop", {"type": "message_stop"})
@@ -299,7 +313,7 @@ class AnthropicMessages:
         status = OVERLOADED if error.status == 503 else error.status
         kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         request_id = anthropic_request_id()
-        body = {"type": "error", "error": {"type": kind, "message": error.message}, "request_id": request_id}
+        body = {"type": "error", "error": {"type": kind, "message": _worded(error)}, "request_id": request_id}
         headers = {**error.headers, "request-id": request_id}
         if error.rate_limit is not None:
             headers.update(self.rate_limit_headers(error.rate_limit))

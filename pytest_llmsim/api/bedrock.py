@@ -71,7 +71,12 @@ class BedrockErrors:
         delay = _retry_after_ms(error)
         if delay is not None:
             headers["x-amz-retry-after"] = str(delay)
-        return error.status, {"message": error.message}, headers
+        message = error.message
+        if error.code == "max_tokens_too_large":  # as Bedrock words it
+            most = error.details["maximum"]
+            message = (f"The maximum tokens you requested exceeds the model limit of {most}. Try again with a "
+                       f"maximum tokens value that is lower than {most}.")
+        return error.status, {"message": message}, headers
 
 
 def _retry_after_ms(error: SimError) -> int | None:

@@ -75,6 +75,11 @@ class GeminiErrors:
 def status_body(error: SimError) -> dict[str, Any]:
     """``error`` as a ``google.rpc.Status``: a field violation for a bad field, a retry delay for a 429."""
     details: list[dict[str, Any]] = []
+    if error.code == "max_tokens_too_large":  # as Gemini words it
+        most = error.details["maximum"]
+        error = SimError(400, f"The requested maxOutputTokens {error.details['requested']} is out of range: the "
+                              f"supported range is from 1 (inclusive) to {most + 1} (exclusive).", param=error.param,
+                         code=error.code)
     if error.param is not None:
         details.append({"@type": "type.googleapis.com/google.rpc.BadRequest",
                         "fieldViolations": [{"field": error.param, "description": error.message}]})

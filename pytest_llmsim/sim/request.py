@@ -42,13 +42,16 @@ class SimError(Exception):
     ``param`` names the offending field, ``code`` is a stable machine-readable
     reason, and ``headers`` go out with the answer (``Retry-After``);
     ``rate_limit``, for a 429 of the simulated limits, is rendered by the API
-    as its rate-limit headers.
+    as its rate-limit headers. ``details`` holds the figures of a limit
+    (``model``, ``requested``, ``maximum``...) for APIs that word it their own way.
     """
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
                  param: str | None = None, code: str | None = None,
-                 headers: Mapping[str, str] | None = None, rate_limit: RateLimitStatus | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, rate_limit: RateLimitStatus | None = None,
+                 details: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
+        self.details = dict(details or {})
         self.rate_limit = rate_limit
         self.status = status
         self.message = message

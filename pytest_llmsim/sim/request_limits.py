@@ -5,6 +5,7 @@ limits (each a 400 naming the field to change); and the 503 of a full waiting qu
 from __future__ import annotations
 
 from .config import SimConfig
+from .model_limits import limits_for
 from .request import GenerationRequest, SimError, invalid
 
 __all__ = ["MAX_EMBEDDING_INPUT_TOKENS", "MAX_EMBEDDING_REQUEST_TOKENS", "check_capacity", "check_embedding",
@@ -27,19 +28,28 @@ def queue_full(config: SimConfig) -> SimError:
                     type="server_error", code="queue_full")
 
 
-def token_budgets(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> list[int]:
+def token_budgets(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> tuple[list[int], int]:
     """Each prompt's ``max_tokens`` (``default_max_tokens`` when the request set none), checked against the
-    context window (``max_model_len``) and the KV cache (``kv_cache_blocks``)."""
-    limit = config.max_model_len
+    model's largest answer and context window (:mod:`.model_limits`) and the KV cache (``kv_cache_blocks``);
+    and that context window."""
+    limits = limits_for(request.model, config.model_limits, config.max_model_len)
+    limit = limits.context_window
+    most = limits.max_output_tokens
+    if most is not None and request.max_tokens is not None and request.max_tokens > most:
+        raise SimError(400, f"{request.max_tokens_param} is too large: {request.max_tokens}. This model supports at "
+                            f"most {most} completion tokens, whereas you provided {request.max_tokens}.",
+                       param=request.max_tokens_param, code="max_tokens_too_large",
+                       details={"model": request.model, "requested": request.max_tokens, "maximum": most})
     budgets: list[int] = []
     for ids in prompts:
         wanted = request.max_tokens or 0
         if len(ids) + wanted > limit or len(ids) >= limit:
-            raise invalid(
-                f"This model's maximum context length is {limit} tokens. However, you requested "
+            raise SimError(
+                400, f"This model's maximum context length is {limit} tokens. However, you requested "
                 f"{len(ids) + wanted} tokens ({len(ids)} in the {request.prompt_param}, {wanted} in "
                 f"the completion). Please reduce the length of the {request.prompt_param} or completion.",
-                request.prompt_param, "context_length_exceeded")
+                param=request.prompt_param, code="context_length_exceeded",
+                details={"model": request.model, "prompt_tokens": len(ids), "requested": wanted, "maximum": limit})
         budgets.append(request.max_tokens if request.max_tokens is not None
                        else min(config.default_max_tokens, limit - len(ids)))
         blocks = config.kv_cache_blocks
@@ -48,7 +58,7 @@ def token_budgets(request: GenerationRequest, prompts: list[list[int]], config: 
                           f"{request.prompt_param}, {budgets[-1]} to generate); this backend's KV cache holds "
                           f"{blocks * config.block_size} (kv_cache_blocks={blocks} x block_size="
                           f"{config.block_size}).", request.prompt_param, "context_length_exceeded")
-    return budgets
+    return budgets, limit
 
 
 def check_capacity(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> int:

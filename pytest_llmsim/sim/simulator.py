@@ -260,8 +260,7 @@ class Simulator:
         prompts, echo_sources = self._prompts(request, tokenizer)
         if request.kind == "embedding":
             check_embedding(request, prompts, self.config)
-        limit = config.max_model_len
-        budgets = token_budgets(request, prompts, config)
+        budgets, limit = token_budgets(request, prompts, config)
         check_work(request, prompts, budgets, self.config)
         self._check_schemas(request)  # after the cheap limits: thousands of schemas cost seconds
         sequence_count = check_capacity(request, prompts, config)
