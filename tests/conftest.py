@@ -9,8 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import hypothesis  # noqa: F401  # see below
 import openai
 import pytest
+
+# hypothesis's pytest plugin imports hypothesis at the end of the session if no test did, through pytest's
+# assertion rewriter (ast.parse). CPython 3.11.7 keeps the AST converter's recursion depth per process, not per
+# thread (gh-106905, fixed in 3.11.8): a thread a client library left parsing source at that moment (griffe in
+# pydantic-ai, LiteLLM's) made it raise "SystemError: AST constructor recursion depth mismatch" after a run of
+# one such file. Imported here, at collection, it never happens late.
 
 pytest_plugins = ["pytester"]
 

@@ -30,9 +30,11 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
+from ..sim.request import OutputFormat
 from ..sim.tokens import PlannedCall
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
-from .tool_fields import anthropic_tool_use
+from .field_policy import FieldPolicy
+from .tool_fields import anthropic_output_format, anthropic_tool_use
 from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 def _worded(error: SimError) -> str:
     """A model limit as Anthropic words it (the simulator words it as OpenAI does); other errors as they are."""
     facts = error.details
+    if error.code == "unknown_parameter" and "field" in facts:
+        return f"{facts['field']}: Extra inputs are not permitted"
     if error.code == "max_tokens_too_large":
         return (f"max_tokens: {facts['requested']} > {facts['maximum']}, which is the maximum allowed number of "
                 f"output tokens for {facts['model']}")
@@ -97,6 +101,18 @@ def _content_text(content: Any, param: str) -> tuple[str, bool]:
         return "".join(text for text, _ in parts), any(marked for _, marked in parts)
     raise invalid(f"{param}: Input should be a valid string or a list of content blocks, not "
                   f"{describe(content)}.", param, "invalid_type")
+
+
+# Every field of anthropic's MessageCreateParams (tests/test_field_policy.py walks it).
+MESSAGE_FIELDS = FieldPolicy.of(
+    honoured=("model", "max_tokens", "messages", "system", "stop_sequences", "stream", "tools", "tool_choice",
+              "output_config", "cache_control"),
+    no_effect=("temperature", "top_p", "top_k", "metadata", "service_tier", "inference_geo", "speed",
+               "user_profile_id", "workspace_id", "diagnostics"),
+    refused={"thinking": "extended thinking is not simulated yet",
+             "container": "code execution containers are not simulated",
+             "mcp_servers": "MCP servers are not simulated",
+             "context_management": "context management is not simulated"})
 
 
 def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationRequest:
@@ -150,10 +166,30 @@ def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationR
         raise invalid("top_k: Input should be greater than or equal to 0.", "top_k", "integer_below_min_value")
     tool_use = anthropic_tool_use(body)
     tools = body.get("tools")
+    if body.get("cache_control") is not None:  # automatic caching: the whole prompt is the cached prefix
+        breakpoint_at = len(parsed)
     return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
                              n=1, stops=list(stops), seed=None, messages=parsed,
                              tools_text=json.dumps(tools) if tools else "", cache_breakpoint=breakpoint_at,
-                             tool_use=tool_use)
+                             tool_use=tool_use, output_format=_output_format(body),
+                             ignored_fields=MESSAGE_FIELDS.check(body))
+
+
+def _output_format(body: dict[str, Any]) -> OutputFormat | None:
+    """``output_config.format``: ``{"type": "json_schema", "schema": {...}}`` (structured output); ``effort``
+    is accepted with no effect. The beta's top-level ``output_format`` is read the same way."""
+    config = optional(body, "output_config", lambda v: isinstance(v, dict), "an object") or {}
+    unknown = sorted(set(config) - {"format", "effort"})
+    if unknown:
+        raise invalid(f"output_config.{unknown[0]}: Extra inputs are not permitted", f"output_config.{unknown[0]}",
+                      "unknown_parameter")
+    fmt = config.get("format") if config.get("format") is not None else body.get("output_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise invalid("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}",
+                      "output_config.format", "invalid_value")
+    return anthropic_output_format(fmt, "output_config.format")
 
 
 def _stop_reason(generation: Generation) -> tuple[str, str | None]:

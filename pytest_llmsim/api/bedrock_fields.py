@@ -15,7 +15,7 @@ __all__ = ["parse_converse"]
 
 CONVERSE_FIELDS = ("messages", "system", "inferenceConfig", "toolConfig", "guardrailConfig",
                    "additionalModelRequestFields", "promptVariables", "additionalModelResponseFieldPaths",
-                   "requestMetadata", "performanceConfig", "serviceTier", "outputConfig")
+                   "requestMetadata", "performanceConfig", "serviceTier", "outputConfig", "projectIdentifier")
 REFUSED_FIELDS = ("guardrailConfig", "promptVariables", "additionalModelResponseFieldPaths")
 REFUSED_BLOCKS = ("image", "document", "video", "audio", "guardContent", "reasoningContent", "citationsContent",
                   "searchResult")

@@ -47,7 +47,8 @@ STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSIO
                 504: "DEADLINE_EXCEEDED"}
 RETRY_HEADERS = ("retry-after", "retry-after-ms")
 GENERATE_FIELDS = ("contents", "systemInstruction", "tools", "toolConfig", "generationConfig", "safetySettings",
-                   "cachedContent", "labels", "model")
+                   "cachedContent", "labels", "model", "serviceTier", "store", "modelArmorConfig")
+REFUSED_FIELDS = {"modelArmorConfig": "Model Armor screening is not simulated"}
 GENERATE_ACTIONS = ("generateContent", "streamGenerateContent")
 MAX_BATCH_EMBEDDINGS = 250
 FINISH_REASONS = {"length": "MAX_TOKENS", "content_filter": "SAFETY"}
@@ -110,6 +111,9 @@ def parse_generate(body: Any, model: str, stream: bool) -> GenerationRequest:
     """A ``GenerateContentRequest`` into the shared request model."""
     body = camel_keys(expect_object(body))
     unknown_fields(body, GENERATE_FIELDS, "")
+    for key, why in REFUSED_FIELDS.items():
+        if body.get(key) is not None:
+            raise invalid(f"'{key}' is not supported by pytest-llmsim: {why}.", key, "unsupported_parameter")
     cached = body.get("cachedContent")
     if cached is not None:
         if not isinstance(cached, str) or not cached.startswith("cachedContents/"):

@@ -228,8 +228,10 @@ def _calling_config(config: Any) -> tuple[str, Any]:
 _CONFIG_FIELDS = ("maxOutputTokens", "stopSequences", "candidateCount", "temperature", "topP", "topK", "seed",
                   "presencePenalty", "frequencyPenalty", "responseMimeType", "responseSchema", "responseJsonSchema",
                   "thinkingConfig", "responseModalities", "responseLogprobs", "logprobs", "mediaResolution",
-                  "enableEnhancedCivicAnswers", "speechConfig", "audioTimestamp", "routingConfig")
-_REFUSED_CONFIG = ("responseLogprobs", "logprobs", "speechConfig", "audioTimestamp", "routingConfig")
+                  "enableEnhancedCivicAnswers", "speechConfig", "audioTimestamp", "routingConfig", "imageConfig",
+                  "modelSelectionConfig", "audioTranscriptionConfig", "generationOutputConfig")
+_REFUSED_CONFIG = ("responseLogprobs", "logprobs", "speechConfig", "audioTimestamp", "routingConfig",
+                   "audioTranscriptionConfig", "generationOutputConfig")
 
 
 def _number(config: dict[str, Any], key: str, low: float, high: float) -> None:

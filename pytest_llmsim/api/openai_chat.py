@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.tokens import PlannedCall, PlannedOutput
 from .base import NO_TARGET, RequestTarget
+from .field_policy import FieldPolicy
 from .openai_common import (
     OpenAIContentFilter,
     OpenAIErrors,
@@ -81,6 +82,22 @@ def chat_message(i: int, message: Any) -> ChatMessage:
     return ChatMessage(role, text + extra, name)
 
 
+# Every field of openai's CompletionCreateParams (tests/test_field_policy.py walks it), plus vLLM's ignore_eos.
+CHAT_FIELDS = FieldPolicy.of(
+    honoured=("model", "messages", "max_tokens", "max_completion_tokens", "n", "stop", "seed", "stream",
+              "stream_options", "tools", "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
+              "top_logprobs", "ignore_eos"),
+    no_effect=("temperature", "top_p", "presence_penalty", "frequency_penalty", "user", "logit_bias", "metadata",
+               "store", "service_tier", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
+               "prompt_cache_options", "verbosity", "modalities"),
+    refused={"audio": "audio output is not simulated", "prediction": "predicted outputs are not simulated",
+             "reasoning_effort": "reasoning is not simulated on chat completions yet",
+             "functions": "the deprecated functions are not simulated; use tools",
+             "function_call": "the deprecated function_call is not simulated; use tool_choice",
+             "web_search_options": "web search is not simulated",
+             "moderation": "moderation of the input and output is not simulated"})
+
+
 def parse_chat(body: Any) -> GenerationRequest:
     """Validate a ``POST /v1/chat/completions`` body."""
     body = expect_object(body)
@@ -98,7 +115,8 @@ def parse_chat(body: Any) -> GenerationRequest:
     common = common_fields(body, "chat")
     tools = body.get("tools")
     return GenerationRequest(kind="chat", messages=parsed_messages, tools_text=json.dumps(tools) if tools else "",
-                             tool_use=tool_use, output_format=output_format, **common)
+                             tool_use=tool_use, output_format=output_format, ignored_fields=CHAT_FIELDS.check(body),
+                             run_to_limit=body.get("ignore_eos") is True, **common)
 
 
 

@@ -32,10 +32,6 @@ SYSTEM_FINGERPRINT = "fp_llmsim"
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
 MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}
-UNSUPPORTED_FIELDS = {
-    "audio": "audio output is not simulated",
-    "prediction": "predicted outputs are not simulated",
-}
 DONE = b"data: [DONE]\n\n"
 
 
@@ -93,9 +89,6 @@ def model_field(body: dict[str, Any]) -> str:
 def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
     """The fields chat and completions share, checked, as :class:`GenerationRequest` arguments."""
     model = model_field(body)
-    for key, reason in UNSUPPORTED_FIELDS.items():
-        if body.get(key) not in (None, False, 0):
-            raise invalid(f"'{key}' is not supported by pytest-llmsim: {reason}.", key, "unsupported_parameter")
     stream = bool(optional(body, "stream", lambda v: isinstance(v, bool), "a boolean"))
     options = optional(body, "stream_options", lambda v: isinstance(v, dict), "an object")
     if options is not None and not stream:

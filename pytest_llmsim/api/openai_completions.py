@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, invalid
 from .base import NO_TARGET, RequestTarget
+from .field_policy import FieldPolicy
 from .openai_common import (
     OpenAIContentFilter,
     OpenAIErrors,
@@ -33,6 +34,14 @@ __all__ = ["MAX_PROMPTS", "OPENAI_COMPLETIONS", "OpenAICompletions", "parse_comp
 MAX_PROMPTS = 2048
 # An omitted or null prompt: the document separator, as the API documents.
 DEFAULT_PROMPT = "<|endoftext|>"
+
+
+# Every field of openai's completions CompletionCreateParams (tests/test_field_policy.py walks it).
+COMPLETION_FIELDS = FieldPolicy.of(
+    honoured=("model", "prompt", "max_tokens", "n", "stop", "seed", "stream", "stream_options", "echo", "logprobs",
+              "ignore_eos", "best_of"),
+    no_effect=("temperature", "top_p", "presence_penalty", "frequency_penalty", "user", "logit_bias"),
+    refused={"suffix": "insertion after a suffix is not simulated"})
 
 
 def parse_completion(body: Any) -> GenerationRequest:
@@ -60,8 +69,13 @@ def parse_completion(body: Any) -> GenerationRequest:
                       "prompt", "array_above_max_length")
     echo = bool(optional(body, "echo", lambda v: isinstance(v, bool), "a boolean"))
     common = common_fields(body, "completion")
+    best_of = body.get("best_of")
+    if best_of is not None and best_of not in (1, common["n"]):  # picking the best of more is not simulated
+        raise invalid(f"'best_of' is not supported by pytest-llmsim beyond n ({common['n']}): the best of "
+                      f"{best_of!r} candidates is not simulated.", "best_of", "unsupported_parameter")
     return GenerationRequest(kind="completion", prompts=prompts, echo=echo, prompt_defaulted=prompt is None,
-                         **common)
+                             ignored_fields=COMPLETION_FIELDS.check(body), run_to_limit=body.get("ignore_eos") is True,
+                             **common)
 
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..content.embeddings import encode_base64
 from ..sim import GenerationRequest, invalid
 from .base import NO_TARGET, RequestTarget
+from .field_policy import FieldPolicy
 from .openai_common import OpenAIErrors, model_field
 from .validation import describe, expect_object, is_int, optional
 
@@ -50,6 +51,10 @@ def _inputs(value: Any) -> list[str | list[int]]:
     return inputs
 
 
+# Every field of openai's EmbeddingCreateParams (tests/test_field_policy.py walks it).
+EMBEDDING_FIELDS = FieldPolicy.of(honoured=("model", "input", "dimensions", "encoding_format"), no_effect=("user",))
+
+
 def parse_embeddings(body: Any) -> GenerationRequest:
     """Validate a ``POST /v1/embeddings`` body."""
     body = expect_object(body)
@@ -68,7 +73,7 @@ def parse_embeddings(body: Any) -> GenerationRequest:
     optional(body, "user", lambda v: isinstance(v, str), "a string")
     return GenerationRequest(kind="embedding", model=model, stream=False, include_usage=False, max_tokens=0, n=1,
                              stops=[], seed=None, prompts=inputs, prompt_param="input", dimensions=dimensions,
-                             wire={"encoding_format": encoding})
+                             wire={"encoding_format": encoding}, ignored_fields=EMBEDDING_FIELDS.check(body))
 
 
 class OpenAIEmbeddings(OpenAIErrors):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
 from ..sim.tokens import PlannedCall
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
+from .field_policy import FieldPolicy
 from .openai_common import OpenAIContentFilter, OpenAIErrors, model_field
 from .tool_fields import openai_tool_use, responses_output_format
 from .validation import describe, expect_object, is_int, optional, ranged
@@ -93,6 +94,24 @@ def _input_messages(value: Any) -> list[ChatMessage]:
     return messages
 
 
+# Every field of openai's ResponseCreateParams (tests/test_field_policy.py walks it).
+RESPONSE_FIELDS = FieldPolicy.of(
+    honoured=("model", "input", "instructions", "max_output_tokens", "stream", "store", "previous_response_id",
+              "tools", "tool_choice", "parallel_tool_calls", "text"),
+    no_effect=("temperature", "top_p", "metadata", "user", "service_tier", "safety_identifier", "prompt_cache_key",
+               "prompt_cache_retention", "prompt_cache_options", "stream_options", "truncation", "max_tool_calls",
+               "access_programs", "image"),
+    refused={"background": "background responses are not simulated yet",
+             "background_options": "background responses are not simulated yet",
+             "reasoning": "reasoning is not simulated on responses yet",
+             "include": "extra output data (include) is not simulated",
+             "conversation": "the Conversations API is not simulated; use previous_response_id",
+             "prompt": "stored prompt templates are not simulated",
+             "context_management": "context management (compaction) is not simulated",
+             "top_logprobs": "logprobs are not simulated on responses",
+             "moderation": "moderation of the input and output is not simulated"})
+
+
 def parse_responses(body: Any) -> GenerationRequest:
     """Validate a ``POST /v1/responses`` body."""
     body = expect_object(body)
@@ -130,7 +149,8 @@ def parse_responses(body: Any) -> GenerationRequest:
                              n=1, stops=[], seed=None, messages=[*preamble, *messages],
                              tools_text=json.dumps(tools) if tools else "", max_tokens_param="max_output_tokens",
                              previous_id=previous, store=store is not False, preamble=len(preamble),
-                             prompt_param="input", tool_use=tool_use, output_format=output_format, wire=wire)
+                             prompt_param="input", tool_use=tool_use, output_format=output_format, wire=wire,
+                             ignored_fields=RESPONSE_FIELDS.check(body))
 
 
 def _item_id(response_id: str) -> str:

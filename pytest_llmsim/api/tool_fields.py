@@ -19,7 +19,8 @@ from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
 from ..sim import invalid
 from .validation import describe
 
-__all__ = ["anthropic_tool_use", "openai_output_format", "openai_tool_use", "responses_output_format"]
+__all__ = ["anthropic_output_format", "anthropic_tool_use", "openai_output_format", "openai_tool_use",
+           "responses_output_format"]
 
 FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 MAX_OPENAI_TOOLS = 128  # "A max of 128 functions are supported" (OpenAI's API reference)
@@ -95,6 +96,11 @@ def _json_schema_format(schema: Any, name: Any, param: str) -> OutputFormat:
         raise invalid(f"Missing required parameter: '{param}.schema'.", f"{param}.schema",
                       "missing_required_parameter")
     return OutputFormat("json_schema", _schema(schema, f"{param}.schema"), name, f"{param}.schema")
+
+
+def anthropic_output_format(fmt: dict[str, Any], param: str) -> OutputFormat:
+    """Anthropic's ``output_config.format`` (``{"type": "json_schema", "schema": {...}}``; no name)."""
+    return OutputFormat("json_schema", _schema(fmt.get("schema"), f"{param}.schema"), "output", f"{param}.schema")
 
 
 def openai_output_format(body: dict[str, Any]) -> OutputFormat | None:

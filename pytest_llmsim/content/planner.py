@@ -128,7 +128,7 @@ class ContentPlanner:
     def _filler(self, request: GenerationRequest, key: int, max_tokens: int) -> PlannedOutput:
         wanted = self.config.answer_length
         cap = self.config.natural_answer_cap
-        if wanted is None and cap and max_tokens > cap:
+        if wanted is None and cap and max_tokens > cap and not request.run_to_limit:
             # A client's large default (64,000) is a ceiling, not a wish: the model stops on its own.
             length = cap // 2 + (key >> 8) % (cap - cap // 2 + 1)
         elif wanted is None:

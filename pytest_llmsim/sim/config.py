@@ -96,6 +96,7 @@ class SimConfig:
     ollama_load_seconds: float = 0.0
     model_limits: tuple[tuple[str, int, int], ...] = ()
     natural_answer_cap: int = 1024
+    strict_fields: bool = False
     lora_adapters: tuple[str, ...] = ()
     max_loras: int = 1
     profile: str | None = None
@@ -344,6 +345,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "ollama_load_seconds": _number(0.0),
     "model_limits": _model_limits,
     "natural_answer_cap": _integer(0),
+    "strict_fields": _boolean,
     "lora_adapters": _names,
     "max_loras": _integer(1),
 }

@@ -127,6 +127,7 @@ class Generation:
         record.generated_tokens = self.completion_tokens
         record.completion_tokens = record.generated_tokens if delivered is None else delivered
         record.cached_tokens = self.cached_tokens
+        record.ignored_fields = self.request.ignored_fields
         record.cancelled = outcome is Outcome.CLIENT_GONE
         if record.cancelled:
             record.status = CLIENT_CLOSED_REQUEST

@@ -58,6 +58,7 @@ _COUNTERS = (
     ("queried", "vllm:prefix_cache_queries", "Prefix-cache queries, in tokens"),
     ("cached", "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens"),
     ("cancelled", "llmsim:requests_cancelled", "Requests whose client went away before the end"),
+    ("ignored_fields", "llmsim:ignored_fields", "Request fields no API defines, accepted with no effect"),
 )
 
 
@@ -215,6 +216,7 @@ class Metrics:
             totals["queried"] += queried_tokens
             totals["cached"] += record.cached_tokens if queried_tokens else 0
             totals["cancelled"] += record.cancelled
+            totals["ignored_fields"] += len(record.ignored_fields)
             if record.fault is not None:
                 stats.faults[record.fault] = stats.faults.get(record.fault, 0) + 1
             if record.ok:

@@ -140,6 +140,10 @@ class GenerationRequest:
     never reads it. ``keep_alive``: the API loads models on demand (Ollama):
     how long the model stays loaded after this request, in simulated
     seconds (infinite: for ever); None for APIs whose models are always loaded.
+    ``ignored_fields``: the body's fields no version of the API defines
+    (accepted, no effect; refused under ``strict_fields``). ``run_to_limit``:
+    the answer runs to ``max_tokens`` (vLLM's ``ignore_eos``), never ending
+    naturally before it.
     """
 
     kind: str
@@ -171,6 +175,8 @@ class GenerationRequest:
     rule: str | None = None
     wire: dict[str, Any] = field(default_factory=dict)
     keep_alive: float | None = None
+    ignored_fields: list[str] = field(default_factory=list)
+    run_to_limit: bool = False
 
     @property
     def after_tool_result(self) -> bool:

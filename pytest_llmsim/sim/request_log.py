@@ -39,7 +39,8 @@ class RequestRecord:
     request (``/v1/models/{id}``; ``unknown`` when none matched); ``api``
     the wire API of a generation route (``openai.chat``, ``openai.completions``);
     ``rule`` the name of the scripted rule that answered it, if one did;
-    ``request_id`` the id its answer carried (``x-request-id``, ``request-id``).
+    ``request_id`` the id its answer carried (``x-request-id``, ``request-id``);
+    ``ignored_fields`` the body's fields no version of its API defines (accepted, no effect).
     ``body`` is the parsed JSON body, or, when it was larger than
     ``max_log_body_bytes`` (``body_truncated``), the start of its text
     followed by a marker; ``body_bytes`` is its size as received. ``headers`` are werkzeug's
@@ -70,6 +71,7 @@ class RequestRecord:
     api: str | None = None
     rule: str | None = None
     request_id: str | None = None
+    ignored_fields: list[str] = field(default_factory=list)
     body_bytes: int = 0
     body_truncated: bool = False
 

@@ -255,6 +255,10 @@ class Simulator:
         blocked prompt: 0 and ``prompt_filter``).
         """
         config, tokenizer = self.config, self.tokenizer
+        if request.ignored_fields and config.strict_fields:
+            name = request.ignored_fields[0]
+            raise SimError(400, f"Unrecognized request argument supplied: {name}", param=name,
+                           code="unknown_parameter", details={"field": name})
         adapter = self._check_model(request)
         self._continue(request)
         prompts, echo_sources = self._prompts(request, tokenizer)
