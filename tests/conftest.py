@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import sys
 from collections.abc import Iterator
@@ -13,13 +14,24 @@ import hypothesis  # noqa: F401  # see below
 import openai
 import pytest
 
-# hypothesis's pytest plugin imports hypothesis at the end of the session if no test did, through pytest's
-# assertion rewriter (ast.parse). CPython 3.11.7 keeps the AST converter's recursion depth per process, not per
-# thread (gh-106905, fixed in 3.11.8): a thread a client library left parsing source at that moment (griffe in
-# pydantic-ai, LiteLLM's) made it raise "SystemError: AST constructor recursion depth mismatch" after a run of
-# one such file. Imported here, at collection, it never happens late.
+# CPython 3.11.7 keeps the AST converter's recursion depth per interpreter, not per call (fixed in 3.11.8): when
+# the garbage collector runs during an ast.parse and finalizes what pydantic-ai, openai-agents or LiteLLM left
+# (unclosed transports, async generators), the warning's traceback is formatted, which itself calls ast.parse
+# (3.11's caret anchors), and the outer parse raises "SystemError: AST constructor recursion depth mismatch".
+# So: hypothesis (whose plugin would import it through pytest's assertion rewriter, ast.parse, at the end of a
+# session that had not) is imported at collection, and the collect_garbage fixture below finalizes a framework
+# test's leftovers before the next test parses anything.
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def collect_garbage() -> Iterator[None]:
+    """Finalize what the test's client libraries left behind now, not during a later ast.parse (see above);
+    for tests of frameworks that leave event loops and transports unclosed."""
+    yield
+    if sys.version_info[:3] == (3, 11, 7):
+        gc.collect()
 
 
 @pytest.fixture(autouse=True)

@@ -57,6 +57,9 @@ def test_a_bad_output_config_is_a_400_naming_it(llm_backend: LLMBackend, claude:
     assert error is not None and error["param"] == param
 
 
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # pydantic-ai's run_sync leaves its own loop's generators
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.usefixtures("collect_garbage")
 def test_pydantic_ai_claude_with_its_defaults(llm_backend: LLMBackend) -> None:
     pydantic_ai = pytest.importorskip("pydantic_ai")
     from pydantic_ai.models.anthropic import AnthropicModel
