@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from pytest_llmsim import LLMBackend
-from pytest_llmsim.api.anthropic_messages import MESSAGE_FIELDS
+from pytest_llmsim.api.anthropic_fields import MESSAGE_FIELDS
 from pytest_llmsim.api.bedrock_fields import CONVERSE_FIELDS
 from pytest_llmsim.api.field_policy import FieldPolicy
 from pytest_llmsim.api.gemini import GENERATE_FIELDS

@@ -1,13 +1,10 @@
-"""Anthropic Messages, ``POST /v1/messages`` (and ``/v1/messages/count_tokens``).
+"""Anthropic Messages answers, ``POST /v1/messages`` (and ``/v1/messages/count_tokens``).
 
-Parse: ``model`` and ``max_tokens`` are required, as Anthropic requires them;
-``system`` is a string or text blocks; ``messages`` alternate ``user`` and
-``assistant`` with string or block content (``text``; ``tool_use`` and
-``tool_result`` are counted as their text); ``stop_sequences``, ``stream``,
-sampling fields are checked when present; ``tools`` are counted as their
-JSON text and answered by the shared tool rules (``tool_choice`` ``auto``,
-``any``, ``tool``, ``none``, ``disable_parallel_tool_use``) as ``tool_use``
-blocks, streamed with ``input_json_delta``; a user turn made only of
+The request side (fields, content blocks, ``thinking``, ``output_config``) is
+:mod:`.anthropic_fields`. Answers: a ``thinking`` block first when thinking
+was asked (with its ``signature``), then one ``text`` block or one
+``tool_use`` block per call; streams send ``thinking_delta`` and
+``signature_delta``, ``text_delta``, ``input_json_delta``; a user turn made only of
 ``tool_result`` blocks counts as a tool's result (``auto`` then answers
 with text, so an agent loop ends). Any credentials and any ``anthropic-version`` are
 accepted.
@@ -29,13 +26,10 @@ from datetime import datetime, timezone
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
-from ..sim.request import OutputFormat
+from ..sim import GenerationRequest, RateLimitStatus, SimError, wire_json
 from ..sim.tokens import PlannedCall
+from .anthropic_fields import parse_messages, thinking_signature
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
-from .field_policy import FieldPolicy
-from .tool_fields import anthropic_output_format, anthropic_tool_use
-from .validation import describe, expect_object, is_int, optional, ranged
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
@@ -47,7 +41,6 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                504: "timeout_error", 529: "overloaded_error"}
 OVERLOADED = 529
-MAX_STOP_SEQUENCES = 8191 // 8  # Anthropic documents no small cap; bound the list anyway
 _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -71,125 +64,6 @@ def anthropic_request_id() -> str:
     """``req_011C`` and 20 random letters and digits, as Anthropic's ``request-id`` header and error bodies
     carry it."""
     return "req_011C" + "".join(_ID_ALPHABET[byte % 62] for byte in os.urandom(20))
-
-
-def _block_text(block: Any, param: str) -> tuple[str, bool]:
-    """A content block's text as the prompt counts it, and whether it carries ``cache_control``."""
-    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-        raise invalid(f"{param}: expected an object with a 'type'.", param, "invalid_type")
-    kind = block["type"]
-    if kind == "text":
-        if not isinstance(block.get("text"), str):
-            raise invalid(f"{param}.text: Field required (a string).", f"{param}.text", "invalid_type")
-        text = block["text"]
-    elif kind == "tool_use":
-        text = json.dumps({"name": block.get("name"), "input": block.get("input")})
-    elif kind == "tool_result":
-        content = block.get("content", "")
-        text = content if isinstance(content, str) else _content_text(content, f"{param}.content")[0]
-    else:
-        raise invalid(f"{param}.type: content blocks of type '{kind}' are not supported by pytest-llmsim; "
-                      "text, tool_use and tool_result are simulated.", f"{param}.type", "unsupported_value")
-    return text, block.get("cache_control") is not None
-
-
-def _content_text(content: Any, param: str) -> tuple[str, bool]:
-    if isinstance(content, str):
-        return content, False
-    if isinstance(content, list):
-        parts = [_block_text(block, f"{param}.{i}") for i, block in enumerate(content)]
-        return "".join(text for text, _ in parts), any(marked for _, marked in parts)
-    raise invalid(f"{param}: Input should be a valid string or a list of content blocks, not "
-                  f"{describe(content)}.", param, "invalid_type")
-
-
-# Every field of anthropic's MessageCreateParams (tests/test_field_policy.py walks it).
-MESSAGE_FIELDS = FieldPolicy.of(
-    honoured=("model", "max_tokens", "messages", "system", "stop_sequences", "stream", "tools", "tool_choice",
-              "output_config", "cache_control"),
-    no_effect=("temperature", "top_p", "top_k", "metadata", "service_tier", "inference_geo", "speed",
-               "user_profile_id", "workspace_id", "diagnostics"),
-    refused={"thinking": "extended thinking is not simulated yet",
-             "container": "code execution containers are not simulated",
-             "mcp_servers": "MCP servers are not simulated",
-             "context_management": "context management is not simulated"})
-
-
-def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationRequest:
-    """Validate a ``POST /v1/messages`` body (``count_tokens`` bodies need no ``max_tokens``)."""
-    body = expect_object(body)
-    model = body.get("model")
-    if not isinstance(model, str):
-        raise invalid("model: Field required (a string)." if model is None else
-                      f"model: Input should be a valid string, not {describe(model)}.", "model",
-                      "missing_required_parameter" if model is None else "invalid_type")
-    max_tokens = optional(body, "max_tokens", is_int, "an integer")
-    if max_tokens is None and require_max_tokens:
-        raise invalid("max_tokens: Field required.", "max_tokens", "missing_required_parameter")
-    if max_tokens is not None and max_tokens < 1:
-        raise invalid(f"max_tokens: Input should be greater than or equal to 1, not {max_tokens}.",
-                      "max_tokens", "integer_below_min_value")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise invalid("messages: Field required (a non-empty list of messages).", "messages",
-                      "missing_required_parameter" if messages is None else "invalid_value")
-    parsed: list[ChatMessage] = []
-    breakpoint_at: int | None = None
-    system = body.get("system")
-    if system is not None:
-        text, marked = _content_text(system, "system")
-        parsed.append(ChatMessage("system", text))
-        breakpoint_at = 1 if marked else None
-    for i, message in enumerate(messages):
-        param = f"messages.{i}"
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise invalid(f"{param}.role: Input should be 'user' or 'assistant'.", f"{param}.role", "invalid_value")
-        if "content" not in message:
-            raise invalid(f"{param}.content: Field required.", f"{param}.content", "missing_required_parameter")
-        text, marked = _content_text(message["content"], f"{param}.content")
-        content = message["content"]
-        results_only = (isinstance(content, list) and content
-                        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content))
-        parsed.append(ChatMessage("tool" if results_only else message["role"], text))
-        if marked:
-            breakpoint_at = len(parsed)
-    stops = optional(body, "stop_sequences", lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
-                     "a list of strings") or []
-    if len(stops) > MAX_STOP_SEQUENCES:
-        raise invalid(f"stop_sequences: at most {MAX_STOP_SEQUENCES} are accepted.", "stop_sequences",
-                      "invalid_value")
-    stream = bool(optional(body, "stream", lambda v: isinstance(v, bool), "a boolean"))
-    ranged(body, "temperature", 0.0, 1.0)
-    ranged(body, "top_p", 0.0, 1.0)
-    top_k = optional(body, "top_k", is_int, "an integer")
-    if top_k is not None and top_k < 0:
-        raise invalid("top_k: Input should be greater than or equal to 0.", "top_k", "integer_below_min_value")
-    tool_use = anthropic_tool_use(body)
-    tools = body.get("tools")
-    if body.get("cache_control") is not None:  # automatic caching: the whole prompt is the cached prefix
-        breakpoint_at = len(parsed)
-    return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
-                             n=1, stops=list(stops), seed=None, messages=parsed,
-                             tools_text=json.dumps(tools) if tools else "", cache_breakpoint=breakpoint_at,
-                             tool_use=tool_use, output_format=_output_format(body),
-                             ignored_fields=MESSAGE_FIELDS.check(body))
-
-
-def _output_format(body: dict[str, Any]) -> OutputFormat | None:
-    """``output_config.format``: ``{"type": "json_schema", "schema": {...}}`` (structured output); ``effort``
-    is accepted with no effect. The beta's top-level ``output_format`` is read the same way."""
-    config = optional(body, "output_config", lambda v: isinstance(v, dict), "an object") or {}
-    unknown = sorted(set(config) - {"format", "effort"})
-    if unknown:
-        raise invalid(f"output_config.{unknown[0]}: Extra inputs are not permitted", f"output_config.{unknown[0]}",
-                      "unknown_parameter")
-    fmt = config.get("format") if config.get("format") is not None else body.get("output_format")
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
-        raise invalid("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}",
-                      "output_config.format", "invalid_value")
-    return anthropic_output_format(fmt, "output_config.format")
 
 
 def _stop_reason(generation: Generation) -> tuple[str, str | None]:
@@ -227,11 +101,18 @@ def _tool_use_block(call: PlannedCall, with_input: bool = True) -> dict[str, Any
     return {"type": "tool_use", "id": "toolu_" + call.key, "name": call.name, "input": arguments}
 
 
+def _thinking_block(thinking: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": thinking, "signature": thinking_signature(thinking)}
+
+
 def _content(generation: Generation) -> list[dict[str, Any]]:
     output = generation.outputs[0]
+    blocks = [_thinking_block(output.reasoning_text)] if output.reasoning else []
     if output.calls:
-        return [_tool_use_block(call) for call in output.calls]
-    return [{"type": "text", "text": generation.texts()[0]}]
+        return blocks + [_tool_use_block(call) for call in output.calls]
+    if output.reasoning and output.length == output.reasoning:  # max_tokens ran out while it thought
+        return blocks
+    return [*blocks, {"type": "text", "text": generation.texts()[0]}]
 
 
 def _event(name: str, body: dict[str, Any]) -> bytes:
@@ -241,15 +122,40 @@ def _event(name: str, body: dict[str, Any]) -> bytes:
 class MessagesStream:
     """``message_start``, ``content_block_start``, ``ping``, a ``content_block_delta`` per token,
     ``content_block_stop``, ``message_delta``, ``message_stop``: the sequence the SDK's
-    ``messages.stream()`` reads."""
+    ``messages.stream()`` reads. With thinking, block 0 is the ``thinking`` block (``thinking_delta``
+    per token, then its ``signature_delta``) and the answer's blocks follow it."""
 
     _MARK = PIECE_MARK
 
     def __init__(self, generation: Generation, response_id: str) -> None:
         self._generation = generation
         self._id = response_id
-        self._template: tuple[bytes, bytes] | None = None
-        self._calls = bool(generation.outputs[0].calls)  # tool_use blocks instead of text
+        self._templates: dict[str, tuple[bytes, bytes]] = {}
+        output = generation.outputs[0]
+        self._calls = bool(output.calls)  # tool_use blocks instead of text
+        self._reasoning = output.reasoning
+        self._first = 1 if output.reasoning else 0  # the answer's first block index
+
+    def _delta(self, kind: str, index: int, piece: str) -> bytes:
+        """A text or thinking delta event, from a template cached per kind (the hot path)."""
+        template = self._templates.get(kind)
+        if template is None:
+            field = "text" if kind == "text_delta" else "thinking"
+            event = _event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                   "delta": {"type": kind, field: self._MARK}})
+            head, tail = event.split(wire_json.dumps(self._MARK))
+            template = self._templates[kind] = (head, tail)
+        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+
+    def _end_thinking(self) -> bytes:
+        output = self._generation.outputs[0]
+        return (_event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                    "type": "signature_delta", "signature": thinking_signature(output.reasoning_text)}})
+                + _event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+
+    def _text_start(self) -> bytes:
+        return _event("content_block_start", {"type": "content_block_start", "index": self._first,
+                                              "content_block": {"type": "text", "text": ""}})
 
     def opening(self, index: int) -> bytes:
         generation = self._generation
@@ -257,40 +163,46 @@ class MessagesStream:
         message: dict[str, Any] = {"id": self._id, "type": "message", "role": "assistant", "content": [],
                    "model": generation.request.model, "stop_reason": None, "stop_sequence": None,
                    "usage": start_usage}
-        text_block = b"" if generation.outputs[0].calls else _event(
-            "content_block_start", {"type": "content_block_start", "index": 0,
-                                    "content_block": {"type": "text", "text": ""}})
-        return (_event("message_start", {"type": "message_start", "message": message}) + text_block
+        if self._reasoning:
+            first_block = _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+                "type": "thinking", "thinking": "", "signature": ""}})
+        else:
+            first_block = b"" if self._calls else self._text_start()
+        return (_event("message_start", {"type": "message_start", "message": message}) + first_block
                 + _event("ping", {"type": "ping"}))
 
     def token(self, index: int, position: int, piece: str) -> bytes:
+        if position < self._reasoning:
+            return self._delta("thinking_delta", 0, piece)
+        start = b""
+        if self._reasoning and position == self._reasoning:  # the thinking ends, the answer begins
+            start = self._end_thinking() + (b"" if self._calls else self._text_start())
         if self._calls:
             output = self._generation.outputs[0]
             number, call = output.call_at(position)
-            start = b""
+            block = self._first + number
             if position == call.start:  # the previous block ends, this call's block opens
                 if number:
-                    start = _event("content_block_stop", {"type": "content_block_stop", "index": number - 1})
-                start += _event("content_block_start", {"type": "content_block_start", "index": number,
+                    start += _event("content_block_stop", {"type": "content_block_stop", "index": block - 1})
+                start += _event("content_block_start", {"type": "content_block_start", "index": block,
                                                         "content_block": _tool_use_block(call, with_input=False)})
             return start + _event("content_block_delta", {
-                "type": "content_block_delta", "index": number,
+                "type": "content_block_delta", "index": block,
                 "delta": {"type": "input_json_delta", "partial_json": piece}})
-        template = self._template
-        if template is None:
-            event = _event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                   "delta": {"type": "text_delta", "text": self._MARK}})
-            head, tail = event.split(wire_json.dumps(self._MARK))
-            template = self._template = (head, tail)
-        return template[0] + encode_basestring_ascii(piece).encode() + template[1]
+        return start + self._delta("text_delta", self._first, piece)
 
     def finish(self, index: int) -> bytes:
-        reason, sequence = _stop_reason(self._generation)
-        last_block = max(len(self._generation.outputs[0].calls) - 1, 0)
-        return (_event("content_block_stop", {"type": "content_block_stop", "index": last_block})
-                + _event("message_delta", {"type": "message_delta",
-                                           "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                           "usage": usage(self._generation)}))  # the whole usage, as sent now
+        generation = self._generation
+        output = generation.outputs[0]
+        reason, sequence = _stop_reason(generation)
+        if self._reasoning and generation.completion_tokens <= self._reasoning:  # it never got past thinking
+            blocks = self._end_thinking()
+        else:
+            last_block = self._first + max(len(output.calls) - 1, 0)
+            blocks = _event("content_block_stop", {"type": "content_block_stop", "index": last_block})
+        return blocks + _event("message_delta", {"type": "message_delta",
+                                                 "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                                                 "usage": usage(generation)})  # the whole usage, as sent now
 
     def closing(self) -> bytes:
         return _event("message_stop", {"type": "message_stop"})

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
 from ..sim import invalid
+from .anthropic_tools import anthropic_defined_tool
 from .validation import describe
 
 __all__ = ["anthropic_output_format", "anthropic_tool_use", "openai_output_format", "openai_tool_use",
@@ -152,6 +153,10 @@ def anthropic_tool_use(body: dict[str, Any]) -> ToolUse | None:
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise invalid(f"tools.{i}: Input should be an object.", f"tools.{i}", "invalid_type")
+        defined = anthropic_defined_tool(tool, f"tools.{i}")
+        if defined is not None:
+            specs.append(defined)
+            continue
         if tool.get("type") not in (None, "custom"):
             raise invalid(f"tools.{i}.type: server tools ({tool.get('type')!r}) are not simulated; client tools "
                           "with 'name' and 'input_schema' are.", f"tools.{i}.type", "unsupported_value")

@@ -19,7 +19,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..sim.request import SimError, invalid
+from ..sim.request import ReasoningAsk, SimError, invalid
 from ..sim.tokens import FillerSource, PlannedCall, PlannedOutput, Tokenizer
 from .replies import ErrorReply, Reply, ToolCall
 from .schema import SchemaError, SchemaTooLarge, generate_instance
@@ -29,7 +29,12 @@ if TYPE_CHECKING:
     from ..sim import GenerationRequest
     from ..sim.config import SimConfig
 
-__all__ = ["MAX_CHARS_PER_TOKEN", "ContentPlanner"]
+__all__ = ["MAX_CHARS_PER_TOKEN", "REASONING_TOKENS", "ContentPlanner"]
+
+#: Typical thinking length per reasoning effort (a seeded length between half and all of it); Anthropic's
+#: budget_tokens caps it.
+REASONING_TOKENS = {"none": 0, "minimal": 16, "low": 64, "medium": 192, "high": 512, "xhigh": 1024, "max": 1024}
+_REASONING_SALT = 0x5EA50
 
 #: A generated JSON answer may take this many characters per token of its budget: a token of JSON is
 #: rarely longer than a few characters, so an instance past it could never be sent whole or cut as built.
@@ -60,6 +65,29 @@ class ContentPlanner:
                            code=reply.code)
         if request.kind == "embedding":
             return PlannedOutput([], [], "stop")  # nothing is generated: the answer is the vectors
+        if request.reasoning is None:
+            return self._answer(request, key, reply, echo, budget, room)
+        thinking = min(self._reasoning_length(request.reasoning, key), budget)
+        if thinking >= budget:  # the thinking took all of max_tokens: no answer, cut
+            answer = PlannedOutput([], [], "length")
+        else:
+            answer = self._answer(request, key, reply, echo, budget - thinking, room - thinking)
+        tokens, pieces = self.filler.take(key ^ _REASONING_SALT, thinking)
+        return answer.with_reasoning(tokens, pieces)
+
+    @staticmethod
+    def _reasoning_length(ask: ReasoningAsk, key: int) -> int:
+        """Seeded thinking length: between half and all of the effort's typical length (a budget caps it)."""
+        typical = REASONING_TOKENS.get(ask.effort, REASONING_TOKENS["medium"])
+        if ask.budget is not None:
+            typical = min(typical, ask.budget)
+        if typical <= 0:
+            return 0
+        return typical // 2 + (key >> 12) % (typical - typical // 2 + 1)
+
+    def _answer(self, request: GenerationRequest, key: int, reply: Reply | None, echo: list[int] | None,
+                budget: int, room: int) -> PlannedOutput:
+        """The answer proper (after any thinking)."""
         limit = budget if request.max_tokens is not None else room  # a model-ended answer: only the room
         if isinstance(reply, (ToolCall, list)):
             calls = [reply] if isinstance(reply, ToolCall) else reply

@@ -98,18 +98,22 @@ class PlannedOutput:
     cut at a stop string) and :class:`CyclicRun` views for filler, which is
     never materialised whole: slicing builds only the part being sent.
     An answer that calls tools has ``calls``: its tokens are the calls'
-    arguments, one after another, and it has no text.
+    arguments, one after another, and it has no text. A reasoning model's
+    answer starts with ``reasoning`` tokens of thinking (generated, counted
+    and timed like the rest; each API shows them its own way or not at all),
+    then the answer proper.
     """
 
-    __slots__ = ("calls", "finish_reason", "pieces", "stop_sequence", "tokens")
+    __slots__ = ("calls", "finish_reason", "pieces", "reasoning", "stop_sequence", "tokens")
 
     def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str,
-                 stop_sequence: str | None = None, calls: tuple[PlannedCall, ...] = ()) -> None:
+                 stop_sequence: str | None = None, calls: tuple[PlannedCall, ...] = (), reasoning: int = 0) -> None:
         self.tokens = tokens
         self.pieces = pieces
         self.finish_reason = finish_reason
         self.stop_sequence = stop_sequence  # the stop string that ended it, if one did
         self.calls = calls
+        self.reasoning = reasoning
 
     def call_at(self, position: int) -> tuple[int, PlannedCall]:
         """The call (and its index) whose arguments hold token ``position``."""
@@ -125,11 +129,24 @@ class PlannedOutput:
 
     @property
     def text(self) -> str:
-        """The answer's text ("" for an answer that calls tools)."""
-        return "" if self.calls else "".join(self.pieces[0:len(self.pieces)])
+        """The answer's text, after any reasoning ("" for an answer that calls tools)."""
+        return "" if self.calls else "".join(self.pieces[self.reasoning:len(self.pieces)])
+
+    @property
+    def reasoning_text(self) -> str:
+        """The thinking before the answer ("" when there is none)."""
+        return "".join(self.pieces[0:self.reasoning]) if self.reasoning else ""
+
+    def with_reasoning(self, tokens: Sequence[int], pieces: Sequence[str]) -> PlannedOutput:
+        """This answer after ``tokens`` of thinking (the calls move along with their tokens)."""
+        shift = len(tokens)
+        calls = tuple(PlannedCall(c.key, c.name, c.arguments, c.start + shift, c.end + shift) for c in self.calls)
+        return PlannedOutput([*tokens, *self.tokens[0:len(self.tokens)]], [*pieces, *self.pieces[0:len(self.pieces)]],
+                             self.finish_reason, self.stop_sequence, calls, shift)
 
 
 def filtered(output: PlannedOutput, after_tokens: int, reason: str) -> PlannedOutput:
     """``output`` stopped by a content filter after ``after_tokens`` tokens (no tool calls survive it)."""
     length = min(after_tokens, output.length)
-    return PlannedOutput(list(output.tokens[0:length]), list(output.pieces[0:length]), reason)
+    return PlannedOutput(list(output.tokens[0:length]), list(output.pieces[0:length]), reason,
+                         reasoning=min(output.reasoning, length))

@@ -14,8 +14,8 @@ from typing import Any
 
 from .tokens import ChatMessage
 
-__all__ = ["ChatMessage", "GenerationRequest", "OutputFormat", "RateLimitStatus", "SimError", "ToolSpec", "ToolUse",
-           "invalid"]
+__all__ = ["ChatMessage", "GenerationRequest", "OutputFormat", "RateLimitStatus", "ReasoningAsk", "SimError",
+           "ToolSpec", "ToolUse", "invalid"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,17 @@ class OutputFormat:
     param: str = "response_format"
 
 
+@dataclass(frozen=True)
+class ReasoningAsk:
+    """A request for a reasoning model's thinking: ``budget`` tokens at most (Anthropic's ``budget_tokens``),
+    or an ``effort`` (``minimal``, ``low``, ``medium``, ``high``) that sets a typical length; ``param`` names
+    the field that asked, for errors."""
+
+    effort: str = "medium"
+    budget: int | None = None
+    param: str = "reasoning"
+
+
 @dataclass
 class GenerationRequest:
     """A validated generation request, reduced to what the simulation uses.
@@ -143,7 +154,8 @@ class GenerationRequest:
     ``ignored_fields``: the body's fields no version of the API defines
     (accepted, no effect; refused under ``strict_fields``). ``run_to_limit``:
     the answer runs to ``max_tokens`` (vLLM's ``ignore_eos``), never ending
-    naturally before it.
+    naturally before it. ``reasoning``: the answer starts with thinking
+    (a reasoning model's), within ``max_tokens``.
     """
 
     kind: str
@@ -177,6 +189,7 @@ class GenerationRequest:
     keep_alive: float | None = None
     ignored_fields: list[str] = field(default_factory=list)
     run_to_limit: bool = False
+    reasoning: ReasoningAsk | None = None
 
     @property
     def after_tool_result(self) -> bool:
