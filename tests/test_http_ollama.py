@@ -148,7 +148,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
     ("/api/chat", {"model": "m", "messages": ASK, "options": {"num_predict": 0}}, "options.num_predict"),
     ("/api/chat", {"model": "m", "messages": ASK, "options": {"warp": 9}}, "options.warp"),
     ("/api/chat", {"model": "m", "messages": ASK, "format": "yaml"}, "format"),
-    ("/api/chat", {"model": "m", "messages": ASK, "think": True}, "think"),
+    ("/api/chat", {"model": "m", "messages": ASK, "think": "maximum"}, "think"),
     ("/api/chat", {"model": "m", "messages": ASK, "bogus": 1}, "bogus"),
     ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "x", "mood": "sunny"}]},
      "messages[0].mood"),

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
+from ..sim.request import ReasoningAsk
 from .base import NO_TARGET, RequestTarget
 from .tool_fields import openai_output_format, openai_tool_use
 from .validation import describe, expect_object, is_int
@@ -121,16 +122,22 @@ def keep_alive_seconds(body: dict[str, Any]) -> float:
     return math.inf if seconds < 0 else seconds
 
 
-def _no_thinking(body: dict[str, Any]) -> None:
-    if body.get("think") not in (None, False):
-        raise invalid("think is not simulated by pytest-llmsim (no thinking content is generated)", "think",
-                      "unsupported_value")
+def _think(body: dict[str, Any]) -> ReasoningAsk | None:
+    """``think``: true (thinking of medium length), or ``"low"``, ``"medium"``, ``"high"`` (gpt-oss's levels)."""
+    value = body.get("think")
+    if value in (None, False):
+        return None
+    if value is True:
+        return ReasoningAsk(effort="medium", param="think")
+    if value in ("low", "medium", "high"):
+        return ReasoningAsk(effort=value, param="think")
+    raise invalid(f"invalid think value: {describe(value)} (true, false, 'low', 'medium' or 'high')", "think",
+                  "invalid_value")
 
 
 def parse_chat(body: Any) -> GenerationRequest:
     body = expect_object(body)
     _known(body, CHAT_FIELDS)
-    _no_thinking(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise invalid("messages must be a list", "messages", "invalid_type")
@@ -143,9 +150,8 @@ def parse_chat(body: Any) -> GenerationRequest:
         if unknown:
             raise invalid(f"messages[{i}]: unknown field {unknown[0]!r}", f"messages[{i}].{unknown[0]}",
                           "unknown_field")
-        if message.get("thinking"):
-            raise invalid(f"messages[{i}].thinking: thinking is not simulated by pytest-llmsim",
-                          f"messages[{i}].thinking", "unsupported_value")
+        if not isinstance(message.get("thinking", ""), str):  # an earlier answer's thinking: not counted
+            raise invalid(f"messages[{i}].thinking must be a string", f"messages[{i}].thinking", "invalid_type")
         if message.get("images"):
             raise invalid(f"messages[{i}].images: images are not simulated by pytest-llmsim",
                           f"messages[{i}].images", "unsupported_value")
@@ -164,13 +170,12 @@ def parse_chat(body: Any) -> GenerationRequest:
                              n=1, stops=stops, seed=seed, messages=parsed,
                              tools_text=json.dumps(tools) if tools else "",
                              tool_use=openai_tool_use({"tools": tools}, flat=False), output_format=_format(body),
-                             keep_alive=keep_alive_seconds(body))
+                             keep_alive=keep_alive_seconds(body), reasoning=_think(body))
 
 
 def parse_generate(body: Any) -> GenerationRequest:
     body = expect_object(body)
     _known(body, GENERATE_FIELDS)
-    _no_thinking(body)
     if body.get("images"):
         raise invalid("images are not simulated by pytest-llmsim", "images", "unsupported_value")
     prompt = body.get("prompt", "")
@@ -184,7 +189,7 @@ def parse_generate(body: Any) -> GenerationRequest:
                              include_usage=True, max_tokens=max_tokens, max_tokens_param="options.num_predict",
                              n=1, stops=stops, seed=seed, messages=messages, prompt_param="prompt",
                              output_format=_format(body), wire={"generate": True},
-                             keep_alive=keep_alive_seconds(body))
+                             keep_alive=keep_alive_seconds(body), reasoning=_think(body))
 
 
 def _durations(generation: Generation) -> dict[str, int]:
@@ -239,12 +244,16 @@ class OllamaChat(OllamaErrors):
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_generate(body) if self.generate else parse_chat(body)
 
-    def _piece(self, generation: Generation, text: str, calls: Any = ()) -> dict[str, Any]:
+    def _piece(self, generation: Generation, text: str, calls: Any = (), thinking: str = "") -> dict[str, Any]:
         body: dict[str, Any] = {"model": generation.request.model, "created_at": _now()}
         if self.generate:
             body["response"] = text
+            if thinking:
+                body["thinking"] = thinking
         else:
             message: dict[str, Any] = {"role": "assistant", "content": text}
+            if thinking:
+                message["thinking"] = thinking
             if calls:
                 message["tool_calls"] = _tool_calls(generation, calls)
             body["message"] = message
@@ -253,7 +262,7 @@ class OllamaChat(OllamaErrors):
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         output = generation.outputs[0]
         text = "" if output.calls else generation.texts()[0]
-        return {**self._piece(generation, text, output.calls), **_done(generation)}
+        return {**self._piece(generation, text, output.calls, output.reasoning_text), **_done(generation)}
 
     def stream(self, generation: Generation, response_id: str) -> OllamaStream:
         return OllamaStream(self, generation)
@@ -276,6 +285,8 @@ class OllamaStream:
 
     def token(self, index: int, position: int, piece: str) -> bytes:
         output = self._generation.outputs[0]
+        if position < output.reasoning:
+            return self._line({**self._api._piece(self._generation, "", thinking=piece), "done": False})
         if output.calls:  # a call goes out whole, with its last token
             _, call = output.call_at(position)
             if position != call.end - 1:

@@ -14,6 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
+from ..sim.request import ReasoningAsk
 from ..sim.tokens import PlannedCall, PlannedOutput
 from .base import NO_TARGET, RequestTarget
 from .field_policy import FieldPolicy
@@ -86,12 +87,11 @@ def chat_message(i: int, message: Any) -> ChatMessage:
 CHAT_FIELDS = FieldPolicy.of(
     honoured=("model", "messages", "max_tokens", "max_completion_tokens", "n", "stop", "seed", "stream",
               "stream_options", "tools", "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
-              "top_logprobs", "ignore_eos"),
+              "top_logprobs", "ignore_eos", "reasoning_effort"),
     no_effect=("temperature", "top_p", "presence_penalty", "frequency_penalty", "user", "logit_bias", "metadata",
                "store", "service_tier", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
                "prompt_cache_options", "verbosity", "modalities"),
     refused={"audio": "audio output is not simulated", "prediction": "predicted outputs are not simulated",
-             "reasoning_effort": "reasoning is not simulated on chat completions yet",
              "functions": "the deprecated functions are not simulated; use tools",
              "function_call": "the deprecated function_call is not simulated; use tool_choice",
              "web_search_options": "web search is not simulated",
@@ -116,7 +116,21 @@ def parse_chat(body: Any) -> GenerationRequest:
     tools = body.get("tools")
     return GenerationRequest(kind="chat", messages=parsed_messages, tools_text=json.dumps(tools) if tools else "",
                              tool_use=tool_use, output_format=output_format, ignored_fields=CHAT_FIELDS.check(body),
-                             run_to_limit=body.get("ignore_eos") is True, **common)
+                             run_to_limit=body.get("ignore_eos") is True, reasoning=_reasoning_effort(body), **common)
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _reasoning_effort(body: dict[str, Any]) -> ReasoningAsk | None:
+    """``reasoning_effort``: the answer starts with hidden thinking of that effort's length."""
+    effort = body.get("reasoning_effort")
+    if effort is None:
+        return None
+    if effort not in REASONING_EFFORTS:
+        raise invalid(f"Invalid value: {effort!r}. Supported values are: {', '.join(map(repr, REASONING_EFFORTS))}.",
+                      "reasoning_effort", "invalid_value")
+    return ReasoningAsk(effort=effort, param="reasoning_effort")
 
 
 

@@ -157,20 +157,24 @@ def _logprobs(body: dict[str, Any], kind: str) -> int | None:
     return None if value is None else int(value)
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+               reasoning_tokens: int = 0) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens, "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
     }
 
 
 def generation_usage(generation: Generation) -> dict[str, Any]:
-    return usage_body(generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens)
+    """Chat's and completions' usage; a reasoning model's thinking is in ``completion_tokens`` and in
+    ``completion_tokens_details.reasoning_tokens`` (as far as each choice got)."""
+    reasoning = sum(min(output.reasoning, seq.emitted) for output, seq in zip(generation.outputs, generation.sequences))
+    return usage_body(generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens, reasoning)
 
 
 def envelope(response_id: str, obj: str, model: str, created: int | None) -> dict[str, Any]:
@@ -234,6 +238,8 @@ class OpenAIStream:
         return b""
 
     def token(self, index: int, position: int, piece: str) -> bytes:
+        if position < self._generation.outputs[index].reasoning:
+            return b""  # OpenAI's chat shows no reasoning: it only takes its time
         if not self._plain[index]:
             return self.event(self.token_choice(index, position, piece))
         template = self._templates.get(index)

@@ -20,12 +20,14 @@ the event sequence its ``responses.stream()`` reads, each event with a rising
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
+from ..sim.request import ReasoningAsk
 from ..sim.tokens import PlannedCall
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
 from .field_policy import FieldPolicy
@@ -85,9 +87,12 @@ def _input_messages(value: Any) -> list[ChatMessage]:
         elif kind == "function_call_output":
             output = item.get("output")
             messages.append(ChatMessage("tool", output if isinstance(output, str) else json.dumps(output)))
+        elif kind == "reasoning":  # an earlier answer's reasoning, sent back: not counted, as OpenAI drops it
+            continue
         else:
             raise invalid(f"Input items of type {kind!r} are not supported by pytest-llmsim; messages, "
-                          "function_call and function_call_output are.", f"{param}.type", "unsupported_value")
+                          "function_call, function_call_output and reasoning are.", f"{param}.type",
+                          "unsupported_value")
     if not messages:
         raise invalid("Invalid 'input': empty array. Expected an array with minimum length 1.", "input",
                       "empty_array")
@@ -97,14 +102,12 @@ def _input_messages(value: Any) -> list[ChatMessage]:
 # Every field of openai's ResponseCreateParams (tests/test_field_policy.py walks it).
 RESPONSE_FIELDS = FieldPolicy.of(
     honoured=("model", "input", "instructions", "max_output_tokens", "stream", "store", "previous_response_id",
-              "tools", "tool_choice", "parallel_tool_calls", "text"),
+              "tools", "tool_choice", "parallel_tool_calls", "text", "reasoning", "include"),
     no_effect=("temperature", "top_p", "metadata", "user", "service_tier", "safety_identifier", "prompt_cache_key",
                "prompt_cache_retention", "prompt_cache_options", "stream_options", "truncation", "max_tool_calls",
                "access_programs", "image"),
     refused={"background": "background responses are not simulated yet",
              "background_options": "background responses are not simulated yet",
-             "reasoning": "reasoning is not simulated on responses yet",
-             "include": "extra output data (include) is not simulated",
              "conversation": "the Conversations API is not simulated; use previous_response_id",
              "prompt": "stored prompt templates are not simulated",
              "context_management": "context management (compaction) is not simulated",
@@ -140,7 +143,15 @@ def parse_responses(body: Any) -> GenerationRequest:
                       "invalid_value")
     parallel = body.get("parallel_tool_calls")
     output_format = responses_output_format(text_format)
-    wire = {"created_at": int(time.time()), "instructions": instructions, "max_output_tokens": max_tokens,
+    reasoning, wire_reasoning = _reasoning(body)
+    include = optional(body, "include", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+                       "an array of strings") or []
+    for name in include:
+        if name != "reasoning.encrypted_content":
+            raise invalid(f"'include' value {name!r} is not supported by pytest-llmsim; "
+                          "'reasoning.encrypted_content' is.", "include", "unsupported_value")
+    wire = {"reasoning": wire_reasoning, "encrypted": bool(include), "created_at": int(time.time()),
+            "instructions": instructions, "max_output_tokens": max_tokens,
             "previous_response_id": previous, "store": store is not False, "temperature": temperature,
             "top_p": top_p, "tools": tools, "tool_choice": tool_choice, "text": {"format": text_format},
             "parallel_tool_calls": parallel is not False, "metadata": body.get("metadata") or {},
@@ -150,7 +161,42 @@ def parse_responses(body: Any) -> GenerationRequest:
                              tools_text=json.dumps(tools) if tools else "", max_tokens_param="max_output_tokens",
                              previous_id=previous, store=store is not False, preamble=len(preamble),
                              prompt_param="input", tool_use=tool_use, output_format=output_format, wire=wire,
-                             ignored_fields=RESPONSE_FIELDS.check(body))
+                             ignored_fields=RESPONSE_FIELDS.check(body), reasoning=reasoning)
+
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _reasoning(body: dict[str, Any]) -> tuple[ReasoningAsk | None, dict[str, Any]]:
+    """``reasoning``: ``effort`` (default medium) and ``summary`` (``auto``, ``concise``, ``detailed``: the
+    thinking is shown as a summary); what the answer echoes."""
+    value = optional(body, "reasoning", lambda v: isinstance(v, dict), "an object")
+    if value is None:
+        return None, {"effort": None, "summary": None}
+    unknown = sorted(set(value) - {"effort", "summary", "generate_summary"})
+    if unknown:
+        raise invalid(f"Unknown parameter: 'reasoning.{unknown[0]}'.", f"reasoning.{unknown[0]}", "unknown_parameter")
+    effort = value.get("effort") or "medium"
+    if effort not in EFFORTS:
+        raise invalid(f"Invalid value: {effort!r}. Supported values are: {', '.join(map(repr, EFFORTS))}.",
+                      "reasoning.effort", "invalid_value")
+    summary = value.get("summary") or value.get("generate_summary")
+    if summary is not None and summary not in SUMMARIES:
+        raise invalid(f"Invalid value: {summary!r}. Supported values are: {', '.join(map(repr, SUMMARIES))}.",
+                      "reasoning.summary", "invalid_value")
+    return ReasoningAsk(effort=effort, param="reasoning"), {"effort": effort, "summary": summary}
+
+
+def _reasoning_item(generation: Generation, response_id: str, done: bool) -> dict[str, Any]:
+    """The ``reasoning`` output item: its summary when one was asked, its encrypted content when included."""
+    wire, output = generation.request.wire, generation.outputs[0]
+    summary = ([{"type": "summary_text", "text": output.reasoning_text}]
+               if done and wire["reasoning"]["summary"] else [])
+    item: dict[str, Any] = {"id": "rs_" + response_id.removeprefix("resp_"), "type": "reasoning", "summary": summary}
+    if wire["encrypted"]:
+        item["encrypted_content"] = base64.b64encode(output.reasoning_text.encode()).decode()
+    return item
 
 
 def _item_id(response_id: str) -> str:
@@ -161,7 +207,8 @@ def _usage(generation: Generation) -> dict[str, Any]:
     prompt, output = generation.prompt_tokens, generation.completion_tokens
     return {"input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": generation.cached_tokens, "cache_write_tokens": 0},
-            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": min(generation.outputs[0].reasoning, output)},
             "total_tokens": prompt + output}
 
 
@@ -182,19 +229,22 @@ def response_object(generation: Generation, response_id: str, done: bool = True)
     incomplete = done and reason in INCOMPLETE_REASONS
     status = "in_progress" if not done else ("incomplete" if incomplete else "completed")
     output: list[dict[str, Any]] = []
-    calls = generation.outputs[0].calls
+    planned = generation.outputs[0]
+    calls = planned.calls
+    if done and planned.reasoning:
+        output.append(_reasoning_item(generation, response_id, done))
     if done and calls:
-        output = [_function_call(call, "incomplete" if incomplete else "completed") for call in calls]
-    elif done:
-        output = [{"id": _item_id(response_id), "type": "message", "role": "assistant",
-                   "status": "incomplete" if incomplete else "completed",
-                   "content": [_text_part(generation.texts()[0])]}]
+        output += [_function_call(call, "incomplete" if incomplete else "completed") for call in calls]
+    elif done and planned.length > planned.reasoning:  # not when the thinking took all of max_output_tokens
+        output.append({"id": _item_id(response_id), "type": "message", "role": "assistant",
+                       "status": "incomplete" if incomplete else "completed",
+                       "content": [_text_part(generation.texts()[0])]})
     return {
         "id": response_id, "object": "response", "created_at": wire["created_at"], "status": status,
         "error": None, "incomplete_details": {"reason": INCOMPLETE_REASONS[reason]} if incomplete else None,
         "instructions": wire["instructions"], "max_output_tokens": wire["max_output_tokens"],
         "model": generation.request.model, "output": output, "parallel_tool_calls": wire["parallel_tool_calls"],
-        "previous_response_id": wire["previous_response_id"], "reasoning": {"effort": None, "summary": None},
+        "previous_response_id": wire["previous_response_id"], "reasoning": wire["reasoning"],
         "store": wire["store"], "temperature": wire["temperature"], "text": wire["text"],
         "tool_choice": wire["tool_choice"], "tools": wire["tools"], "top_p": wire["top_p"],
         "truncation": "disabled", "usage": _usage(generation) if done else None, "user": wire["user"],
@@ -205,7 +255,9 @@ def response_object(generation: Generation, response_id: str, done: bool = True)
 class _ResponsesStream:
     """``response.created``, ``response.in_progress``, ``output_item.added``, ``content_part.added``,
     an ``output_text.delta`` per token, ``output_text.done``, ``content_part.done``,
-    ``output_item.done``, then ``response.completed`` (or ``response.incomplete``)."""
+    ``output_item.done``, then ``response.completed`` (or ``response.incomplete``). A reasoning
+    model's ``reasoning`` item comes first (output index 0): its summary streamed as
+    ``reasoning_summary_text.delta`` events when one was asked, else nothing while it thinks."""
 
     _PIECE = PIECE_MARK
     _NUMBER = PIECE_MARK.replace("piece", "number")
@@ -216,7 +268,12 @@ class _ResponsesStream:
         self._item = _item_id(response_id)
         self._sequence = 0
         self._template: tuple[bytes, bytes, bytes] | None = None
-        self._calls = bool(generation.outputs[0].calls)  # function_call items instead of a message
+        output = generation.outputs[0]
+        self._calls = bool(output.calls)  # function_call items instead of a message
+        self._reasoning = output.reasoning
+        self._summary = bool(generation.request.wire["reasoning"]["summary"])
+        self._first = 1 if output.reasoning else 0  # the answer's first output index
+        self._reasoning_id = "rs_" + response_id.removeprefix("resp_")
 
     def _event(self, body: dict[str, Any]) -> bytes:
         body["sequence_number"] = self._sequence
@@ -224,22 +281,47 @@ class _ResponsesStream:
         return b"event: %s\ndata: %s\n\n" % (body["type"].encode(), wire_json.dumps(body))
 
     def _located(self, kind: str, **fields: Any) -> dict[str, Any]:
-        return {"type": kind, "item_id": self._item, "output_index": 0, "content_index": 0, **fields}
+        return {"type": kind, "item_id": self._item, "output_index": self._first, "content_index": 0, **fields}
+
+    def _summary_event(self, kind: str, **fields: Any) -> bytes:
+        return self._event({"type": kind, "item_id": self._reasoning_id, "output_index": 0, "summary_index": 0,
+                            **fields})
+
+    def _message_opens(self) -> bytes:
+        item = {"id": self._item, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+        return (self._event({"type": "response.output_item.added", "output_index": self._first, "item": item})
+                + self._event(self._located("response.content_part.added", part=_text_part(""))))
+
+    def _reasoning_ends(self) -> bytes:
+        out = b""
+        if self._summary:
+            text = self._generation.outputs[0].reasoning_text
+            out = (self._summary_event("response.reasoning_summary_text.done", text=text)
+                   + self._summary_event("response.reasoning_summary_part.done",
+                                         part={"type": "summary_text", "text": text}))
+        item = _reasoning_item(self._generation, self._id, done=True)
+        return out + self._event({"type": "response.output_item.done", "output_index": 0, "item": item})
 
     def opening(self, index: int) -> bytes:
         started = response_object(self._generation, self._id, done=False)
         head = (self._event({"type": "response.created", "response": started})
                 + self._event({"type": "response.in_progress", "response": started}))
-        if self._generation.outputs[0].calls:
+        if self._reasoning:
+            item = _reasoning_item(self._generation, self._id, done=False)
+            head += self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
+            if self._summary:
+                head += self._summary_event("response.reasoning_summary_part.added",
+                                            part={"type": "summary_text", "text": ""})
+            return head  # the answer's item opens after the thinking
+        if self._calls:
             return head  # each call's item opens with its first token
-        item = {"id": self._item, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-        return (head + self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
-                + self._event(self._located("response.content_part.added", part=_text_part(""))))
+        return head + self._message_opens()
 
     def _call_done(self, number: int, call: PlannedCall, status: str) -> bytes:
+        index = self._first + number
         return (self._event({"type": "response.function_call_arguments.done", "item_id": "fc_" + call.key,
-                             "output_index": number, "name": call.name, "arguments": call.arguments})
-                + self._event({"type": "response.output_item.done", "output_index": number,
+                             "output_index": index, "name": call.name, "arguments": call.arguments})
+                + self._event({"type": "response.output_item.done", "output_index": index,
                                "item": _function_call(call, status)}))
 
     def _call_token(self, position: int, piece: str) -> bytes:
@@ -249,14 +331,19 @@ class _ResponsesStream:
         if position == call.start:  # the previous call is done; this one's item opens
             if number:
                 start = self._call_done(number - 1, calls[number - 1], "completed")
-            start += self._event({"type": "response.output_item.added", "output_index": number,
+            start += self._event({"type": "response.output_item.added", "output_index": self._first + number,
                                   "item": _function_call(call, "in_progress", arguments="")})
         return start + self._event({"type": "response.function_call_arguments.delta", "item_id": "fc_" + call.key,
-                                    "output_index": number, "delta": piece})
+                                    "output_index": self._first + number, "delta": piece})
 
     def token(self, index: int, position: int, piece: str) -> bytes:
+        if position < self._reasoning:
+            return self._summary_event("response.reasoning_summary_text.delta", delta=piece) if self._summary else b""
+        start = b""
+        if self._reasoning and position == self._reasoning:
+            start = self._reasoning_ends() + (b"" if self._calls else self._message_opens())
         if self._calls:
-            return self._call_token(position, piece)
+            return start + self._call_token(position, piece)
         template = self._template
         if template is None:
             body = self._located("response.output_text.delta", delta=self._PIECE, logprobs=[])
@@ -267,18 +354,21 @@ class _ResponsesStream:
             template = self._template = (head, middle, tail)
         number = self._sequence
         self._sequence += 1
-        return b"%s%s%s%d%s" % (template[0], encode_basestring_ascii(piece).encode(), template[1], number,
-                                template[2])
+        return start + b"%s%s%s%d%s" % (template[0], encode_basestring_ascii(piece).encode(), template[1], number,
+                                        template[2])
 
     def finish(self, index: int) -> bytes:
         final = response_object(self._generation, self._id)
+        if self._reasoning and self._generation.completion_tokens <= self._reasoning:  # it never got past thinking
+            return self._reasoning_ends()
         calls = self._generation.outputs[0].calls
         if calls:
             return self._call_done(len(calls) - 1, calls[-1], final["output"][-1]["status"])
         text = self._generation.texts()[0]
         return (self._event(self._located("response.output_text.done", text=text, logprobs=[]))
                 + self._event(self._located("response.content_part.done", part=_text_part(text)))
-                + self._event({"type": "response.output_item.done", "output_index": 0, "item": final["output"][0]}))
+                + self._event({"type": "response.output_item.done", "output_index": self._first,
+                               "item": final["output"][-1]}))
 
     def closing(self) -> bytes:
         final = response_object(self._generation, self._id)

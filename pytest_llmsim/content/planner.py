@@ -67,7 +67,11 @@ class ContentPlanner:
             return PlannedOutput([], [], "stop")  # nothing is generated: the answer is the vectors
         if request.reasoning is None:
             return self._answer(request, key, reply, echo, budget, room)
-        thinking = min(self._reasoning_length(request.reasoning, key), budget)
+        thinking = self._reasoning_length(request.reasoning, key)
+        if request.max_tokens is None:  # no limit set: the thinking comes on top of the default answer
+            thinking = min(thinking, max(0, room - budget))
+            budget += thinking
+        thinking = min(thinking, budget)
         if thinking >= budget:  # the thinking took all of max_tokens: no answer, cut
             answer = PlannedOutput([], [], "length")
         else:
