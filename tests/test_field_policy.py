@@ -21,7 +21,7 @@ from pytest_llmsim.api.gemini_fields import _CONFIG_FIELDS as GEMINI_CONFIG_FIEL
 from pytest_llmsim.api.openai_chat import CHAT_FIELDS
 from pytest_llmsim.api.openai_completions import COMPLETION_FIELDS
 from pytest_llmsim.api.openai_embeddings import EMBEDDING_FIELDS
-from pytest_llmsim.api.openai_responses import RESPONSE_FIELDS
+from pytest_llmsim.api.openai_responses_fields import RESPONSE_FIELDS
 
 ASK: Any = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": ASK, "max_tokens": 4}

@@ -33,6 +33,7 @@ from ..sim.config import SimConfig
 from ..sim.fault_effects import Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
+from .background import BackgroundJobs
 from .control import CONTROL_PREFIX, ControlAPI
 from .exchange import RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
@@ -94,14 +95,15 @@ class SimulatorServer(HTTPServer):
         self._worker_idle_seconds = WORKER_IDLE_SECONDS
         self.simulator = simulator
         self.no_handler_status_code = 404
-        self._responder = GenerationResponder(simulator)
+        self.background = BackgroundJobs()  # the Responses API's background: true
+        self._responder = GenerationResponder(simulator, self.background)
         self.control = ControlAPI(self)
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
         self.routes = RouteTable()
         for template, api in GENERATION_ROUTES.items():
             self.add_route(template, api)
-        info = InfoRoutes(simulator)
+        info = InfoRoutes(simulator, self.background)
         for template, methods, handler, api, accepts in INFO_ROUTES:
             self.routes.add(Route(template, methods, functools.partial(handler, info), api, accepts=accepts))
 
@@ -199,6 +201,7 @@ class SimulatorServer(HTTPServer):
     def reset_backend(self, config: SimConfig | None = None) -> None:
         """The one reset every handle uses (``LLMBackend.reset``, ``POST /llmsim/v1/reset``): the
         simulator back to its starting settings (or ``config``) with empty state, kept errors forgotten."""
+        self.background.clear()
         self.simulator.reset(config)
         self.clear()
 

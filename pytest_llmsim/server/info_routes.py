@@ -19,7 +19,7 @@ from ..api.gemini import cached_content_resource, gemini_model_card, gemini_mode
 from ..api.ollama import model_not_found as ollama_not_found
 from ..api.ollama import ollama_ps, ollama_show, ollama_tags, ollama_version
 from ..api.openai_models import model_card, model_list, unknown_model
-from ..api.openai_responses import deleted_response, response_not_found
+from ..api.openai_responses import deleted_response, input_items, response_not_found
 from ..api.vllm_extras import (
     detokenize_body,
     detokenize_tokens,
@@ -29,11 +29,12 @@ from ..api.vllm_extras import (
     tokenize_fields,
     unknown_token,
 )
-from ..sim import SimError
+from ..sim import SimError, invalid
 from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
 from ..sim.simulator import Simulator
+from .background import BackgroundJobs
 from .exchange import answer_error, new_record, read_json, read_logged_json
-from .responder import json_response
+from .responder import SSE_HEADERS, SSE_TYPE, json_response
 from .routes import RouteMatch, request_target
 
 __all__ = ["InfoRoutes"]
@@ -42,8 +43,9 @@ __all__ = ["InfoRoutes"]
 class InfoRoutes:
     """The handlers of the routes that generate nothing, over one simulator."""
 
-    def __init__(self, simulator: Simulator) -> None:
+    def __init__(self, simulator: Simulator, background: BackgroundJobs | None = None) -> None:
         self.simulator = simulator
+        self.background = background if background is not None else BackgroundJobs()
 
     def _error(self, request: Request, match: RouteMatch, error: SimError) -> Response:
         return answer_error(self.simulator, request, match.route.api, error)
@@ -65,15 +67,70 @@ class InfoRoutes:
         return json_response(counter.count_body(count), headers=extra() if extra is not None else None)
 
     def stored_response(self, request: Request, match: RouteMatch) -> Response:
-        """``GET`` a stored Responses API answer, or ``DELETE`` it."""
+        """``GET`` a stored Responses API answer (a background one while it runs; ``?stream=true`` follows its
+        events, after ``starting_after``), or ``DELETE`` it."""
         response_id = match.params["id"]
+        job = self.background.get(response_id)
+        if request.method == "GET" and request.args.get("stream") == "true":
+            if job is None:
+                return self._error(request, match, SimError(
+                    400, "Only background responses can be streamed again; this response was not created with "
+                         "background=true.", param="stream", code="invalid_value"))
+            after = request.args.get("starting_after", "-1")
+            if not after.lstrip("-").isdigit():
+                return self._error(request, match, invalid(f"Invalid 'starting_after': {after!r} is not an integer.",
+                                                           "starting_after", "invalid_type"))
+            return Response(job.read(int(after)), status=200, content_type=SSE_TYPE, headers=SSE_HEADERS)
+        if request.method == "GET" and job is not None and not job.over:
+            return json_response(job.body())
+        if request.method == "DELETE" and job is not None:
+            job.cancel()
         conversations = self.simulator.conversations
         stored = conversations.get(response_id)
+        if stored is None and job is not None and request.method == "GET":
+            return json_response(job.body())  # over without a stored answer: cancelled
         if stored is None or (request.method == "DELETE" and not conversations.delete(response_id)):
             return self._error(request, match, response_not_found(response_id))
         if request.method == "DELETE":
             return json_response(deleted_response(response_id))
         return json_response(stored.body)
+
+    def cancel_response(self, request: Request, match: RouteMatch) -> Response:
+        """``POST /v1/responses/{id}/cancel``: end a background response now (as it is, once it is over)."""
+        response_id = match.params["id"]
+        job = self.background.get(response_id)
+        if job is None:
+            error = (SimError(400, "Only background responses can be cancelled.", param="response_id",
+                              code="invalid_value") if self.simulator.conversations.get(response_id) is not None
+                     else response_not_found(response_id))
+            return self._error(request, match, error)
+        job.cancel()
+        for _ in job.read(len(job.events)):  # wait for it to stop
+            pass
+        return json_response(job.body())
+
+    def input_items(self, request: Request, match: RouteMatch) -> Response:
+        """``GET /v1/responses/{id}/input_items``: a stored response's input items (``order``, ``limit``,
+        ``after``; newest first by default, as OpenAI lists them)."""
+        response_id = match.params["id"]
+        stored = self.simulator.conversations.get(response_id)
+        if stored is None:
+            return self._error(request, match, response_not_found(response_id))
+        items = input_items(stored.messages, response_id)
+        order = request.args.get("order", "desc")
+        limit_text = request.args.get("limit", "20")
+        if order not in ("asc", "desc") or not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+            param = "order" if order not in ("asc", "desc") else "limit"
+            return self._error(request, match, invalid(f"Invalid '{param}'.", param, "invalid_value"))
+        if order == "desc":
+            items.reverse()
+        after = request.args.get("after")
+        if after is not None:
+            ids = [item["id"] for item in items]
+            items = items[ids.index(after) + 1:] if after in ids else []
+        page = items[:int(limit_text)]
+        return json_response({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                              "last_id": page[-1]["id"] if page else None, "has_more": len(items) > len(page)})
 
     def models(self, request: Request, match: RouteMatch) -> Response:
         """Every served name: the base model, ``served_models``, then LoRA adapters (``parent`` the base)."""

@@ -25,6 +25,7 @@ from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
 from ..sim.runtime import FINISH, ClientGone
 from ..sim.simulator import Generation, Outcome, Simulator
+from .background import BackgroundJob, BackgroundJobs
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 
 __all__ = ["GenerationResponder", "json_response"]
@@ -134,8 +135,9 @@ STREAM_RESET = SimError(500, "The backend was reset while this answer was stream
 class GenerationResponder:
     """Builds the response of a started generation, applying the request's fault."""
 
-    def __init__(self, simulator: Simulator) -> None:
+    def __init__(self, simulator: Simulator, background: BackgroundJobs | None = None) -> None:
         self.simulator = simulator
+        self.background = background if background is not None else BackgroundJobs()
 
     def respond(self, request: Request, record: RequestRecord, generation: Generation,
                 response_id: str, fault: Fault | None, api: WireAPI) -> Response:
@@ -145,6 +147,8 @@ class GenerationResponder:
         extra = getattr(api, "answer_headers", None)  # headers an API puts on every answer (a request id)
         if extra is not None:
             limits = {**limits, **extra()}
+        if generation.request.background and hasattr(api, "pending_body"):
+            return self._in_background(record, generation, response_id, api, limits)
         if generation.request.stream:
             headers = {**SSE_HEADERS, **limits}
             if fault is not None and isinstance(fault.effect.before_headers(fault, stream=True), Empty):
@@ -155,6 +159,17 @@ class GenerationResponder:
             body = self._stream(request, record, generation, events, fault, remember)
             return Response(body, status=200, content_type=getattr(events, "content_type", SSE_TYPE), headers=headers)
         return self._complete(request, record, generation, response_id, fault, api, limits)
+
+    def _in_background(self, record: RequestRecord, generation: Generation, response_id: str, api: WireAPI,
+                       headers: dict[str, str]) -> Response:
+        """Answer at once (the queued object, or a stream that follows the job); the job runs on without us."""
+        job = BackgroundJob(self.simulator, record, generation, api, response_id)
+        queued = job.body()
+        self.background.add(job)
+        job.start()
+        if generation.request.stream:
+            return Response(job.read(), status=200, content_type=SSE_TYPE, headers={**SSE_HEADERS, **headers})
+        return json_response(queued, headers=headers)
 
     def _remember(self, generation: Generation, response_id: str, api: WireAPI) -> Callable[[], None] | None:
         """What stores a complete exchange, for requests that ask for it (chaining, retrieval)."""

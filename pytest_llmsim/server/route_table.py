@@ -36,6 +36,7 @@ from ..api.bedrock import (
 from ..api.cohere_v2 import COHERE_CHAT, COHERE_EMBED
 from ..api.gemini import GEMINI_COUNTER, GEMINI_EMBED, GEMINI_GENERATE, gemini_key
 from ..api.ollama import OLLAMA_CHAT, OLLAMA_EMBED, OLLAMA_EMBEDDINGS, OLLAMA_GENERATE
+from ..api.openai_responses import RESPONSES_COUNTER
 from ..api.rerank import COHERE_RERANK, VLLM_RERANK, VLLM_SCORE
 from ..api.vertex import (
     VERTEX_ANTHROPIC,
@@ -106,7 +107,11 @@ class InfoRoute(NamedTuple):
 INFO_ROUTES: tuple[InfoRoute, ...] = (
     InfoRoute("/v1/messages/count_tokens", ("POST",),
               functools.partial(InfoRoutes.count_tokens, counter=ANTHROPIC_COUNTER), ANTHROPIC_MESSAGES),
+    InfoRoute("/v1/responses/input_tokens", ("POST",),
+              functools.partial(InfoRoutes.count_tokens, counter=RESPONSES_COUNTER), OPENAI_RESPONSES),
     InfoRoute("/v1/responses/{id}", ("GET", "DELETE"), InfoRoutes.stored_response, OPENAI_RESPONSES),
+    InfoRoute("/v1/responses/{id}/cancel", ("POST",), InfoRoutes.cancel_response, OPENAI_RESPONSES),
+    InfoRoute("/v1/responses/{id}/input_items", ("GET",), InfoRoutes.input_items, OPENAI_RESPONSES),
     InfoRoute("/v1/models", ("GET",), InfoRoutes.models, OPENAI_CHAT),
     InfoRoute("/v1/models/{id}", ("GET",), InfoRoutes.model, OPENAI_CHAT),
     InfoRoute("/v1/load_lora_adapter", ("POST",), InfoRoutes.load_lora, OPENAI_CHAT),

@@ -155,7 +155,9 @@ class GenerationRequest:
     (accepted, no effect; refused under ``strict_fields``). ``run_to_limit``:
     the answer runs to ``max_tokens`` (vLLM's ``ignore_eos``), never ending
     naturally before it. ``reasoning``: the answer starts with thinking
-    (a reasoning model's), within ``max_tokens``.
+    (a reasoning model's), within ``max_tokens``. ``background``: the server
+    answers at once and runs the generation with no client attached (the
+    simulator runs it like any other).
     """
 
     kind: str
@@ -190,6 +192,7 @@ class GenerationRequest:
     ignored_fields: list[str] = field(default_factory=list)
     run_to_limit: bool = False
     reasoning: ReasoningAsk | None = None
+    background: bool = False
 
     @property
     def after_tool_result(self) -> bool:

@@ -1,0 +1,145 @@
+"""Generations that run with no client attached (the Responses API's ``background: true``).
+
+The request is answered at once with the queued object; a thread drives the
+generation through the engine as a stream would, keeping every event it
+renders, numbered (``sequence_number``), so any number of readers can follow
+it live or resume after an event (``GET ...?stream=true&starting_after=N``),
+and a client that hangs up does not stop it. When it ends, the complete
+answer is stored like any other (``GET /v1/responses/{id}``); a cancel ends
+it early. HTTP-side only: the simulator sees an ordinary generation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..api.base import StreamRenderer, WireAPI
+from ..sim.generation import Generation, Outcome
+from ..sim.request_log import RequestRecord
+from ..sim.runtime import FINISH
+from ..sim.sequence import SeqState
+from ..sim.simulator import Simulator
+
+__all__ = ["BackgroundJob", "BackgroundJobs"]
+
+MAX_KEPT_JOBS = 1_000  # finished jobs kept for resuming readers, newest first
+
+
+class BackgroundJob:
+    """One background generation: its status, its events so far, and how to read them."""
+
+    def __init__(self, simulator: Simulator, record: RequestRecord, generation: Generation, api: WireAPI,
+                 response_id: str) -> None:
+        self.simulator = simulator
+        self.record = record
+        self.generation = generation
+        self.api = api
+        self.response_id = response_id
+        self.status = "queued"
+        self.events: list[bytes] = []
+        self._cond = threading.Condition()
+
+    @property
+    def over(self) -> bool:
+        return self.status in ("completed", "incomplete", "cancelled", "failed")
+
+    def body(self) -> dict[str, Any]:
+        """The response object now: in progress (or queued), or the stored complete one."""
+        if self.status in ("completed", "incomplete"):
+            stored = self.simulator.conversations.get(self.response_id)
+            if stored is not None:
+                return stored.body
+        pending: Callable[[Generation, str, str], dict[str, Any]] = self.api.pending_body  # type: ignore[attr-defined]
+        return pending(self.generation, self.response_id, self.status)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name=f"llmsim-background-{self.response_id}", daemon=True).start()
+
+    def _keep(self, rendered: bytes) -> None:
+        """Keep rendered bytes as whole events (an SSE event ends with a blank line; JSON has no raw newline)."""
+        if not rendered:
+            return
+        with self._cond:
+            self.events.extend(event + b"\n\n" for event in rendered.split(b"\n\n") if event)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        generation = self.generation
+        renderer: StreamRenderer = self.api.stream(generation, self.response_id)
+        outputs = generation.outputs
+        sent = [0] * len(outputs)
+        finished = True
+        self.status = "in_progress"
+        self._keep(renderer.opening(0))
+        for batch in generation.ticket.batches():
+            for kind, seq, emitted, _ in batch:
+                index = seq.index
+                pieces = outputs[index].pieces[sent[index]:emitted]
+                self._keep(b"".join(renderer.token(index, position, piece)
+                                    for position, piece in enumerate(pieces, sent[index])))
+                sent[index] = emitted
+                if kind == FINISH:
+                    finished = finished and seq.state is SeqState.FINISHED
+        if finished and self.status != "cancelled":
+            self._keep(renderer.finish(0) + renderer.closing())
+            self.simulator.finish(self.record, generation)
+            self.simulator.remember(self.response_id, generation, self.api.response_body(generation, self.response_id))
+            incomplete = outputs[0].finish_reason == "length"
+            self.status = "incomplete" if incomplete else "completed"
+        else:
+            self.simulator.finish(self.record, generation, Outcome.CUT_BY_FAULT, sum(sent))
+            self.status = "cancelled"
+        with self._cond:
+            self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """End it now (a no-op once it is over)."""
+        if not self.over:
+            self.status = "cancelled"
+            self.simulator.cancel(self.generation)
+
+    def read(self, after: int = -1) -> Iterator[bytes]:
+        """The events after event number ``after`` (-1: all), as they come, until the job is over."""
+        position = after + 1
+        while True:
+            with self._cond:
+                while position >= len(self.events) and not self.over:
+                    self._cond.wait(0.5)
+                batch = self.events[position:]
+                over = self.over
+            if batch:
+                position += len(batch)
+                yield b"".join(batch)
+            elif over:
+                return
+
+
+class BackgroundJobs:
+    """The background jobs of one backend, by response id (the newest ``MAX_KEPT_JOBS`` finished ones)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: OrderedDict[str, BackgroundJob] = OrderedDict()
+
+    def add(self, job: BackgroundJob) -> None:
+        with self._lock:
+            self._jobs[job.response_id] = job
+            while len(self._jobs) > MAX_KEPT_JOBS:
+                oldest = next(iter(self._jobs))
+                if not self._jobs[oldest].over:
+                    break
+                del self._jobs[oldest]
+
+    def get(self, response_id: str) -> BackgroundJob | None:
+        with self._lock:
+            return self._jobs.get(response_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+            self._jobs.clear()
+        for job in jobs:
+            job.cancel()
