@@ -112,6 +112,7 @@ class ContentPlanner:
         """Tool calls, or JSON for a requested format, seeded by ``key``; None when the tool rules say text."""
         rng = random.Random(key)  # only built here: plain answers draw nothing from it
         max_chars = MAX_CHARS_PER_TOKEN * limit + 256  # past this, no cut of the answer is what it would be
+        rate = self.config.optional_property_rate
         where = ""
         try:
             tools = choose_tools(request.tool_use, request.after_tool_result, rng, self.config.tool_call_rate,
@@ -121,12 +122,12 @@ class ContentPlanner:
                 for tool in tools:
                     where = f"tool {tool.name!r}: "
                     calls.append((tool.name, _compact(generate_instance(tool.parameters or NO_ARGUMENTS, rng,
-                                                                        max_chars))))
+                                                                        max_chars, rate))))
                 return self._calls(calls, limit)
             output_format = request.output_format
             if output_format is not None:
                 schema = output_format.schema if output_format.kind == "json_schema" else _ANY_OBJECT
-                text = _compact(generate_instance(schema, rng, max_chars))
+                text = _compact(generate_instance(schema, rng, max_chars, rate))
                 return self.tokenizer.plan(self.tokenizer.encode(text), limit, request.stops)
         except SchemaError as error:
             budget = (f" ({request.max_tokens_param}={limit} tokens)" if request.max_tokens is not None

@@ -19,9 +19,12 @@ exclusive bounds in both draft styles, ``multipleOf``), ``anyOf``,
 ``oneOf``, ``allOf`` (merged), local ``$ref`` into ``$defs``/``definitions``.
 ``pattern`` is tried, not guaranteed (a string matching an arbitrary regex
 cannot be generated in general); patterns run under RE2. Instances are small:
-strings of one to three words, arrays of one or two items (more only when
-``minItems`` says so), optional properties included half the time near the
-top and never below depth 3.
+strings of one to three words (or, where the schema says little, a value
+that reads as its property's name: a ``city`` is a city, a ``name`` a name, a
+``description`` a sentence), arrays of one to three items (more only when
+``minItems`` says so), each optional property included at a seeded rate
+(``optional_property_rate``, default 0.9, as a model fills in what it can)
+near the top and never below depth 3.
 """
 
 from __future__ import annotations
@@ -29,19 +32,18 @@ from __future__ import annotations
 import json
 import math
 import random
-import uuid
 from typing import Any
 
 from ..sim.patterns import PatternError, compile_pattern
 from .schema_check import SchemaError, check_schema, linear_time_validator
+from .vocabulary import WORDS as _WORDS
+from .vocabulary import formatted_value, named_value
 
 __all__ = ["SchemaError", "SchemaTooLarge", "check_schema", "generate_instance", "linear_time_validator"]
 
 MAX_DEPTH = 32  # a recursive schema whose required fields never end is refused past this
 OPTIONAL_DEPTH = 3  # optional properties only above this depth: instances stay small
 ONE_OF_TRIES = 8
-_WORDS = ("alpha", "bravo", "delta", "echo", "river", "stone", "cloud", "maple", "orbit", "pixel",
-          "quartz", "signal", "tango", "vector", "willow", "amber", "cedar", "harbor", "lumen", "nova")
 
 
 #: Schema nodes (values, ``$ref`` hops, ``allOf`` parts) one instance may take to build: a 3 KB
@@ -55,7 +57,8 @@ class SchemaTooLarge(SchemaError):
     """The schema's instance would not fit the output budget, or takes too much work to build."""
 
 
-def generate_instance(schema: Any, rng: random.Random, max_chars: int = DEFAULT_MAX_CHARS) -> Any:
+def generate_instance(schema: Any, rng: random.Random, max_chars: int = DEFAULT_MAX_CHARS,
+                      optional_rate: float = 0.9) -> Any:
     """A small instance of ``schema``, drawn from ``rng`` (same seed, same instance).
 
     Bounded before anything big is built: an instance whose compact JSON
@@ -64,7 +67,7 @@ def generate_instance(schema: Any, rng: random.Random, max_chars: int = DEFAULT_
     naming the schema path (``minLength: 1000000000`` costs nothing).
     """
     try:
-        return _Generator(schema, rng, max_chars).value(schema, 0, "")
+        return _Generator(schema, rng, max_chars, optional_rate).value(schema, 0, "")
     except RecursionError:
         raise SchemaError("the schema refers to itself without end (allOf or $ref)") from None
     except (OverflowError, ArithmeticError) as error:
@@ -72,8 +75,9 @@ def generate_instance(schema: Any, rng: random.Random, max_chars: int = DEFAULT_
 
 
 class _Generator:
-    def __init__(self, root: Any, rng: random.Random, max_chars: int) -> None:
+    def __init__(self, root: Any, rng: random.Random, max_chars: int, optional_rate: float = 0.9) -> None:
         self.root = root
+        self.optional_rate = optional_rate
         self.rng = rng
         self.max_chars = max_chars
         self.size = 0  # characters of compact JSON built so far
@@ -233,7 +237,7 @@ class _Generator:
         for name in optional:
             if len(result) >= maximum:
                 break
-            if len(result) < minimum or (depth < OPTIONAL_DEPTH and self.rng.random() < 0.5):
+            if len(result) < minimum or (depth < OPTIONAL_DEPTH and self.rng.random() < self.optional_rate):
                 self.charge(len(json.dumps(name)) + 2, path)
                 result[name] = self.value(properties[name], depth + 1, f"{path}/properties/{name}")
         number = 1
@@ -257,14 +261,14 @@ class _Generator:
             prefix, items = items, schema.get("additionalItems", {})
         prefix = prefix or []
         low = _count(schema, "minItems")
-        high = _count(schema, "maxItems", max(low, len(prefix), 2))
+        high = _count(schema, "maxItems", max(low, len(prefix), 3))
         if low > high:
             raise SchemaError("'minItems' is greater than 'maxItems'")
         # every item takes at least two characters ('0,'): refuse an impossible minimum before building
         self.charge(2, path)
         if 2 * low > self.room():
             self.charge(2 * low, path, f"minItems {low:,}")
-        wanted = low if depth >= OPTIONAL_DEPTH else self.rng.randint(min(max(low, 1), high), max(min(high, 2), low))
+        wanted = low if depth >= OPTIONAL_DEPTH else self.rng.randint(min(max(low, 1), high), max(min(high, 3), low))
         result: list[Any] = [self.value(s, depth + 1, f"{path}/prefixItems/{i}")
                              for i, s in enumerate(prefix[:max(wanted, min(len(prefix), high))])]
         unique = bool(schema.get("uniqueItems"))
@@ -295,7 +299,7 @@ class _Generator:
         start_size = self.size
         for _ in range(20 if pattern else 1):
             self.size = start_size
-            text = self.formatted(schema.get("format")) or self.words(path)
+            text = formatted_value(schema.get("format"), self.rng) or self.words(path)
             if len(text) < low:
                 text += "x" * (low - len(text))
             if high is not None and len(text) > high:
@@ -306,31 +310,10 @@ class _Generator:
                 return text
         return text
 
-    def formatted(self, fmt: Any) -> str | None:
-        rng = self.rng
-        if fmt == "date-time":
-            return f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:" \
-                   f"{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z"
-        if fmt == "date":
-            return f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-        if fmt == "time":
-            return f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z"
-        if fmt in ("email", "idn-email"):
-            return f"{rng.choice(_WORDS)}@example.com"
-        if fmt in ("uri", "url", "iri", "uri-reference", "iri-reference"):
-            return f"https://example.com/{rng.choice(_WORDS)}"
-        if fmt == "uuid":
-            return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        if fmt == "ipv4":
-            return ".".join(str(rng.randint(1, 254)) for _ in range(4))
-        if fmt == "ipv6":
-            return ":".join(f"{rng.randint(0, 0xFFFF):x}" for _ in range(8))
-        if fmt in ("hostname", "idn-hostname"):
-            return f"{rng.choice(_WORDS)}.example.com"
-        return None
-
     def words(self, path: str) -> str:
-        text = " ".join(self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3)))
+        """A short string; one that reads as a value of its property's name when the name says what it is."""
+        name = path.rsplit("/properties/", 1)[-1] if "/properties/" in path else ""
+        text = named_value(name, self.rng) or " ".join(self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3)))
         self.charge(len(text) + 2, path)
         return text
 

@@ -72,6 +72,8 @@ SETTING_HELP: dict[str, str] = {
     "strict_models": "Answer 404 model_not_found for a model name the backend does not serve",
     "model_limits": "Context window and largest max_tokens per model name, over the catalog of published "
                     "limits: {name: (context_window, max_output_tokens)} or 'name=CONTEXT/MAX_OUTPUT,...'",
+    "optional_property_rate": "The seeded chance that generated JSON (tool arguments, structured output) fills in "
+                              "each optional property (0 to 1), as a model fills in what it can",
     "strict_fields": "Refuse a request field no version of its API defines (400, as the provider does) instead "
                      "of accepting it and listing it in record.ignored_fields",
     "natural_answer_cap": "With no answer_length, an answer whose max_tokens is larger than this ends naturally "
