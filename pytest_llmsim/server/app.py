@@ -34,12 +34,13 @@ from ..sim.fault_effects import Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .background import BackgroundJobs
+from .batch_routes import BatchRoutes
 from .control import CONTROL_PREFIX, ControlAPI
 from .exchange import RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
 from .responder import GenerationResponder
-from .route_table import GENERATION_ROUTES, INFO_ROUTES
+from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
 from .sockets import drop_connection
 from .wsgi import ACCEPTED_AT, PooledWSGIServer
@@ -106,6 +107,9 @@ class SimulatorServer(HTTPServer):
         info = InfoRoutes(simulator, self.background)
         for template, methods, handler, api, accepts in INFO_ROUTES:
             self.routes.add(Route(template, methods, functools.partial(handler, info), api, accepts=accepts))
+        self.batches = BatchRoutes(simulator)  # OpenAI's files and batches, Anthropic's message batches
+        for template, methods, handler, api, accepts in BATCH_ROUTES:
+            self.routes.add(Route(template, methods, functools.partial(handler, self.batches), api, accepts=accepts))
 
     def add_route(self, template: str, api: WireAPI, methods: tuple[str, ...] = ("POST",)) -> Route:
         """Serve generation requests to ``template`` with ``api`` (its ``{name}`` parts reach
@@ -202,6 +206,7 @@ class SimulatorServer(HTTPServer):
         """The one reset every handle uses (``LLMBackend.reset``, ``POST /llmsim/v1/reset``): the
         simulator back to its starting settings (or ``config``) with empty state, kept errors forgotten."""
         self.background.clear()
+        self.batches.clear()
         self.simulator.reset(config)
         self.clear()
 

@@ -48,10 +48,11 @@ from ..api.vertex import (
     vertex_model_prefixes,
 )
 from ..sim.faults import declare_routes_without_generation
+from .batch_routes import BatchRoutes
 from .info_routes import InfoRoutes
 from .routes import Guard
 
-__all__ = ["GENERATION_ROUTES", "INFO_ROUTES", "InfoRoute"]
+__all__ = ["BATCH_ROUTES", "GENERATION_ROUTES", "INFO_ROUTES", "InfoRoute"]
 
 # Generation routes: template -> the wire API that parses and renders them.
 GENERATION_ROUTES: dict[str, WireAPI] = {
@@ -149,4 +150,18 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
     InfoRoute("/openai/v1/models", ("GET",), InfoRoutes.models, AZURE_V1_CHAT),
     InfoRoute("/openai/v1/models/{id}", ("GET",), InfoRoutes.model, AZURE_V1_CHAT),
 )
-declare_routes_without_generation(template for template, *_ in INFO_ROUTES)  # only some fault kinds apply there
+# The batch routes start work the engine runs later; each handler is a BatchRoutes method.
+BATCH_ROUTES: tuple[InfoRoute, ...] = (
+    InfoRoute("/v1/files", ("POST", "GET"), BatchRoutes.files, OPENAI_CHAT),
+    InfoRoute("/v1/files/{id}", ("GET", "DELETE"), BatchRoutes.file, OPENAI_CHAT),
+    InfoRoute("/v1/files/{id}/content", ("GET",), BatchRoutes.file_content, OPENAI_CHAT),
+    InfoRoute("/v1/batches", ("POST", "GET"), BatchRoutes.batches, OPENAI_CHAT),
+    InfoRoute("/v1/batches/{id}", ("GET",), BatchRoutes.batch, OPENAI_CHAT),
+    InfoRoute("/v1/batches/{id}/cancel", ("POST",), BatchRoutes.batch_cancel, OPENAI_CHAT),
+    InfoRoute("/v1/messages/batches", ("POST", "GET"), BatchRoutes.message_batches, ANTHROPIC_MESSAGES),
+    InfoRoute("/v1/messages/batches/{id}", ("GET", "DELETE"), BatchRoutes.message_batch, ANTHROPIC_MESSAGES),
+    InfoRoute("/v1/messages/batches/{id}/cancel", ("POST",), BatchRoutes.message_batch_cancel, ANTHROPIC_MESSAGES),
+    InfoRoute("/v1/messages/batches/{id}/results", ("GET",), BatchRoutes.message_batch_results, ANTHROPIC_MESSAGES),
+)
+# only some fault kinds apply there
+declare_routes_without_generation(template for template, *_ in (*INFO_ROUTES, *BATCH_ROUTES))

@@ -1,0 +1,241 @@
+"""The batch routes: OpenAI's ``/v1/files`` and ``/v1/batches``, Anthropic's ``/v1/messages/batches``.
+
+HTTP glue only: each handler reads the request, keeps files or starts a
+:class:`~.batch_jobs.BatchJob`, and answers with the body its API module
+builds (:mod:`..api.openai_batches`, :mod:`..api.anthropic_batches`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+
+from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
+from ..api import anthropic_batches as anthropic
+from ..api import openai_batches as openai
+from ..sim import SimError, invalid
+from ..sim.simulator import Simulator
+from .batch_jobs import BatchItem, BatchJob, BatchJobs
+from .exchange import answer_error, read_json
+from .responder import json_response
+from .routes import RouteMatch
+
+__all__ = ["BatchRoutes"]
+
+ENDPOINT_APIS: dict[str, WireAPI] = {"/v1/chat/completions": OPENAI_CHAT, "/v1/completions": OPENAI_COMPLETIONS,
+                                     "/v1/embeddings": OPENAI_EMBEDDINGS, "/v1/responses": OPENAI_RESPONSES}
+MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's batch input limit
+JSONL = "application/jsonl"
+
+
+def _not_found(kind: str, name: str) -> SimError:
+    return SimError(404, f"No {kind} found with id '{name}'.", param="id", code="not_found")
+
+
+class BatchRoutes:
+    """Files, OpenAI batches and Anthropic message batches of one backend."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.simulator = simulator
+        self.jobs = BatchJobs(simulator)
+        self._files: dict[str, dict[str, Any]] = {}  # id -> file object, plus its "content"
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        with self._lock:
+            self._files.clear()
+
+    def _error(self, request: Request, match: RouteMatch, error: SimError) -> Response:
+        return answer_error(self.simulator, request, match.route.api, error)
+
+    # --- OpenAI files ---
+
+    def files(self, request: Request, match: RouteMatch) -> Response:
+        """``POST /v1/files`` (multipart: ``purpose``, ``file``), ``GET /v1/files``."""
+        if request.method == "GET":
+            with self._lock:
+                listed = [self._public(f) for f in self._files.values()]
+            return json_response({"object": "list", "data": listed, "has_more": False})
+        request.max_content_length = MAX_FILE_BYTES
+        upload = request.files.get("file")
+        purpose = request.form.get("purpose")
+        if purpose not in openai.FILE_PURPOSES:
+            return self._error(request, match, invalid(f"Invalid 'purpose': {purpose!r}.", "purpose",
+                                                       "invalid_value"))
+        if upload is None:
+            return self._error(request, match, invalid("Missing required parameter: 'file'.", "file",
+                                                       "missing_required_parameter"))
+        content = upload.read()
+        file_id = "file-" + os.urandom(12).hex()
+        stored = {**openai.file_object(file_id, upload.filename or "upload.jsonl", purpose, len(content),
+                                       time.time()), "content": content}
+        with self._lock:
+            self._files[file_id] = stored
+        return json_response(self._public(stored))
+
+    @staticmethod
+    def _public(stored: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in stored.items() if key != "content"}
+
+    def _file(self, file_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            stored = self._files.get(file_id)
+        if stored is not None:
+            return stored
+        for job in self.jobs.all():  # a batch's output or error file, made when it ends
+            output, errors = self._result_files(job)
+            if file_id in (output, errors):
+                content = openai.result_lines(job.items, job.id)[0 if file_id == output else 1]
+                return {**openai.file_object(file_id, f"{job.id}_{'output' if file_id == output else 'error'}.jsonl",
+                                             "batch_output", len(content), job.ended_at or time.time()),
+                        "content": content}
+        return None
+
+    def file(self, request: Request, match: RouteMatch) -> Response:
+        """``GET`` a file object, or ``DELETE`` the file."""
+        file_id = match.params["id"]
+        stored = self._file(file_id)
+        if stored is None:
+            return self._error(request, match, _not_found("file", file_id))
+        if request.method == "DELETE":
+            with self._lock:
+                self._files.pop(file_id, None)
+            return json_response({"id": file_id, "object": "file", "deleted": True})
+        return json_response(self._public(stored))
+
+    def file_content(self, request: Request, match: RouteMatch) -> Response:
+        """``GET /v1/files/{id}/content``: the file's bytes (a batch's results as JSONL)."""
+        stored = self._file(match.params["id"])
+        if stored is None:
+            return self._error(request, match, _not_found("file", match.params["id"]))
+        return Response(stored["content"], status=200, content_type=JSONL)
+
+    # --- OpenAI batches ---
+
+    @staticmethod
+    def _result_files(job: BatchJob) -> tuple[str | None, str | None]:
+        if job.state != "ended":
+            return None, None
+        _, succeeded, failed, _ = job.counts()
+        suffix = job.id.removeprefix("batch_")
+        return (f"file-out-{suffix}" if succeeded else None), (f"file-err-{suffix}" if failed else None)
+
+    def _batch_body(self, job: BatchJob) -> dict[str, Any]:
+        return openai.batch_object(job, *self._result_files(job))
+
+    def batches(self, request: Request, match: RouteMatch) -> Response:
+        """``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``), ``GET /v1/batches``."""
+        if request.method == "GET":
+            jobs = [job for job in reversed(self.jobs.all()) if job.id.startswith("batch_")]
+            data = [self._batch_body(job) for job in jobs]
+            return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                                  "last_id": data[-1]["id"] if data else None, "has_more": False})
+        try:
+            body, _ = read_json(request, self.simulator)
+            if not isinstance(body, dict):
+                raise invalid("The body must be a JSON object.", None, "invalid_type")
+            endpoint = body.get("endpoint")
+            if endpoint not in openai.BATCH_ENDPOINTS:
+                raise invalid(f"Invalid 'endpoint': expected one of {', '.join(openai.BATCH_ENDPOINTS)}.",
+                              "endpoint", "invalid_value")
+            if body.get("completion_window") != "24h":
+                raise invalid("Invalid 'completion_window': only '24h' is supported.", "completion_window",
+                              "invalid_value")
+            stored = self._file(str(body.get("input_file_id")))
+            if stored is None or stored["purpose"] != "batch":
+                raise invalid(f"Invalid 'input_file_id': no file with purpose 'batch' has id "
+                              f"{body.get('input_file_id')!r}.", "input_file_id", "invalid_value")
+            lines = openai.parse_batch_lines(stored["content"], endpoint)
+        except SimError as error:
+            return self._error(request, match, error)
+        api = ENDPOINT_APIS[endpoint]
+        job = BatchJob("batch_" + os.urandom(12).hex(), [BatchItem(cid, api, b, endpoint) for cid, b in lines],
+                       {"endpoint": endpoint, "input_file_id": body["input_file_id"], "completion_window": "24h",
+                        "metadata": body.get("metadata")})
+        created = self._batch_body(job)  # as it is at creation, however fast it then runs
+        self.jobs.start(job)
+        return json_response(created)
+
+    def _openai_job(self, request: Request, match: RouteMatch) -> BatchJob | Response:
+        job = self.jobs.get(match.params["id"])
+        if job is None or not job.id.startswith("batch_"):
+            return self._error(request, match, _not_found("batch", match.params["id"]))
+        return job
+
+    def batch(self, request: Request, match: RouteMatch) -> Response:
+        job = self._openai_job(request, match)
+        return job if isinstance(job, Response) else json_response(self._batch_body(job))
+
+    def batch_cancel(self, request: Request, match: RouteMatch) -> Response:
+        job = self._openai_job(request, match)
+        if isinstance(job, Response):
+            return job
+        job.cancel()
+        return json_response(self._batch_body(job))
+
+    # --- Anthropic message batches ---
+
+    def _results_url(self, request: Request, job: BatchJob) -> str:
+        return f"{request.scheme}://{request.host}/v1/messages/batches/{job.id}/results"  # where the client came
+
+    def message_batches(self, request: Request, match: RouteMatch) -> Response:
+        """``POST /v1/messages/batches`` (``requests``), ``GET /v1/messages/batches``."""
+        if request.method == "GET":
+            jobs = [job for job in reversed(self.jobs.all()) if job.id.startswith("msgbatch_")]
+            data = [anthropic.batch_object(job, self._results_url(request, job)) for job in jobs]
+            return json_response({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                                  "last_id": data[-1]["id"] if data else None})
+        try:
+            body, _ = read_json(request, self.simulator)
+            requests = anthropic.parse_batch_requests(body)
+        except SimError as error:
+            return self._error(request, match, error)
+        job = BatchJob("msgbatch_" + os.urandom(12).hex(),
+                       [BatchItem(cid, ANTHROPIC_MESSAGES, params, "/v1/messages") for cid, params in requests])
+        created = anthropic.batch_object(job, self._results_url(request, job))
+        self.jobs.start(job)
+        return json_response(created)
+
+    def _anthropic_job(self, request: Request, match: RouteMatch) -> BatchJob | Response:
+        job = self.jobs.get(match.params["id"])
+        if job is None or not job.id.startswith("msgbatch_"):
+            return self._error(request, match, SimError(404, f"Message batch {match.params['id']!r} not found.",
+                                                        param="message_batch_id", code="not_found"))
+        return job
+
+    def message_batch(self, request: Request, match: RouteMatch) -> Response:
+        """``GET`` a message batch, or ``DELETE`` an ended one."""
+        job = self._anthropic_job(request, match)
+        if isinstance(job, Response):
+            return job
+        if request.method == "DELETE":
+            if job.state != "ended":
+                return self._error(request, match, invalid(
+                    f"Batch {job.id} cannot be deleted while it is in progress; cancel it first.",
+                    "message_batch_id", "invalid_value"))
+            self.jobs.delete(job.id)
+            return json_response({"id": job.id, "type": "message_batch_deleted"})
+        return json_response(anthropic.batch_object(job, self._results_url(request, job)))
+
+    def message_batch_cancel(self, request: Request, match: RouteMatch) -> Response:
+        job = self._anthropic_job(request, match)
+        if isinstance(job, Response):
+            return job
+        job.cancel()
+        return json_response(anthropic.batch_object(job, self._results_url(request, job)))
+
+    def message_batch_results(self, request: Request, match: RouteMatch) -> Response:
+        """The results as JSONL, once the batch has ended."""
+        job = self._anthropic_job(request, match)
+        if isinstance(job, Response):
+            return job
+        if job.state != "ended":
+            return self._error(request, match, invalid(f"Batch {job.id} has not ended yet: no results.",
+                                                       "message_batch_id", "invalid_value"))
+        return Response(anthropic.result_lines(job.items, ANTHROPIC_MESSAGES.render_error), status=200,
+                        content_type="application/x-jsonl")
