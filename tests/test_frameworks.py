@@ -46,3 +46,52 @@ def test_an_openai_agents_run_calls_its_tool_and_answers(llm_backend: LLMBackend
     result = agents.Runner.run_sync(agent, "What is the weather in Paris?")
     assert result.final_output and len(called) == 1
     assert [record.api for record in llm_backend.requests] == ["openai.responses", "openai.responses"]
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.usefixtures("collect_garbage")
+def test_pydantic_ai_openai_chat_and_responses_models(llm_backend: LLMBackend) -> None:
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    from pydantic import BaseModel
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    class City(BaseModel):
+        name: str
+        population: int
+
+    provider = OpenAIProvider(api_key="t", base_url=llm_backend.base_url)
+    for model in (OpenAIChatModel("gpt-4o", provider=provider), OpenAIResponsesModel("gpt-4o", provider=provider)):
+        for output_type in (str, City, pydantic_ai.NativeOutput(City)):
+            result = pydantic_ai.Agent(model, output_type=output_type).run_sync("Tell me about a city.")
+            assert result.output and (output_type is str or isinstance(result.output, City))
+    assert {record.api for record in llm_backend.requests} == {"openai.chat", "openai.responses"}
+    assert all(record.status == 200 and record.ignored_fields == [] for record in llm_backend.requests)
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.usefixtures("collect_garbage")
+def test_an_openai_agents_run_with_reasoning(llm_backend: LLMBackend) -> None:
+    agents = pytest.importorskip("agents")
+    from openai import AsyncOpenAI
+    from openai.types.shared import Reasoning
+
+    agents.set_tracing_disabled(True)
+
+    @agents.function_tool
+    def lookup(topic: str) -> str:
+        """Look a topic up."""
+        return f"{topic}: 42"
+
+    client = AsyncOpenAI(base_url=llm_backend.base_url, api_key="t")
+    agent = agents.Agent(name="thinker", instructions="Think, then answer.", tools=[lookup],
+                         model=agents.OpenAIResponsesModel("o4-mini", client),
+                         model_settings=agents.ModelSettings(reasoning=Reasoning(effort="low", summary="auto")))
+    result = agents.Runner.run_sync(agent, "What is the answer?")
+    assert result.final_output
+    first, second = llm_backend.requests
+    assert first.body["reasoning"]["effort"] == "low" and first.ignored_fields == []
+    items = [item.type for item in result.new_items]
+    assert "reasoning_item" in items and "tool_call_item" in items
