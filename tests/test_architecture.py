@@ -9,6 +9,7 @@ modules on top (the plugin, the handles, the command line) import anything. Impo
 from __future__ import annotations
 
 import ast
+import gc
 from pathlib import Path
 
 import pytest
@@ -38,11 +39,27 @@ def _modules() -> dict[str, Path]:
     return {_module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
+@pytest.fixture(autouse=True)
+def _no_garbage_left() -> None:
+    """What earlier tests left is finalized now, before any parse (see ``_parse``)."""
+    gc.collect()
+
+
+def _parse(path: Path) -> ast.Module:
+    """``ast.parse`` with the garbage collector held off: a finalizer that runs during it can break CPython
+    3.11.7's AST recursion count (see tests/conftest.py)."""
+    gc.disable()
+    try:
+        return ast.parse(path.read_text(), str(path))
+    finally:
+        gc.enable()
+
+
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The package's own modules ``name`` imports (a package import counts as its ``__init__``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_parse(path)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -143,7 +160,7 @@ def test_the_server_never_names_a_fault_kind_or_an_api() -> None:
                                                    OPENAI_RESPONSES))}
     found = []
     for path in sorted((PACKAGE / "server").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_parse(path)):
             if not isinstance(node, ast.Compare):  # a comparison with a name, or a membership test
                 continue
             for side in ast.walk(node):

@@ -310,13 +310,14 @@ class SimulatorServer(HTTPServer):
         number = simulator.count_request()
         fault = None
         try:
-            simulator.check_credentials(record.headers, request.environ.get("QUERY_STRING", ""))
+            credential = simulator.check_credentials(record.headers, request.environ.get("QUERY_STRING", ""))
             body = read_logged_json(request, simulator, record)
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
             record.model = match.params.get("model", record.model)  # an API with the model in its URL
             parsed = api.parse(body, request_target(request.environ, match.params))
             parsed.api = api.name
+            parsed.credential = credential
             record.model = parsed.model or record.model
             record.stream = parsed.stream
             fault = simulator.pick_fault(number, record.headers, parsed, record.route)

@@ -93,6 +93,7 @@ class SimConfig:
     served_models: tuple[str, ...] = ()
     strict_models: bool = False
     required_api_key: str | None = None
+    api_keys: tuple[tuple[str, int | None, int | None], ...] = ()
     ollama_load_seconds: float = 0.0
     model_limits: tuple[tuple[str, int, int], ...] = ()
     natural_answer_cap: int = 1024
@@ -195,6 +196,33 @@ def _model_limits(name: str, value: Any) -> tuple[tuple[str, int, int], ...]:
         return parse_model_limits(value)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"invalid value for {name!r}: {error}") from None
+
+
+def _api_keys(name: str, value: Any) -> tuple[tuple[str, int | None, int | None], ...]:
+    """A list of keys, or a mapping key -> ``{"rpm": N, "tpm": N}`` (or None); text: ``k1,k2:rpm=10:tpm=500``."""
+    if isinstance(value, str):
+        parsed: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            key, *parts = item.split(":")
+            try:
+                parsed[key] = {part.split("=", 1)[0]: int(part.split("=", 1)[1]) for part in parts}
+            except (IndexError, ValueError):
+                raise ConfigError(f"invalid value for {name!r}: {item!r} (expected KEY or KEY:rpm=N:tpm=N)") from None
+        value = parsed
+    if isinstance(value, (list, tuple)) and all(isinstance(k, str) for k in value):
+        value = dict.fromkeys(value)
+    if not isinstance(value, dict):
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a list of keys or a mapping of key "
+                          "to its limits)")
+    keys = []
+    for key, limits in value.items():
+        limits = limits or {}
+        if not isinstance(key, str) or not key or not isinstance(limits, dict) or set(limits) - {"rpm", "tpm"}:
+            raise ConfigError(f"invalid value for {name!r}: {key!r}: {limits!r} (limits are rpm and tpm)")
+        rpm, tpm = (None if limits.get(k) is None else _integer(1)(f"{name}.{key}.{k}", limits[k])
+                    for k in ("rpm", "tpm"))
+        keys.append((key, rpm, tpm))
+    return tuple(keys)
 
 
 def _optional_text(name: str, value: Any) -> str | None:
@@ -343,6 +371,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "served_models": _names,
     "strict_models": _boolean,
     "required_api_key": _optional_text,
+    "api_keys": _api_keys,
     "ollama_load_seconds": _number(0.0),
     "model_limits": _model_limits,
     "natural_answer_cap": _integer(0),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .request import RateLimitStatus, SimError
 
-__all__ = ["RateLimiter", "format_duration", "openai_rate_limit_headers"]
+__all__ = ["KeyLimiters", "RateLimiter", "format_duration", "openai_rate_limit_headers"]
 
 WINDOW = 60.0
 
@@ -103,3 +103,23 @@ def openai_rate_limit_headers(status: RateLimitStatus) -> dict[str, str]:
         headers["x-ratelimit-remaining-tokens"] = str(status.tokens_remaining)
         headers["x-ratelimit-reset-tokens"] = format_duration(status.reset)
     return headers
+
+
+class KeyLimiters:
+    """The rate limiters of the ``api_keys`` keys with limits of their own, made on each key's first request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._limiters: dict[str, RateLimiter] = {}
+
+    def get(self, key: str | None, keys: tuple[tuple[str, int | None, int | None], ...]) -> RateLimiter | None:
+        if key is None:
+            return None
+        with self._lock:
+            limiter = self._limiters.get(key)
+            if limiter is None:
+                limits = next(((rpm, tpm) for name, rpm, tpm in keys if name == key), (None, None))
+                if limits == (None, None):
+                    return None
+                limiter = self._limiters[key] = RateLimiter(*limits)
+            return limiter

@@ -157,7 +157,8 @@ class GenerationRequest:
     naturally before it. ``reasoning``: the answer starts with thinking
     (a reasoning model's), within ``max_tokens``. ``background``: the server
     answers at once and runs the generation with no client attached (the
-    simulator runs it like any other).
+    simulator runs it like any other). ``credential``: the ``api_keys`` key the
+    request presented (its own rate limits apply).
     """
 
     kind: str
@@ -193,6 +194,7 @@ class GenerationRequest:
     run_to_limit: bool = False
     reasoning: ReasoningAsk | None = None
     background: bool = False
+    credential: str | None = None
 
     @property
     def after_tool_result(self) -> bool:

@@ -16,7 +16,9 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["SECRET_HEADERS", "key_fingerprint", "presented_credentials", "redact_headers"]
+from .request import SimError
+
+__all__ = ["SECRET_HEADERS", "accepted_key", "key_fingerprint", "presented_credentials", "redact_headers"]
 
 #: Request headers whose values are credentials (lower-case names).
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
@@ -73,3 +75,20 @@ def presented_credentials(headers: Mapping[str, str] | Any, query_string: str = 
     if query_string:
         found.extend(value for key, value in urllib.parse.parse_qsl(query_string) if key == "key")
     return found, signed
+
+
+def accepted_key(accepted: list[str], headers: Mapping[str, str] | Any, query_string: str = "") -> str | None:
+    """The first of the ``accepted`` keys the request presents (None when ``accepted`` is empty: any will
+    do), else a 401 (403 for a SigV4-signed request, as AWS answers a key it does not know)."""
+    if not accepted:
+        return None
+    presented, signed = presented_credentials(headers, query_string)
+    match = next((key for key in presented if key in accepted), None)
+    if match is not None:
+        return match
+    if signed:
+        raise SimError(403, "The security token included in the request is invalid (the access key id is not "
+                            "one of the backend's keys).", code="invalid_api_key")
+    shown = f"{presented[0][:3]}...{presented[0][-4:]}" if presented else "none"
+    raise SimError(401, f"Incorrect API key provided: {shown}. The backend accepts the keys set as api_keys or "
+                        "required_api_key.", code="invalid_api_key")

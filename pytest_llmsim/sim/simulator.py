@@ -22,12 +22,12 @@ from .generation import Generation, Outcome
 from .metrics import Metrics, MetricsSnapshot
 from .model_residency import ModelResidency
 from .planned import filtered
-from .ratelimit import RateLimiter
+from .ratelimit import KeyLimiters, RateLimiter
 from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import check_capacity, check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime
-from .secrets import presented_credentials
+from .secrets import accepted_key
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
@@ -59,6 +59,7 @@ class Simulator:
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
         self.faults = FaultInjector(self.config.seed)
         self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
+        self._key_limiters = KeyLimiters()
         self._request_numbers = itertools.count(1)
         self._wake_stalls = threading.Event()  # set by reset/stop: stalled handlers give up
         # Called after each request's accounting (llmsim serve paces garbage collection with it).
@@ -110,6 +111,7 @@ class Simulator:
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
             self._limiter = RateLimiter(config.rpm, config.tpm)
+            self._key_limiters = KeyLimiters()
             self._request_numbers = itertools.count(1)
             self._wake_stalls.set()
             self._wake_stalls = threading.Event()
@@ -122,6 +124,8 @@ class Simulator:
             self._filler = self.tokenizer.filler_source(config.seed)
         if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
             self._limiter = RateLimiter(config.rpm, config.tpm)
+        if config.api_keys != self.config.api_keys:
+            self._key_limiters = KeyLimiters()
         self.planner = self._content.planner(self.tokenizer, self._filler, config)
         if config.lora_adapters != self.config.lora_adapters:
             self.adapters = {name: self.adapters.get(name, "") for name in config.lora_adapters}
@@ -195,20 +199,13 @@ class Simulator:
         """Arm a fault (validated; raises ``FaultError`` naming a bad kind or parameter)."""
         return self.faults.add(Fault.build(kind, **params))
 
-    def check_credentials(self, headers: HeaderLookup, query_string: str = "") -> None:
-        """With ``required_api_key`` set: refuse a request that does not present it (401; 403 for a
-        SigV4-signed one, as AWS answers a key it does not know)."""
-        required = self.config.required_api_key
-        if required is None:
-            return
-        presented, signed = presented_credentials(headers, query_string)
-        if required in presented:
-            return
-        if signed:
-            raise SimError(403, "The security token included in the request is invalid (the access key id is not "
-                                "the one required_api_key names).", code="invalid_api_key")
-        raise SimError(401, "Incorrect API key provided (the backend requires the key set as required_api_key).",
-                       code="invalid_api_key")
+    def check_credentials(self, headers: HeaderLookup, query_string: str = "") -> str | None:
+        """With ``required_api_key`` or ``api_keys`` set: the key the request presents, or a refusal
+        (:func:`.secrets.accepted_key`). None when any key will do."""
+        config = self.config
+        keys = [key for key, _, _ in config.api_keys]
+        return accepted_key([*keys, config.required_api_key] if config.required_api_key else keys, headers,
+                            query_string)
 
     def count_request(self) -> int:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
@@ -271,9 +268,12 @@ class Simulator:
         if not self.runtime.can_admit(sequence_count):
             raise queue_full(config)
         rate_limit = None
-        if self._limiter.active:  # charged as OpenAI estimates: prompt plus max_tokens
-            charged = sum(len(ids) for ids in prompts) + request.n * sum(budgets)
+        charged = sum(len(ids) for ids in prompts) + request.n * sum(budgets)  # as OpenAI estimates it
+        if self._limiter.active:
             rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
+        key_limiter = self._key_limiters.get(request.credential, self.config.api_keys)
+        if key_limiter is not None:  # the key's own limits: a throttled key does not hold back the others
+            rate_limit = key_limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
         reply, request.rule = self.script.next_reply(request)
         outputs: list[PlannedOutput] = []
         sequences: list[SimSequence] = []
