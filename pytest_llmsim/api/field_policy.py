@@ -13,6 +13,7 @@ provider does. The reference's field tables and ``tests/test_field_policy.py``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ class FieldPolicy:
            refused: Mapping[str, str] | None = None) -> FieldPolicy:
         return cls(frozenset(honoured), frozenset(no_effect), dict(refused or {}))
 
-    @property
+    @functools.cached_property
     def known(self) -> frozenset[str]:
         """Every field the API defines (each has a row in the reference)."""
         return self.honoured | self.no_effect | frozenset(self.refused)
@@ -45,8 +46,10 @@ class FieldPolicy:
     def check(self, body: dict[str, Any]) -> list[str]:
         """Refuse a refused field that asks for something (400 naming it); the fields no version of the
         API defines, in the body's order."""
-        for name, why in self.refused.items():
-            if name in body and body[name] not in _UNSET and body[name] != [] and body[name] != {}:
-                raise invalid(f"'{name}' is not supported by pytest-llmsim: {why}.", name, "unsupported_parameter")
+        if not self.refused.keys().isdisjoint(body):
+            for name, why in self.refused.items():
+                if name in body and body[name] not in _UNSET and body[name] != [] and body[name] != {}:
+                    raise invalid(f"'{name}' is not supported by pytest-llmsim: {why}.", name,
+                                  "unsupported_parameter")
         known = self.known
         return [name for name in body if name not in known]

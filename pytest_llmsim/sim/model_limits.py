@@ -11,6 +11,7 @@ name in neither gets ``max_model_len`` and any ``max_tokens`` that fits in it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -62,6 +63,7 @@ def _candidates(model: str) -> list[str]:
     return [base] + [base[i + 1:] for i, char in enumerate(base) if char == "."]
 
 
+@functools.lru_cache(maxsize=1024)  # every request asks; a few names recur (matching costs ~5 µs)
 def limits_for(model: str, overrides: tuple[tuple[str, int, int], ...], max_model_len: int) -> ModelLimits:
     """The limits of ``model``: an override by exact name, else the catalog, else ``max_model_len``."""
     for name, context, output in overrides:
