@@ -20,7 +20,6 @@ approximation, consistent between ``count_tokens``, ``usage`` and the metrics.
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime, timezone
 from json.encoder import encode_basestring_ascii
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import GenerationRequest, RateLimitStatus, SimError, wire_json
 from ..sim.tokens import PlannedCall
 from .anthropic_fields import parse_messages, thinking_signature
-from .base import NO_TARGET, PIECE_MARK, RequestTarget
+from .base import NO_TARGET, PIECE_MARK, RequestTarget, random_hex
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
@@ -62,7 +61,7 @@ def _worded(error: SimError) -> str:
 def anthropic_request_id() -> str:
     """``req_011C`` and 20 random letters and digits, as Anthropic's ``request-id`` header and error bodies
     carry it (hex digits: a subset of Anthropic's alphabet, and cheap to make)."""
-    return "req_011C" + os.urandom(10).hex()
+    return "req_011C" + random_hex(20)
 
 
 def _stop_reason(generation: Generation) -> tuple[str, str | None]:
