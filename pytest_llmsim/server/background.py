@@ -12,7 +12,6 @@ it early. HTTP-side only: the simulator sees an ordinary generation.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,10 +21,9 @@ from ..sim.request_log import RequestRecord
 from ..sim.runtime import FINISH
 from ..sim.sequence import SeqState
 from ..sim.simulator import Simulator
+from .job_registry import JobRegistry
 
 __all__ = ["BackgroundJob", "BackgroundJobs"]
-
-MAX_KEPT_JOBS = 1_000  # finished jobs kept for resuming readers, newest first
 
 
 class BackgroundJob:
@@ -41,6 +39,10 @@ class BackgroundJob:
         self.status = "queued"
         self.events: list[bytes] = []
         self._cond = threading.Condition()
+
+    @property
+    def id(self) -> str:
+        return self.response_id
 
     @property
     def over(self) -> bool:
@@ -117,29 +119,5 @@ class BackgroundJob:
                 return
 
 
-class BackgroundJobs:
-    """The background jobs of one backend, by response id (the newest ``MAX_KEPT_JOBS`` finished ones)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: OrderedDict[str, BackgroundJob] = OrderedDict()
-
-    def add(self, job: BackgroundJob) -> None:
-        with self._lock:
-            self._jobs[job.response_id] = job
-            while len(self._jobs) > MAX_KEPT_JOBS:
-                oldest = next(iter(self._jobs))
-                if not self._jobs[oldest].over:
-                    break
-                del self._jobs[oldest]
-
-    def get(self, response_id: str) -> BackgroundJob | None:
-        with self._lock:
-            return self._jobs.get(response_id)
-
-    def clear(self) -> None:
-        with self._lock:
-            jobs = list(self._jobs.values())
-            self._jobs.clear()
-        for job in jobs:
-            job.cancel()
+class BackgroundJobs(JobRegistry[BackgroundJob]):
+    """The background jobs of one backend, by response id."""

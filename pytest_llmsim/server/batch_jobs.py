@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +22,11 @@ from ..api.base import NO_TARGET, WireAPI
 from ..sim import SimError
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Simulator
+from .job_registry import JobRegistry
 
 __all__ = ["BatchItem", "BatchJob", "BatchJobs"]
 
 CONCURRENCY = 2  # items of one job in the engine at once: interactive traffic keeps the other slots
-MAX_KEPT_JOBS = 1_000
 
 
 @dataclass
@@ -60,8 +59,8 @@ class BatchJob:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def done(self) -> list[BatchItem]:
-        return [item for item in self.items if item.status or item.cancelled]
+    def over(self) -> bool:
+        return self.state == "ended"
 
     def counts(self) -> tuple[int, int, int, int]:
         """(still to run, succeeded, failed, cancelled)."""
@@ -89,19 +88,15 @@ class BatchJob:
             return None
 
 
-class BatchJobs:
+class BatchJobs(JobRegistry[BatchJob]):
     """The batch jobs of one backend, by id; each runs on its own threads until its items are done."""
 
     def __init__(self, simulator: Simulator) -> None:
+        super().__init__()
         self.simulator = simulator
-        self._lock = threading.Lock()
-        self._jobs: OrderedDict[str, BatchJob] = OrderedDict()
 
     def start(self, job: BatchJob) -> BatchJob:
-        with self._lock:
-            self._jobs[job.id] = job
-            while len(self._jobs) > MAX_KEPT_JOBS:
-                self._jobs.popitem(last=False)
+        self.add(job)
         count = min(CONCURRENCY, max(1, len(job.items)))
         remaining = [count]
         lock = threading.Lock()
@@ -118,25 +113,6 @@ class BatchJobs:
         for _ in range(count):
             threading.Thread(target=run, name=f"llmsim-batch-{job.id}", daemon=True).start()
         return job
-
-    def get(self, job_id: str) -> BatchJob | None:
-        with self._lock:
-            return self._jobs.get(job_id)
-
-    def delete(self, job_id: str) -> bool:
-        with self._lock:
-            return self._jobs.pop(job_id, None) is not None
-
-    def all(self) -> list[BatchJob]:
-        with self._lock:
-            return list(self._jobs.values())
-
-    def clear(self) -> None:
-        with self._lock:
-            jobs = list(self._jobs.values())
-            self._jobs.clear()
-        for job in jobs:
-            job.cancel()
 
     def _run(self, item: BatchItem) -> None:
         """One item through the simulator, as a non-streamed request of its API, logged like one."""
