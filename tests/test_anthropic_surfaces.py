@@ -137,6 +137,7 @@ def test_adaptive_thinking_follows_the_effort(llm_backend: LLMBackend, claude: A
     ({"type": "enabled", "budget_tokens": 4096}, {}, "thinking.budget_tokens"),  # not below max_tokens
     ({"type": "enabled"}, {}, "thinking.budget_tokens"),
     ({"type": "on"}, {}, "thinking.type"),
+    ({**THINK, "display": "omitted"}, {}, "thinking.display"),  # accepted only as what is done: shown
     (THINK, {"tool_choice": {"type": "any"}, "tools": WEATHER}, "tool_choice"),
 ])
 def test_bad_thinking_is_a_400_naming_the_field(llm_backend: LLMBackend, claude: Any, thinking: Any,

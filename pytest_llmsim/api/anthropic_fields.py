@@ -49,6 +49,9 @@ def _thinking(body: dict[str, Any], max_tokens: int | None) -> ReasoningAsk | No
     if unknown:
         raise invalid(f"thinking.{kind}.{unknown[0]}: Extra inputs are not permitted", f"thinking.{unknown[0]}",
                       "unknown_parameter")
+    if value.get("display") not in (None, "summarized"):  # the thinking is always shown here
+        raise invalid(f"thinking.display: {value.get('display')!r} is not simulated by pytest-llmsim; the thinking "
+                      "is shown (\"summarized\").", "thinking.display", "unsupported_value")
     if kind == "disabled":
         return None
     choice = body.get("tool_choice")
