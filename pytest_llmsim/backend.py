@@ -97,6 +97,15 @@ class LLMBackend(BackendAssertions):
         return self._server.url_for(path)
 
     @property
+    def ca_file(self) -> str:
+        """The PEM file of the certificate authority HTTPS answers are signed by (``tls = true``).
+
+        Trust it in a client: ``httpx.Client(verify=ssl.create_default_context(cafile=llm_backend.ca_file))``,
+        or ``SSL_CERT_FILE`` for a gateway in another process. Made on first use, removed with the backend.
+        """
+        return self._server.ca_file
+
+    @property
     def host(self) -> str:
         return self._server.host
 

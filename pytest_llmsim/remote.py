@@ -44,6 +44,7 @@ class RemoteBackend(BackendAssertions):
         self._timeout = timeout
         parsed = urllib.parse.urlsplit(self._root)
         self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        self._tls: bool | None = None  # whether the backend serves HTTPS (tls = true); asked when first needed
 
     # --- transport ---
 
@@ -74,17 +75,36 @@ class RemoteBackend(BackendAssertions):
 
     @property
     def base_url(self) -> str:
-        """``http://HOST:PORT/v1``, for ``openai.OpenAI(base_url=...)``."""
-        return self._root + "/v1"
+        """``http://HOST:PORT/v1`` (``https://`` with ``tls`` on), for ``openai.OpenAI(base_url=...)``."""
+        return self.root_url + "/v1"
 
     @property
     def root_url(self) -> str:
-        """``http://HOST:PORT``, for SDKs that add ``/v1/...`` themselves."""
+        """``http://HOST:PORT`` (``https://`` with ``tls`` on), for SDKs that add ``/v1/...`` themselves.
+
+        The control API itself stays on the URL this handle was given (it answers plain HTTP either way).
+        """
+        if self._tls is None:
+            try:
+                self._note_tls(self._call("GET", "config"))
+            except RemoteError:
+                return self._root  # not answering: as given
+        if self._tls and self._root.startswith("http://"):
+            return "https://" + self._root[len("http://"):]
         return self._root
 
     def url_for(self, path: str) -> str:
         """Absolute URL of ``path`` on this backend."""
-        return self._root + "/" + path.lstrip("/")
+        return self.root_url + "/" + path.lstrip("/")
+
+    @property
+    def ca_file(self) -> str:
+        """The PEM file of the certificate authority the backend's HTTPS answers are signed by (on its machine)."""
+        return str(self._call("GET", "tls")["ca_file"])
+
+    def _note_tls(self, settings: dict[str, Any]) -> dict[str, Any]:
+        self._tls = bool(settings.get("tls", False))
+        return settings
 
     @property
     def host(self) -> str:
@@ -107,16 +127,17 @@ class RemoteBackend(BackendAssertions):
     @property
     def config(self) -> SimConfig:
         """The settings in force."""
-        return SimConfig().replace(**_config_values(self._call("GET", "config")))
+        return SimConfig().replace(**_config_values(self._note_tls(self._call("GET", "config"))))
 
     def configure(self, **settings: Any) -> SimConfig:
         """Change settings for the rest of this test (validated remotely; raises ``ConfigError``)."""
-        return SimConfig().replace(**_config_values(self._call("PATCH", "config", _jsonable(settings))))
+        return SimConfig().replace(**_config_values(self._note_tls(self._call("PATCH", "config", _jsonable(settings)))))
 
     def reset(self, config: SimConfig | None = None) -> None:
         """Back to the starting settings (or ``config``) with empty cache, metrics, log and faults."""
         body = {} if config is None else {"settings": _jsonable(config.as_dict())}
         self._call("POST", "reset", body)
+        self._tls = None
 
     def reply_with(self, *replies: Reply) -> None:
         """Queue scripted replies: each request takes the next one, in order (see ``LLMBackend.reply_with``)."""

@@ -317,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     say(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)")
+    if backend.config.tls:
+        say(f"llmsim: HTTPS certificate authority (trust it in clients, e.g. SSL_CERT_FILE): {backend.ca_file}")
     for number, (_, url) in enumerate(replicas, 2):
         say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}")
     serve_argv = argv[argv.index("serve") + 1:]

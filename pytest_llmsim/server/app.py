@@ -20,8 +20,10 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import ssl
 import threading
 import traceback
+import weakref
 from typing import Any
 
 from pytest_httpserver import HTTPServer
@@ -43,6 +45,7 @@ from .responder import GenerationResponder
 from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
 from .sockets import drop_connection
+from .tls import TLSMaterial
 from .wsgi import ACCEPTED_AT, PooledWSGIServer
 
 __all__ = ["GENERATION_ROUTES", "SimulatorServer", "validate_address"]
@@ -97,6 +100,8 @@ class SimulatorServer(HTTPServer):
         self.simulator = simulator
         self.no_handler_status_code = 404
         self.background = BackgroundJobs()  # the Responses API's background: true
+        self._tls: TLSMaterial | None = None  # made when HTTPS is first asked for (tls = true, ca_file)
+        self._tls_lock = threading.Lock()
         self._responder = GenerationResponder(simulator, self.background)
         self.control = ControlAPI(self)
         self._id_prefix = os.urandom(6).hex()
@@ -129,6 +134,31 @@ class SimulatorServer(HTTPServer):
         _, body, _ = self.api_of_path(path or "").render_error(error)  # the status stays what HTTP says
         return wire_json.dumps(body)
 
+    # --- HTTPS (tls = true) ---
+
+    @property
+    def ca_file(self) -> str:
+        """The PEM file of the certificate authority that signed the HTTPS certificate (made on first use)."""
+        return self._tls_material().ca_file
+
+    def _tls_material(self) -> TLSMaterial:
+        with self._tls_lock:
+            if self._tls is None:
+                self._tls = TLSMaterial(self.host)
+                weakref.finalize(self, self._tls.close)  # the CA file goes with the server (or at exit)
+            return self._tls
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server certificate's context once HTTPS has been asked for, else None (no peeking)."""
+        if self._tls is None and not self.simulator.config.tls:
+            return None
+        return self._tls_material().context
+
+    def url_for(self, suffix: str) -> str:
+        """Absolute URL of ``suffix``: ``https://`` while ``tls`` is on."""
+        url = super().url_for(suffix)
+        return "https" + url[4:] if self.simulator.config.tls else url
+
     def _next_id(self) -> str:
         """24 hex digits, unique per server: a random prefix and a counter (uuid4 costs more)."""
         return f"{self._id_prefix}{next(self._id_counter):012x}"
@@ -144,7 +174,7 @@ class SimulatorServer(HTTPServer):
                                        request_timeout=lambda: simulator.config.keepalive_timeout,
                                        keepalive_policy=lambda: KeepAlivePolicy(
                                            simulator.config.keepalive, simulator.config.keepalive_max_requests),
-                                       error_body=self.protocol_error_body)
+                                       error_body=self.protocol_error_body, tls_context=self.tls_context)
         self.server.worker_idle_seconds = self._worker_idle_seconds
         self.port = self.server.port  # a restart after stop() listens on the same port again
         self.server_thread = threading.Thread(target=self.thread_target, name="llmsim-http",
@@ -226,6 +256,10 @@ class SimulatorServer(HTTPServer):
         path = request.path
         if path.startswith(CONTROL_PREFIX):
             return self.control.handle(request)
+        if self.simulator.config.tls and request.environ["wsgi.url_scheme"] != "https":
+            return self._api_error(request, SimError(400, "The plain HTTP request was sent to HTTPS port "
+                                                          f"(tls is on: use {self.url_for(path)}).",
+                                                     code="plain_http_to_https_port"))
         if (self.ordered_handlers or self.oneshot_handlers or self.handlers) and self._test_handler_matches(request):
             return self._fallback(request)  # a test's own expect_request() wins, on any path
         match = self.routes.match(path, request.method, request.environ)

@@ -45,6 +45,10 @@ class ControlledServer(ServedBackend, Protocol):
     host: str
     port: int
 
+    @property
+    def ca_file(self) -> str:
+        """The PEM file of the certificate authority HTTPS answers are signed by (made on first use)."""
+
 __all__ = ["CONTROL_PREFIX", "ControlAPI", "ControlledServer", "host_name"]
 MAX_PAGE = 1000
 MAX_CONTROL_BODY = 16 * 1024 * 1024
@@ -99,6 +103,7 @@ class ControlAPI:
             ("POST", "wait-idle"): self._wait_idle,
             ("GET", "errors"): self._errors,
             ("GET", "trace"): self._trace,
+            ("GET", "tls"): self._tls,
         }
 
     def _refusal(self, request: Request) -> Response | None:
@@ -159,6 +164,11 @@ class ControlAPI:
 
     def _profiles(self) -> tuple[str | None, ...]:
         return self._verbs.config.profile, self._verbs.base.profile
+
+    def _tls(self, request: Request) -> Response:
+        ca_file = self._server.ca_file
+        with open(ca_file, encoding="ascii") as pem:
+            return _json({"ca_file": ca_file, "ca_pem": pem.read()})
 
     def _get_config(self, request: Request) -> Response:
         return _json(config_to_json(self._verbs.config))

@@ -14,21 +14,22 @@ import http.client
 import io
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
-from werkzeug.http import parse_set_header
 from werkzeug.serving import DechunkedInput, ThreadedWSGIServer, WSGIRequestHandler
 
 from .chunked import ChunkedBody, transfer_coding_problem
+from .environ import origin_form_environ
 from .headers import BadHeader, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
+from .tls import TLSRelay, opens_tls
 from .workers import HeadWatchdog, WorkerPool
 
 __all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "gevent_patched", "nonblocking_socket"]
@@ -39,7 +40,7 @@ ACCEPTED_AT = "llmsim.accepted_at"
 # WSGI environ key: the time.monotonic() by which the request's body must have arrived (see
 # PooledWSGIServer.watch_body); a body read that ends short after it is a 408, not a 400.
 BODY_DEADLINE = "llmsim.body_deadline"
-_accepted = threading.local()  # the accept time of the connection this thread handles
+_accepted = threading.local()  # the accept time of the connection this thread handles, and whether it is TLS
 
 _date_header: tuple[int, str] = (0, "")
 
@@ -80,7 +81,9 @@ class QuietRequestHandler(KeepAliveHandler):
         # StreamRequestHandler.setup, with our writer in place of its unbuffered one,
         # and a deadline for the request head (see PooledWSGIServer.request_timeout).
         self.connection = self.request
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        self.tls = getattr(_accepted, "tls", False)  # served through a TLSRelay: the socket is a local pair's end
+        if not self.tls:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.wfile = CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
         self._reader: PrefixedSocketReader | None = None
@@ -201,61 +204,14 @@ class QuietRequestHandler(KeepAliveHandler):
             environ["wsgi.input"] = ChunkedBody(self.rfile)
         environ[ACCEPTED_AT] = self.arrived_at
         environ[BODY_DEADLINE] = deadline
+        if self.tls:
+            environ["wsgi.url_scheme"] = "https"
         return environ
 
     def build_environ(self) -> Any:
-        """werkzeug's environ, built without its general URL parsing for the usual origin-form path.
-
-        The same keys and values as ``WSGIRequestHandler.make_environ``; an
-        absolute URL, a fragment or TLS take werkzeug's own path.
-        """
-        target = self.path
-        address = self.client_address
-        if (not target.startswith("/") or "#" in target or self.server.ssl_context is not None
-                or not isinstance(address, tuple) or not address):
-            return super().build_environ()
-        # The target came as latin-1 of its bytes: WSGI's convention already, raw UTF-8 included
-        # (werkzeug encodes it once more, and a raw "/café" read as "/cafÃ©"); %-escapes become bytes.
-        path, _, query = target.partition("?")
-        if "%" in path:
-            path = unquote_to_bytes(path.encode("latin-1")).decode("latin-1")
-        environ: dict[str, Any] = {
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "http",
-            "wsgi.input": self.rfile,
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": self.server.multithread,
-            "wsgi.multiprocess": self.server.multiprocess,
-            "wsgi.run_once": False,
-            "werkzeug.socket": self.connection,
-            "SERVER_SOFTWARE": self.server_version,
-            "REQUEST_METHOD": self.command,
-            "SCRIPT_NAME": "",
-            "PATH_INFO": path,
-            "QUERY_STRING": query,
-            "REQUEST_URI": target,
-            "RAW_URI": target,
-            "REMOTE_ADDR": address[0],
-            "REMOTE_PORT": address[1],
-            "SERVER_NAME": self.server.server_address[0],
-            "SERVER_PORT": str(self.server.server_address[1]),
-            "SERVER_PROTOCOL": self.request_version,
-        }
-        for key, value in self.headers.items():
-            if "_" in key:
-                continue  # werkzeug drops these: HTTP_X_A would be ambiguous between X-A and X_A
-            key = key.upper().replace("-", "_")
-            value = value.replace("\r\n", "")
-            if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-                key = "HTTP_" + key
-                if key in environ:
-                    value = f"{environ[key]},{value}"
-            environ[key] = value
-        encoding = environ.get("HTTP_TRANSFER_ENCODING")
-        if encoding is not None and "chunked" in parse_set_header(encoding):
-            environ["wsgi.input_terminated"] = True
-            environ["wsgi.input"] = ChunkedBody(environ["wsgi.input"])
-        return environ
+        """werkzeug's environ, built without its general URL parsing for the usual origin-form path."""
+        environ = origin_form_environ(self)
+        return super().build_environ() if environ is None else environ
 
     def write_head(self, code: int, message: str, headers: list[tuple[str, str]]) -> None:
         """The status line and headers as one write (http.server formats and encodes each line apart)."""
@@ -318,10 +274,14 @@ class PooledWSGIServer(ThreadedWSGIServer):
     def __init__(self, host: str, port: int, app: Any, handler: type[WSGIRequestHandler] | None = None,
                  request_timeout: Callable[[], float] | None = None,
                  keepalive_policy: Callable[[], KeepAlivePolicy] | None = None,
-                 error_body: Callable[[int, str, str | None], bytes] | None = None, **kwargs: Any) -> None:
+                 error_body: Callable[[int, str, str | None], bytes] | None = None,
+                 tls_context: Callable[[], ssl.SSLContext | None] | None = None, **kwargs: Any) -> None:
         # Set before werkzeug's __init__, which calls server_close() if binding fails.
         self._pool = WorkerPool("llmsim-http-worker")
         self._connections: set[socket.socket] = set()
+        self._relays: set[TLSRelay] = set()
+        # The certificate's context once HTTPS is served; until then no connection is peeked at.
+        self.tls_context: Callable[[], ssl.SSLContext | None] = tls_context or (lambda: None)
         self._connections_lock = threading.Lock()
         self._closed = False
         self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
@@ -415,13 +375,32 @@ class PooledWSGIServer(ThreadedWSGIServer):
             if self._closed:
                 self.shutdown_request(request)
                 return
-            self._connections.add(request)
+            self._connections.add(request)  # from here a close cuts it, a TLS peek's wait included
+        relay = self._tls_relay(request)
+        _accepted.tls = relay is not None
+        if relay is not None:  # the handler serves the relay's plain end; the relay owns the client's socket
+            with self._connections_lock:
+                self._connections.discard(request)
+                request = relay.inner
+                self._connections.add(request)
+                self._relays.add(relay)
+                if self._closed:
+                    relay.cut()
         try:
             self.process_request_thread(request, client_address)
         finally:
             self._watchdog.release(request)
             with self._connections_lock:
                 self._connections.discard(request)
+                if relay is not None:
+                    self._relays.discard(relay)
+
+    def _tls_relay(self, request: socket.socket) -> TLSRelay | None:
+        """A relay terminating TLS for ``request`` when HTTPS is served and its first byte opens a handshake."""
+        context = self.tls_context()
+        if context is None or not opens_tls(request, self.request_timeout()):
+            return None
+        return TLSRelay(request, context, self.request_timeout())
 
     def server_close(self) -> None:
         """Close the listening socket, cut every open connection, and end the workers (at most 1 s).
@@ -432,6 +411,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
             first = not self._closed
             self._closed = True
             connections = list(self._connections)
+            relays = list(self._relays)
         if not first:
             return
         super().server_close()
@@ -441,6 +421,8 @@ class PooledWSGIServer(ThreadedWSGIServer):
                 connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        for relay in relays:
+            relay.cut()
         self._pool.close(timeout=1.0)
 
 

@@ -98,6 +98,7 @@ class SimConfig:
     model_limits: tuple[tuple[str, int, int], ...] = ()
     natural_answer_cap: int = 1024
     strict_fields: bool = False
+    tls: bool = False
     optional_property_rate: float = 0.9
     lora_adapters: tuple[str, ...] = ()
     max_loras: int = 1
@@ -376,6 +377,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "model_limits": _model_limits,
     "natural_answer_cap": _integer(0),
     "strict_fields": _boolean,
+    "tls": _boolean,
     "optional_property_rate": _number(0.0, high=1.0),
     "lora_adapters": _names,
     "max_loras": _integer(1),
