@@ -98,6 +98,8 @@ def _block_text(block: Any, param: str) -> tuple[str, bool]:
         if not isinstance(thinking, str) or block.get("signature") != thinking_signature(thinking):
             raise invalid(f"{param}: Invalid `signature` in `thinking` block", f"{param}.signature", "invalid_value")
         text = ""
+    elif kind == "server_tool_use" or kind.endswith("_tool_result"):  # a server tool's call and result, sent back
+        text = json.dumps({key: value for key, value in block.items() if key not in ("type", "cache_control")})
     elif kind == "redacted_thinking":
         if not isinstance(block.get("data"), str):
             raise invalid(f"{param}.data: Field required (a string).", f"{param}.data", "invalid_type")
@@ -178,7 +180,7 @@ def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationR
     top_k = optional(body, "top_k", is_int, "an integer")
     if top_k is not None and top_k < 0:
         raise invalid("top_k: Input should be greater than or equal to 0.", "top_k", "integer_below_min_value")
-    tool_use = anthropic_tool_use(body)
+    tool_use = anthropic_tool_use(body, next((m.content for m in reversed(parsed) if m.role == "user"), ""))
     tools = body.get("tools")
     if body.get("cache_control") is not None:  # automatic caching: the whole prompt is the cached prefix
         breakpoint_at = len(parsed)

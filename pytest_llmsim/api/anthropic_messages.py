@@ -26,8 +26,10 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, RateLimitStatus, SimError, wire_json
-from ..sim.tokens import PlannedCall
+from ..sim.request import ToolSpec
+from ..sim.tokens import PlannedCall, PlannedOutput
 from .anthropic_fields import parse_messages, thinking_signature
+from .anthropic_server_tools import result_block, server_tool_usage, server_use_block
 from .base import NO_TARGET, PIECE_MARK, RequestTarget, random_hex
 
 if TYPE_CHECKING:
@@ -84,8 +86,22 @@ def usage(generation: Generation) -> dict[str, Any]:
     if marked is not None:
         read = min(generation.cached_tokens, marked)
         written = marked - read
-    return {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
-            "cache_read_input_tokens": read, "output_tokens": generation.completion_tokens}
+    body: dict[str, Any] = {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
+                            "cache_read_input_tokens": read, "output_tokens": generation.completion_tokens}
+    served = generation.outputs[0].served if generation.outputs else ()
+    if served:
+        body["server_tool_use"] = server_tool_usage(served, _tools(generation))
+    return body
+
+
+def _tools(generation: Generation) -> tuple[ToolSpec, ...]:
+    use = generation.request.tool_use
+    return use.tools if use is not None else ()
+
+
+def _served_complete(output: PlannedOutput, call: PlannedCall) -> bool:
+    """Whether ``call``'s input was written whole (max_tokens can cut it): only then is there a result."""
+    return call.end < output.length or output.finish_reason != "length"
 
 
 def _tool_use_block(call: PlannedCall, with_input: bool = True) -> dict[str, Any]:
@@ -106,9 +122,13 @@ def _thinking_block(thinking: str) -> dict[str, Any]:
 def _content(generation: Generation) -> list[dict[str, Any]]:
     output = generation.outputs[0]
     blocks = [_thinking_block(output.reasoning_text)] if output.reasoning else []
+    for call in output.served:  # server tools: the call, its result, then the answer
+        blocks.append(server_use_block(call, _tools(generation)))
+        if _served_complete(output, call):
+            blocks.append(result_block(call, _tools(generation)))
     if output.calls:
         return blocks + [_tool_use_block(call) for call in output.calls]
-    if output.reasoning and output.length == output.reasoning:  # max_tokens ran out while it thought
+    if (output.reasoning or output.served) and output.length == output.answer_start:  # no tokens left to answer
         return blocks
     return [*blocks, {"type": "text", "text": generation.texts()[0]}]
 
@@ -121,7 +141,9 @@ class MessagesStream:
     """``message_start``, ``content_block_start``, ``ping``, a ``content_block_delta`` per token,
     ``content_block_stop``, ``message_delta``, ``message_stop``: the sequence the SDK's
     ``messages.stream()`` reads. With thinking, block 0 is the ``thinking`` block (``thinking_delta``
-    per token, then its ``signature_delta``) and the answer's blocks follow it."""
+    per token, then its ``signature_delta``) and the answer's blocks follow it. A server tool's call
+    comes before the answer: its ``server_tool_use`` block (``input_json_delta`` per token), then its
+    result block whole (a start and a stop, as the API sends it)."""
 
     _MARK = PIECE_MARK
 
@@ -132,7 +154,9 @@ class MessagesStream:
         output = generation.outputs[0]
         self._calls = bool(output.calls)  # tool_use blocks instead of text
         self._reasoning = output.reasoning
-        self._first = 1 if output.reasoning else 0  # the answer's first block index
+        self._served = output.served  # server tools' calls, each a use block and a result block
+        self._answer_start = output.answer_start
+        self._first = (1 if output.reasoning else 0) + 2 * len(output.served)  # the answer's first block index
 
     def _delta(self, kind: str, index: int, piece: str) -> bytes:
         """A text or thinking delta event, from a template cached per kind (the hot path)."""
@@ -155,6 +179,33 @@ class MessagesStream:
         return _event("content_block_start", {"type": "content_block_start", "index": self._first,
                                               "content_block": {"type": "text", "text": ""}})
 
+    def _served_token(self, position: int, piece: str) -> bytes:
+        """A token of a server tool's input; its block opens (the one before it closing) at its first."""
+        number = next(n for n, call in enumerate(self._served) if call.start <= position < call.end)
+        call = self._served[number]
+        block = (1 if self._reasoning else 0) + 2 * number
+        start = b""
+        if position == call.start:
+            if number:
+                start = self._end_served(number - 1)
+            elif self._reasoning:
+                start = self._end_thinking()
+            start += _event("content_block_start", {"type": "content_block_start", "index": block, "content_block":
+                                                    server_use_block(call, _tools(self._generation), False)})
+        return start + _event("content_block_delta", {"type": "content_block_delta", "index": block,
+                                                      "delta": {"type": "input_json_delta", "partial_json": piece}})
+
+    def _end_served(self, number: int, with_result: bool = True) -> bytes:
+        """Close server call ``number``'s use block, then send its result block whole."""
+        block = (1 if self._reasoning else 0) + 2 * number
+        events = _event("content_block_stop", {"type": "content_block_stop", "index": block})
+        if with_result:
+            result = result_block(self._served[number], _tools(self._generation))
+            events += (_event("content_block_start", {"type": "content_block_start", "index": block + 1,
+                                                      "content_block": result})
+                       + _event("content_block_stop", {"type": "content_block_stop", "index": block + 1}))
+        return events
+
     def opening(self, index: int) -> bytes:
         generation = self._generation
         start_usage = {**usage(generation), "output_tokens": 0}
@@ -165,16 +216,19 @@ class MessagesStream:
             first_block = _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
                 "type": "thinking", "thinking": "", "signature": ""}})
         else:
-            first_block = b"" if self._calls else self._text_start()
+            first_block = b"" if self._calls or self._served else self._text_start()
         return (_event("message_start", {"type": "message_start", "message": message}) + first_block
                 + _event("ping", {"type": "ping"}))
 
     def token(self, index: int, position: int, piece: str) -> bytes:
         if position < self._reasoning:
             return self._delta("thinking_delta", 0, piece)
+        if position < self._answer_start:
+            return self._served_token(position, piece)
         start = b""
-        if self._reasoning and position == self._reasoning:  # the thinking ends, the answer begins
-            start = self._end_thinking() + (b"" if self._calls else self._text_start())
+        if position == self._answer_start and (self._reasoning or self._served):  # the answer begins
+            start = self._end_served(len(self._served) - 1) if self._served else self._end_thinking()
+            start += b"" if self._calls else self._text_start()
         if self._calls:
             output = self._generation.outputs[0]
             number, call = output.call_at(position)
@@ -193,8 +247,11 @@ class MessagesStream:
         generation = self._generation
         output = generation.outputs[0]
         reason, sequence = _stop_reason(generation)
-        if self._reasoning and generation.completion_tokens <= self._reasoning:  # it never got past thinking
+        sent = generation.completion_tokens
+        if self._reasoning and sent <= self._reasoning:  # it never got past thinking
             blocks = self._end_thinking()
+        elif self._served and sent <= self._answer_start:  # it never got past the server tool's call
+            blocks = self._end_served(len(self._served) - 1, _served_complete(output, self._served[-1]))
         else:
             last_block = self._first + max(len(output.calls) - 1, 0)
             blocks = _event("content_block_stop", {"type": "content_block_stop", "index": last_block})

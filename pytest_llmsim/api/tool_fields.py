@@ -17,6 +17,7 @@ from typing import Any
 
 from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
 from ..sim import invalid
+from .anthropic_server_tools import anthropic_server_tool
 from .anthropic_tools import anthropic_defined_tool
 from .validation import describe
 
@@ -134,8 +135,9 @@ def responses_output_format(text_format: dict[str, Any]) -> OutputFormat | None:
     return None
 
 
-def anthropic_tool_use(body: dict[str, Any]) -> ToolUse | None:
-    """Anthropic's ``tools`` (``name``, ``input_schema``) and ``tool_choice``."""
+def anthropic_tool_use(body: dict[str, Any], prompt: str = "") -> ToolUse | None:
+    """Anthropic's ``tools`` (``name``, ``input_schema``; the Anthropic-defined client and server tools) and
+    ``tool_choice``; ``prompt`` (the user's last text) is what a server tool's call reads from."""
     tools = body.get("tools")
     choice = body.get("tool_choice")
     if choice is not None and not (isinstance(choice, dict) and choice.get("type") in ("auto", "any", "tool",
@@ -153,13 +155,15 @@ def anthropic_tool_use(body: dict[str, Any]) -> ToolUse | None:
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise invalid(f"tools.{i}: Input should be an object.", f"tools.{i}", "invalid_type")
-        defined = anthropic_defined_tool(tool, f"tools.{i}")
+        defined = anthropic_defined_tool(tool, f"tools.{i}") or anthropic_server_tool(tool, f"tools.{i}", prompt)
         if defined is not None:
             specs.append(defined)
             continue
         if tool.get("type") not in (None, "custom"):
-            raise invalid(f"tools.{i}.type: server tools ({tool.get('type')!r}) are not simulated; client tools "
-                          "with 'name' and 'input_schema' are.", f"tools.{i}.type", "unsupported_value")
+            raise invalid(f"tools.{i}.type: tools of type {tool.get('type')!r} are not simulated; client tools "
+                          "with 'name' and 'input_schema', the Anthropic-defined tools (memory, text editor, bash, "
+                          "computer) and the server tools (web search, web fetch, code execution) are.",
+                          f"tools.{i}.type", "unsupported_value")
         if "input_schema" not in tool:
             raise invalid(f"tools.{i}.input_schema: Field required.", f"tools.{i}.input_schema",
                           "missing_required_parameter")

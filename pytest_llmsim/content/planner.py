@@ -19,7 +19,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..sim.request import ReasoningAsk, SimError, invalid
+from ..sim.request import ReasoningAsk, SimError, ToolSpec, invalid
 from ..sim.tokens import FillerSource, PlannedCall, PlannedOutput, Tokenizer
 from .replies import ErrorReply, Reply, ToolCall
 from .schema import SchemaError, SchemaTooLarge, generate_instance
@@ -35,6 +35,7 @@ __all__ = ["MAX_CHARS_PER_TOKEN", "REASONING_TOKENS", "ContentPlanner"]
 #: budget_tokens caps it.
 REASONING_TOKENS = {"none": 0, "minimal": 16, "low": 64, "medium": 192, "high": 512, "xhigh": 1024, "max": 1024}
 _REASONING_SALT = 0x5EA50
+_SERVED_SALT = 0x5E4FED  # the answer after a server tool's result draws apart from the call
 
 #: A generated JSON answer may take this many characters per token of its budget: a token of JSON is
 #: rarely longer than a few characters, so an instance past it could never be sent whole or cut as built.
@@ -101,25 +102,33 @@ class ContentPlanner:
         if isinstance(reply, str):
             return self.tokenizer.plan(self.tokenizer.encode(reply), budget, request.stops)
         if request.tool_use is not None or request.output_format is not None:
-            structured = self._structured(request, key, limit)
+            structured = self._structured(request, key, limit, budget)
             if structured is not None:
                 return structured
         if echo is not None:
             return self.tokenizer.plan(echo, budget, request.stops)
         return self._filler(request, key, budget)
 
-    def _structured(self, request: GenerationRequest, key: int, limit: int) -> PlannedOutput | None:
-        """Tool calls, or JSON for a requested format, seeded by ``key``; None when the tool rules say text."""
+    def _structured(self, request: GenerationRequest, key: int, limit: int, budget: int,
+                    served: bool = False) -> PlannedOutput | None:
+        """Tool calls, or JSON for a requested format, seeded by ``key``; None when the tool rules say text.
+
+        A server tool's call (``ToolSpec.server``) is followed by the answer, planned here again with the
+        tokens left and no more tools (``served``): one round of server tools per reply.
+        """
         rng = random.Random(key)  # only built here: plain answers draw nothing from it
         max_chars = MAX_CHARS_PER_TOKEN * limit + 256  # past this, no cut of the answer is what it would be
         rate = self.config.optional_property_rate
         where = ""
         try:
-            tools = choose_tools(request.tool_use, request.after_tool_result, rng, self.config.tool_call_rate,
-                                 self.config.tool_calls_per_reply)
-            if tools:
+            tools = [] if served else choose_tools(request.tool_use, request.after_tool_result, rng,
+                                                   self.config.tool_call_rate, self.config.tool_calls_per_reply)
+            client_tools = [tool for tool in tools if tool.server is None]
+            if tools and not client_tools:  # only server tools: the backend runs them, then answers
+                return self._after_server_tools(request, key, tools[:1], rng, limit, budget)
+            if client_tools:
                 calls = []
-                for tool in tools:
+                for tool in client_tools:
                     where = f"tool {tool.name!r}: "
                     calls.append((tool.name, _compact(generate_instance(tool.parameters or NO_ARGUMENTS, rng,
                                                                         max_chars, rate))))
@@ -130,12 +139,26 @@ class ContentPlanner:
                 text = _compact(generate_instance(schema, rng, max_chars, rate))
                 return self.tokenizer.plan(self.tokenizer.encode(text), limit, request.stops)
         except SchemaError as error:
-            budget = (f" ({request.max_tokens_param}={limit} tokens)" if request.max_tokens is not None
-                      else f" ({limit} tokens of context left)")
+            room = (f" ({request.max_tokens_param}={limit} tokens)" if request.max_tokens is not None
+                    else f" ({limit} tokens of context left)")
             raise invalid(f"pytest-llmsim cannot generate an instance of the schema: {where}{error}"
-                          f"{budget if isinstance(error, SchemaTooLarge) else ''}",
+                          f"{room if isinstance(error, SchemaTooLarge) else ''}",
                           "tools" if request.tool_use else "response_format", "invalid_schema") from None
         return None
+
+    def _after_server_tools(self, request: GenerationRequest, key: int, tools: list[ToolSpec], rng: random.Random,
+                            limit: int, budget: int) -> PlannedOutput:
+        """The server tools' calls, then the answer in the tokens left (cut: no answer)."""
+        max_chars = MAX_CHARS_PER_TOKEN * limit + 256
+        served = self._calls([(tool.name, _compact(generate_instance(tool.parameters, rng, max_chars, 1.0)))
+                              for tool in tools], limit)
+        if served.finish_reason == "length":
+            return PlannedOutput(served.tokens, served.pieces, "length", served=served.calls)
+        used = served.length
+        answer = self._structured(request, key ^ _SERVED_SALT, limit - used, budget - used, served=True)
+        if answer is None:
+            answer = self._filler(request, key ^ _SERVED_SALT, max(0, budget - used))
+        return answer.after_served(served)
 
     def _calls(self, calls: Sequence[tuple[str, str]], limit: int) -> PlannedOutput:
         """Tool calls whose arguments are the answer's tokens, cut at ``limit`` tokens."""

@@ -101,19 +101,23 @@ class PlannedOutput:
     arguments, one after another, and it has no text. A reasoning model's
     answer starts with ``reasoning`` tokens of thinking (generated, counted
     and timed like the rest; each API shows them its own way or not at all),
-    then the answer proper.
+    then the answer proper. ``served`` are calls of tools the backend runs
+    itself (a provider's server tools): they come after any reasoning, and
+    the text after them is the answer, written once their results are in.
     """
 
-    __slots__ = ("calls", "finish_reason", "pieces", "reasoning", "stop_sequence", "tokens")
+    __slots__ = ("calls", "finish_reason", "pieces", "reasoning", "served", "stop_sequence", "tokens")
 
     def __init__(self, tokens: Sequence[int], pieces: Sequence[str], finish_reason: str,
-                 stop_sequence: str | None = None, calls: tuple[PlannedCall, ...] = (), reasoning: int = 0) -> None:
+                 stop_sequence: str | None = None, calls: tuple[PlannedCall, ...] = (), reasoning: int = 0,
+                 served: tuple[PlannedCall, ...] = ()) -> None:
         self.tokens = tokens
         self.pieces = pieces
         self.finish_reason = finish_reason
         self.stop_sequence = stop_sequence  # the stop string that ended it, if one did
         self.calls = calls
         self.reasoning = reasoning
+        self.served = served
 
     def call_at(self, position: int) -> tuple[int, PlannedCall]:
         """The call (and its index) whose arguments hold token ``position``."""
@@ -128,9 +132,14 @@ class PlannedOutput:
         return len(self.tokens)
 
     @property
+    def answer_start(self) -> int:
+        """The position of the answer's first text token: after the reasoning and the served calls."""
+        return self.served[-1].end if self.served else self.reasoning
+
+    @property
     def text(self) -> str:
-        """The answer's text, after any reasoning ("" for an answer that calls tools)."""
-        return "" if self.calls else "".join(self.pieces[self.reasoning:len(self.pieces)])
+        """The answer's text, after any reasoning and served calls ("" for an answer that calls tools)."""
+        return "" if self.calls else "".join(self.pieces[self.answer_start:len(self.pieces)])
 
     @property
     def reasoning_text(self) -> str:
@@ -140,13 +149,25 @@ class PlannedOutput:
     def with_reasoning(self, tokens: Sequence[int], pieces: Sequence[str]) -> PlannedOutput:
         """This answer after ``tokens`` of thinking (the calls move along with their tokens)."""
         shift = len(tokens)
-        calls = tuple(PlannedCall(c.key, c.name, c.arguments, c.start + shift, c.end + shift) for c in self.calls)
         return PlannedOutput([*tokens, *self.tokens[0:len(self.tokens)]], [*pieces, *self.pieces[0:len(self.pieces)]],
-                             self.finish_reason, self.stop_sequence, calls, shift)
+                             self.finish_reason, self.stop_sequence, _shifted(self.calls, shift), shift,
+                             _shifted(self.served, shift))
+
+    def after_served(self, served: PlannedOutput) -> PlannedOutput:
+        """This answer written after ``served``'s calls (server tools) and their results."""
+        shift = served.length
+        return PlannedOutput([*served.tokens, *self.tokens[0:len(self.tokens)]],
+                             [*served.pieces, *self.pieces[0:len(self.pieces)]], self.finish_reason,
+                             self.stop_sequence, _shifted(self.calls, shift), served=served.calls)
+
+
+def _shifted(calls: tuple[PlannedCall, ...], shift: int) -> tuple[PlannedCall, ...]:
+    return tuple(PlannedCall(c.key, c.name, c.arguments, c.start + shift, c.end + shift) for c in calls)
 
 
 def filtered(output: PlannedOutput, after_tokens: int, reason: str) -> PlannedOutput:
     """``output`` stopped by a content filter after ``after_tokens`` tokens (no tool calls survive it)."""
     length = min(after_tokens, output.length)
     return PlannedOutput(list(output.tokens[0:length]), list(output.pieces[0:length]), reason,
-                         reasoning=min(output.reasoning, length))
+                         reasoning=min(output.reasoning, length),
+                         served=tuple(call for call in output.served if call.end <= length))

@@ -81,6 +81,9 @@ class ToolSpec:
     name: str
     parameters: dict[str, Any]
     param: str = "tools"
+    # A tool the backend runs itself (a provider's server tool): its API's options for rendering the result;
+    # the reply shows the call and its result, then goes on to answer (None: the client runs it).
+    server: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
