@@ -29,13 +29,14 @@ def test_optional_properties_are_filled_in_at_the_rate() -> None:
     filled = sum(len(instance) for instance in _instances(OPTIONAL)) / (5 * 200)
     assert 0.85 <= filled <= 0.95
     assert all(instance == {} for instance in _instances(OPTIONAL, rate=0.0))
+    assert all(instance for instance in _instances(OPTIONAL, rate=0.05))  # at least one, whatever the draws
     assert all(len(instance) == 5 for instance in _instances(OPTIONAL, rate=1.0))
 
 
-def test_an_iterable_of_tasks_is_rarely_empty_and_reads_as_its_names() -> None:
+def test_an_iterable_of_tasks_is_never_empty_and_reads_as_its_names() -> None:
     instances = _instances(ITERABLE)
     with_tasks = [instance for instance in instances if instance.get("tasks")]
-    assert len(with_tasks) >= 0.85 * len(instances)
+    assert len(with_tasks) == len(instances)  # only optional properties: a model still writes one, never {}
     lengths = {len(instance["tasks"]) for instance in with_tasks}
     assert lengths == {1, 2, 3}  # a typical length, within the bounds
     for instance in with_tasks:

@@ -24,7 +24,8 @@ that reads as its property's name: a ``city`` is a city, a ``name`` a name, a
 ``description`` a sentence), arrays of one to three items (more only when
 ``minItems`` says so), each optional property included at a seeded rate
 (``optional_property_rate``, default 0.9, as a model fills in what it can)
-near the top and never below depth 3.
+near the top and never below depth 3; there, an object whose properties are
+all optional gets at least one unless the rate is 0 (a model does not answer ``{}``).
 """
 
 from __future__ import annotations
@@ -234,10 +235,14 @@ class _Generator:
             self.charge(len(json.dumps(name)) + 2, path)
             result[name] = self.value(properties.get(name, extra if isinstance(extra, dict) else {}), depth + 1,
                                       f"{path}/properties/{name}")
+        chosen = [name for name in optional
+                  if depth < OPTIONAL_DEPTH and self.rng.random() < self.optional_rate]
+        if optional and not required and not chosen and depth < OPTIONAL_DEPTH and self.optional_rate > 0:
+            chosen = [optional[0]]  # a model answering a schema writes something, not {} (instructor's iterables)
         for name in optional:
             if len(result) >= maximum:
                 break
-            if len(result) < minimum or (depth < OPTIONAL_DEPTH and self.rng.random() < self.optional_rate):
+            if len(result) < minimum or name in chosen:
                 self.charge(len(json.dumps(name)) + 2, path)
                 result[name] = self.value(properties[name], depth + 1, f"{path}/properties/{name}")
         number = 1
