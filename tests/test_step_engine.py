@@ -12,8 +12,9 @@ import httpx
 import pytest
 from engine_helpers import Recorder, make_engine, prompt
 
-from pytest_llmsim import ConfigError, LLMBackend, SimConfig, calibration
+from pytest_llmsim import ConfigError, LLMBackend, SimConfig
 from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep
+from pytest_llmsim.calibration import fit as calibration
 from pytest_llmsim.cli import main
 from pytest_llmsim.sim.config import PROFILES_DIR
 from pytest_llmsim.sim.engine import SeqState, SimSequence
@@ -37,6 +38,26 @@ def test_a_lone_request_follows_the_documented_formulas() -> None:
     assert seq.ttft == pytest.approx(0.01 + 0.004 + 0.00005 * 256)
     # each decode attends the prompt and the tokens so far
     assert list(seq.gaps) == pytest.approx([0.004 + 0.0001 + 1e-7 * (256 + k) for k in (1, 2, 3)])
+
+
+def test_a_roofline_step_takes_the_longer_of_memory_and_compute() -> None:
+    """Decoding stays flat while reading the weights dominates, then grows with the batch's compute."""
+    def itl(batch: int) -> float:
+        eng, _ = make_engine(StepEngine, scheduler="step", step_base=0.01, step_compute_per_token=0.001,
+                             max_batch_size=64)
+        seqs = [SimSequence(prompt(4, 100 * i), 3, index=i) for i in range(batch)]
+        for seq in seqs:
+            eng.submit(seq)
+        eng.run_until_idle()
+        return list(seqs[0].gaps)[-1]
+
+    assert [itl(b) for b in (1, 5, 10)] == pytest.approx([0.01, 0.01, 0.01])  # memory-bound: flat
+    assert [itl(b) for b in (20, 40)] == pytest.approx([0.02, 0.04])  # compute-bound: the batch's tokens
+    eng, _ = make_engine(StepEngine, scheduler="step", step_base=0.01, step_compute_per_token=0.001)
+    seq = SimSequence(prompt(200), 2)
+    eng.submit(seq)
+    eng.run_until_idle()
+    assert seq.ttft == pytest.approx(0.2)  # a prefill of 200 tokens is compute-bound
 
 
 def test_arrivals_of_one_instant_share_a_step_and_a_newcomer_waits_for_the_step_in_flight() -> None:
@@ -153,7 +174,7 @@ def test_read_sweep_csv_and_vllm_bench_json(tmp_path: Path) -> None:
            "median_itl_ms": 5.5, "median_e2el_ms": 772.0}
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(run))
-    assert read_sweep(path) == [SweepRow(8, None, 256, 128, 60.9, 5.5, 10.2, 772.0)]
+    assert read_sweep(path) == [SweepRow(8, None, 256, 128, 60.9, 5.5, 10.2, 772.0, num_prompts=100)]
     def summary(value: float) -> dict[str, Any]:
         return {"successful": {"median": value, "mean": value}, "total": {"median": value, "mean": value}}
 
@@ -171,6 +192,9 @@ def test_read_sweep_csv_and_vllm_bench_json(tmp_path: Path) -> None:
                                     SweepRow(None, 3.0, 100, 20, 30.0, None, None, None)]
     bad = tmp_path / "bad.csv"
     bad.write_text("concurrency,input_tokens\n1,256\n")
+    with pytest.raises(ValueError, match="line 1: no output_tokens column"):
+        read_sweep(bad)
+    bad.write_text("concurrency,input_tokens,output_tokens\n1,256,lots\n")
     with pytest.raises(ValueError, match="line 2"):
         read_sweep(bad)
 
@@ -185,8 +209,9 @@ def test_the_preset_reproduces_the_real_sweep() -> None:
 
 
 def test_calibration_recovers_a_known_profile() -> None:
-    truth = SimConfig().replace(**COSTS, step_prefill_base=0.003, request_overhead=0.02, request_serial=0.001,
-                                max_num_batched_tokens=2048, jitter=0.1)
+    truth = SimConfig().replace(scheduler="step", step_base=0.004, step_compute_per_token=1e-4,
+                                step_per_kv_token=1e-7, step_prefill_base=0.003, request_overhead=0.02,
+                                request_serial=0.001, max_num_batched_tokens=2048, jitter=0.1)
     rows = predict(truth, [SweepRow(c, None, 128, 32) for c in (1, 4, 16)])
     fit = calibrate(rows, budgets=(2048,))
     assert all(value <= 0.05 for value in fit.median_abs_error().values()), fit.median_abs_error()
@@ -215,6 +240,11 @@ def test_the_fit_says_when_the_rows_do_not_tell_budgets_apart() -> None:
     assert Fit(config, [], [], 0, {2048: 0.01}).budget_note() == "given"
 
 
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def test_calibrate_keeps_a_given_budget(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The measured server's max_num_batched_tokens, when known, is kept and said to be given; the
     profile still loads."""
@@ -224,9 +254,10 @@ def test_calibrate_keeps_a_given_budget(capsys: pytest.CaptureFixture[str], tmp_
     ends.write_text("\n".join([lines[header], lines[header + 1], lines[-1]]) + "\n")  # concurrency 1 and 32
     profile = tmp_path / "fitted.toml"
     assert main(["calibrate", str(ends), "--budget", "1024", "--output", str(profile)]) == 0
-    out = capsys.readouterr().out
-    assert "max_num_batched_tokens = 1024  # given" in out
-    assert "token budget (max_num_batched_tokens) 1024: given" in out
+    captured = capsys.readouterr()
+    assert "max_num_batched_tokens = 1024  # given" in captured.out
+    assert "token budget (max_num_batched_tokens) 1024: given" in captured.err
+    assert SimConfig().replace(profile=str(write(tmp_path / "stdout.toml", captured.out))).step_base > 0  # valid
     assert SimConfig().replace(profile=str(profile)).max_num_batched_tokens == 1024
     with pytest.raises(SystemExit):
         main(["calibrate", str(ends), "--budget", "0"])

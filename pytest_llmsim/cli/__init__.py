@@ -21,8 +21,10 @@ from types import FrameType
 from typing import Any
 
 from ..backend import LLMBackend
-from ..calibration import BUDGETS, SweepRow, calibrate, read_sweep, render_profile, render_table
+from ..calibration import BUDGETS, SweepRow, calibrate, read_sweeps, render_profile, render_svg, render_table
 from ..calibration import predict as predict_sweep
+from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware
+from ..calibration.report import render_csv, render_json
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
 from ..server.wsgi import gevent_patched
@@ -135,9 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
                            default=None, metavar=name.upper(),
                            help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)})")
     calibrate = commands.add_parser("calibrate", help="Fit step costs to a measured load sweep; print a profile")
-    calibrate.add_argument("sweep", metavar="SWEEP", help="CSV (concurrency or rate, input_tokens, output_tokens, "
-                           "ttft_p50_ms, itl_p50_ms, req_per_s, e2e_p50_ms) or vllm bench serve --save-result JSON")
+    calibrate.add_argument("sweep", metavar="SWEEP", nargs="+",
+                           help="files or directories: CSV, vllm bench serve --save-result JSON (files, a list, JSON "
+                                "lines), SGLang bench_serving JSON lines, guidellm reports")
     calibrate.add_argument("--output", "-o", metavar="PROFILE.toml", help="also write the profile to this file")
+    priors = calibrate.add_argument_group("hardware and model priors (the roofline's costs up to two fitted "
+                                          "efficiencies: one or two rows are enough)")
+    priors.add_argument("--params", type=float, metavar="B", help="parameters a decode step reads, in billions")
+    priors.add_argument("--active-params", type=float, metavar="B",
+                        help="parameters a token computes with (a mixture of experts' active ones), billions")
+    priors.add_argument("--gpu", help=f"the device: {', '.join(GPUS)}")
+    priors.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel devices")
+    priors.add_argument("--dtype", default="bf16", help=f"the weights' type: {', '.join(DTYPE_BYTES)}")
+    priors.add_argument("--kv-bytes-per-token", type=float, metavar="BYTES",
+                        help="KV cache bytes per token, all layers (else step_per_kv_token is fitted)")
+    priors.add_argument("--flops", type=float, metavar="FLOP/S", help="a device's peak, instead of --gpu")
+    priors.add_argument("--bandwidth", type=float, metavar="BYTES/S", help="a device's memory bandwidth")
+    calibrate.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+                           help="output lengths uniform within mean * (1 +- S), as answers that end at EOS (a "
+                                "sweep without ignore-eos); default 0: every answer the mean")
     calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
                            help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
                                 "given instead of fitted among 512-8192")
@@ -147,12 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
     predict = commands.add_parser("predict", help="Predict a load sweep in virtual time (no HTTP, no waiting)")
     predict.add_argument("--config", metavar="PROFILE", default=None,
                          help="settings: a preset name (e.g. qwen2.5-0.5b-l4) or a TOML file")
-    loads = predict.add_mutually_exclusive_group(required=True)
+    loads = predict.add_mutually_exclusive_group()
     loads.add_argument("--concurrency", type=_int_list, help="closed-loop clients, e.g. 1,2,4,8")
     loads.add_argument("--rate", type=_float_list, help="open-loop Poisson arrivals per second, e.g. 1,5,10")
-    predict.add_argument("--input", type=int, required=True, metavar="N", help="prompt tokens per request")
-    predict.add_argument("--output", type=int, required=True, metavar="M", help="generated tokens per request")
-    predict.add_argument("--compare", metavar="SWEEP", help="a measured sweep: show each prediction's error")
+    predict.add_argument("--input", type=int, metavar="N", help="prompt tokens per request")
+    predict.add_argument("--output", type=int, metavar="M", help="generated tokens per request")
+    predict.add_argument("--num-prompts", type=_positive_int, default=None, metavar="N",
+                         help="requests per level, counted from a cold start (default: 10 per client, or a minute "
+                              "of arrivals)")
+    predict.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+                         help="output lengths uniform within mean * (1 +- S)")
+    predict.add_argument("--compare", metavar="SWEEP", nargs="+",
+                         help="measured sweep files: show each prediction's error (without --concurrency or "
+                              "--rate, predict the sweep's own rows)")
+    predict.add_argument("--format", choices=("table", "csv", "json"), default="table", help="how to print the rows")
+    predict.add_argument("--plot", metavar="FILE.svg", help="also draw measured vs predicted per metric (SVG)")
     return parser
 
 
@@ -212,18 +239,34 @@ def _float_list(text: str) -> list[float]:
 
 
 def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The profile on stdout (the fit's table as TOML comments: ``> profile.toml`` is a valid profile);
+    what each file's fields became, the errors and the budget note on stderr."""
     try:
-        rows = read_sweep(args.sweep)
+        rows, notes = read_sweeps(args.sweep)
     except (OSError, ValueError, KeyError) as error:
-        parser.error(f"{args.sweep}: {error}")
-    fit = calibrate(rows, budgets=(args.budget,) if args.budget else BUDGETS, workers=args.jobs)
-    profile = render_profile(fit.config, f"fitted by llmsim calibrate {args.sweep} ({len(rows)} rows)",
-                             fit.budget_note())
-    print(profile)
-    print(render_table(fit.predicted, rows))
+        parser.error(f"{' '.join(args.sweep)}: {error}")
+    if not 0 <= args.output_spread < 1:
+        parser.error("--output-spread must be at least 0 and below 1")
+    for note in notes:
+        print(f"llmsim calibrate: read {note}", file=sys.stderr)
+    hardware = None
+    if args.params is not None or args.gpu is not None:
+        try:
+            hardware = Hardware(args.params or 0.0, args.gpu, args.tp, args.active_params, args.dtype,
+                                args.kv_bytes_per_token, args.flops, args.bandwidth)
+        except ValueError as error:
+            parser.error(str(error))
+    fit = calibrate(rows, spread=args.output_spread, budgets=(args.budget,) if args.budget else BUDGETS,
+                    workers=args.jobs, hardware=hardware)
+    notes = [f"priors: {hardware}; fitted {', '.join(f'{k} {v:.3g}' for k, v in fit.efficiencies.items())}"
+             ] if hardware is not None else []
+    profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
+                             fit.budget_note(), fit.predicted, rows, notes)
+    print(profile, end="")
     errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
-    print(f"\nmedian |error| per metric: {errors}")
-    print(f"token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: {fit.budget_note()}")
+    print(f"llmsim calibrate: median |error| per metric: {errors}", file=sys.stderr)
+    print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
+          f"{fit.budget_note()}", file=sys.stderr)
     if args.output:
         with open(args.output, "w") as handle:
             handle.write(profile)
@@ -233,19 +276,32 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         config = SimConfig().replace(profile=args.config) if args.config else SimConfig()
-        compare = read_sweep(args.compare) if args.compare else None
+        compare = read_sweeps(args.compare)[0] if args.compare else None
     except (ConfigError, OSError, ValueError) as error:
         parser.error(str(error))
-    if args.input < 1 or args.output < 0:
-        parser.error("--input must be at least 1 and --output at least 0")
-    rows = ([SweepRow(c, None, args.input, args.output) for c in args.concurrency] if args.concurrency
-            else [SweepRow(None, r, args.input, args.output) for r in args.rate])
-    predicted = predict_sweep(config, rows)
+    if not 0 <= args.output_spread < 1:
+        parser.error("--output-spread must be at least 0 and below 1")
+    if args.concurrency or args.rate:
+        if args.input is None or args.output is None or args.input < 1 or args.output < 0:
+            parser.error("--input (at least 1) and --output (at least 0) say each request's size")
+        rows = ([SweepRow(c, None, args.input, args.output, num_prompts=args.num_prompts) for c in args.concurrency]
+                if args.concurrency else
+                [SweepRow(None, r, args.input, args.output, num_prompts=args.num_prompts) for r in args.rate])
+    elif compare is not None:
+        rows = compare
+    else:
+        parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
+    predicted = predict_sweep(config, rows, args.output_spread)
     measured = None
     if compare is not None:
         by_load = {(r.concurrency, r.rate): r for r in compare}
         measured = [by_load.get((r.concurrency, r.rate), r) for r in rows]
-    print(render_table(predicted, measured))
+    render = {"table": render_table, "csv": render_csv, "json": render_json}[args.format]
+    text = render(predicted, measured)
+    print(text, end="" if text.endswith("\n") else "\n")
+    if args.plot:
+        with open(args.plot, "w") as handle:
+            handle.write(render_svg(predicted, measured, f"llmsim predict ({args.config or 'default settings'})"))
     return 0
 
 

@@ -75,7 +75,9 @@ class Engine:
         self.cache = PrefixCache(config.block_size, config.cache_capacity_blocks)
         self.now = 0.0
         self.max_running = 0
-        self._running: set[SimSequence] = set()
+        # The running batch in admission order (a dict keeps insertion order; a re-admission goes last, as its
+        # admission number is the newest): the step scheduler walks it oldest first without sorting.
+        self._running: dict[SimSequence, None] = {}
         self._waiting: deque[SimSequence] = deque()
         # LoRA adapters in the batch (name -> running sequences) and waiting sequences that name one
         self._active_adapters: dict[str, int] = {}
@@ -243,7 +245,7 @@ class Engine:
             seq.admitted_at = at
         if seq.adapter is not None:
             self._active_adapters[seq.adapter] = self._active_adapters.get(seq.adapter, 0) + 1
-        self._running.add(seq)
+        self._running[seq] = None
         seq.admission = next(self._admissions)
         self._note_counts()
         self.max_running = max(self.max_running, len(self._running))
@@ -275,10 +277,10 @@ class Engine:
     def _preempt(self, requester: SimSequence) -> bool:
         """Free a block for ``requester`` by sending the latest admitted sequence back to wait (True),
         or preempt ``requester`` itself when it is the latest (False: it must not step now)."""
-        victim = max(self._running, key=lambda s: s.admission)
+        victim = next(reversed(self._running))  # the latest admitted
         self.preemptions += 1
         victim.preemptions += 1
-        self._running.discard(victim)
+        self._running.pop(victim, None)
         self._release_adapter(victim)
         self.kv.release(victim)
         victim.state = SeqState.WAITING
@@ -356,7 +358,7 @@ class Engine:
         seq.state = state
         seq.finished_at = self.now
         if was_running:
-            self._running.discard(seq)
+            self._running.pop(seq, None)
             self._release_adapter(seq)
             self.kv.release(seq)
         self._note_counts()

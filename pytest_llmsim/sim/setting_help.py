@@ -23,6 +23,9 @@ SETTING_HELP: dict[str, str] = {
     "step_per_prefill_token": "step mode: cost per prefill token in a step, simulated seconds",
     "step_per_decode_seq": "step mode: cost per decoding sequence in a step, simulated seconds",
     "step_per_kv_token": "step mode: cost per context token the step's decodes attend, simulated seconds",
+    "step_compute_per_token": "step mode: compute time per token in the step (prefill and decode alike); the step "
+                              "takes the larger of this compute and its memory time (the roofline), simulated "
+                              "seconds",
     "step_prefill_base": "step mode: extra fixed cost of a step with a prefill chunk in it (vLLM replays a captured "
                          "CUDA graph only for decode-only steps), simulated seconds",
     "max_num_batched_tokens": "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",

@@ -7,11 +7,16 @@ the sequences still prefilling (oldest admitted first) fill what is left of
 the token budget ``max_num_batched_tokens`` (a decode counts one token). Its
 duration is a function of that composition::
 
-    step = step_base
+    step = max(step_base + step_per_kv_token * context tokens the decodes attend,   (memory: weights, KV)
+               step_compute_per_token * (prefill tokens + decoding sequences))       (compute)
          + step_prefill_base      if the step has a prefill chunk in it
          + step_per_prefill_token * prefill tokens in the step
          + step_per_decode_seq    * decoding sequences in the step
-         + step_per_kv_token      * context tokens those sequences attend
+
+The first term is a roofline: a step takes the longer of reading the
+weights and the KV cache it attends and computing its tokens, so ITL stays
+flat while decoding is bound by memory and bends once compute catches up;
+the last two are linear costs (older profiles use them alone).
 
 (times ``1 + jitter * N(0, 1)``, clamped as in the default mode). The
 ``step_prefill_base`` term is there because vLLM replays a captured CUDA
@@ -30,12 +35,13 @@ time, which requests do not queue for). Times count from the client's send.
 this mode. A lone request with no jitter, prompt ``P`` (uncached, within the
 budget) sees::
 
-    TTFT = request_serial + request_overhead + step_base + step_prefill_base + step_per_prefill_token * P
-    ITL  = step_base + step_per_decode_seq + step_per_kv_token * (P + tokens so far)
+    TTFT = request_serial + request_overhead + max(step_base, step_compute_per_token * P)
+           + step_prefill_base + step_per_prefill_token * P
+    ITL  = max(step_base + step_per_kv_token * (P + tokens so far), step_compute_per_token) + step_per_decode_seq
 
 so a simple profile maps as ``step_base + step_per_decode_seq = itl`` and
 ``request_overhead + step_base + step_per_prefill_token * P = ttft`` (the
-other two left at 0). The
+others left at 0). The
 prefix cache, the KV cache (``kv_cache_blocks``: admission waits, a new block
 with none free preempts the latest admitted), LoRA limits, cancellation and
 the listener work as in the default mode. A ``slow`` fault's sequence emits
@@ -104,7 +110,7 @@ class StepEngine(Engine):
         budget = config.max_num_batched_tokens
         decoding, prefilling = [], []
         kv_tokens = 0
-        by_admission = sorted(self._running, key=lambda s: s.admission)
+        by_admission = list(self._running)  # admission order already
         for seq in by_admission:
             if seq.prefill_left == 0 and seq.emitted < seq.output_length and budget > 0:
                 decoding.append(seq)
@@ -120,9 +126,12 @@ class StepEngine(Engine):
         if not decoding and not prefilling:
             self._step_end = None
             return
-        duration = (config.step_base + (config.step_prefill_base if prefilling else 0.0)
-                    + config.step_per_prefill_token * prefill_tokens
-                    + config.step_per_decode_seq * len(decoding) + config.step_per_kv_token * kv_tokens)
+        # The roofline: a step reads the weights and the KV it attends (memory) and computes its tokens; it
+        # takes the longer of the two, so decode steps stay flat until the batch's compute catches up.
+        memory = config.step_base + config.step_per_kv_token * kv_tokens
+        compute = config.step_compute_per_token * (prefill_tokens + len(decoding))
+        duration = (max(memory, compute) + (config.step_prefill_base if prefilling else 0.0)
+                    + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * len(decoding))
         duration = self.latency._jittered(duration)
         self._decoding, self._prefilling = decoding, prefilling
         self._step_end = max(self.now, start + duration)
@@ -145,22 +154,31 @@ class StepEngine(Engine):
         kv = self.kv
         self._ending = True
         self._step_end = None
+        running = SeqState.RUNNING
+        on_token = self.listener.on_token
         try:
             for seq in self._decoding:
-                if seq.state is not SeqState.RUNNING:
+                if seq.state is not running:
                     continue  # cancelled or preempted while the step ran
-                seq.step_credit += 1.0 / seq.latency_scale
-                if seq.step_credit < 1.0 - 1e-9:
-                    continue  # a slow sequence skips this step's token
-                seq.step_credit -= 1.0
-                if kv.needs_block(seq):
+                if seq.latency_scale != 1.0:
+                    seq.step_credit += 1.0 / seq.latency_scale
+                    if seq.step_credit < 1.0 - 1e-9:
+                        continue  # a slow sequence skips this step's token
+                    seq.step_credit -= 1.0
+                if seq.emitted >= seq.kv_boundary:  # kv.needs_block, inlined: this loop runs per token
                     while kv.free < 1:
                         if not self._preempt(seq):
                             break
-                    if seq.state is not SeqState.RUNNING:
+                    if seq.state is not running:
                         continue
                     kv.grow(seq)
-                self._emit(seq, now)
+                # _emit, inlined (per token, the engine's hottest loop)
+                seq.gaps.add(now - seq.last_token_at)  # type: ignore[operator]  # set by the first token
+                seq.emitted += 1
+                seq.last_token_at = now
+                on_token(seq, now)
+                if seq.emitted >= seq.output_length:
+                    self._finish(seq, SeqState.FINISHED)
             for seq, chunk in self._prefilling:
                 if seq.state is not SeqState.RUNNING:
                     continue
@@ -184,12 +202,3 @@ class StepEngine(Engine):
         finally:
             self._ending = False
         self._begin_step(now)
-
-    def _emit(self, seq: SimSequence, now: float) -> None:
-        assert seq.last_token_at is not None
-        seq.gaps.add(now - seq.last_token_at)
-        seq.emitted += 1
-        seq.last_token_at = now
-        self.listener.on_token(seq, now)
-        if seq.emitted >= seq.output_length:
-            self._finish(seq, SeqState.FINISHED)

@@ -1,0 +1,97 @@
+"""How well a calibration predicts rows it never saw: three splits per sweep.
+
+For each sweep (any file or directory ``llmsim calibrate`` reads; several files of one sweep joined by commas),
+rows ordered by load:
+
+- **all**: fit on every row, error on every row;
+- **ends**: fit on the lightest and the heaviest row, error on the rows between;
+- **lower**: fit on the lower half, error on the upper half (extrapolation).
+
+Prints the median absolute relative error per metric (TTFT p50, ITL p50, req/s, E2E p50, as the rows have
+them) and the fit's wall time. The issue's targets: all <= 10 %, ends <= 20 %, lower <= 30 %.
+
+    python benchmarks/calibration_holdout.py pytest_llmsim/profiles/qwen2.5-0.5b-l4.csv \
+        ../shared/calibration/gaudi3-glm47/sweep.csv [--output-spread S] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, errors, predict, read_sweep
+from pytest_llmsim.calibration.sweep import METRICS
+
+LABELS = {"ttft_p50_ms": "TTFT", "itl_p50_ms": "ITL", "req_per_s": "req/s", "e2e_p50_ms": "E2E"}
+
+
+def _load(row: SweepRow) -> float:
+    return float(row.concurrency if row.concurrency is not None else row.rate or 0.0)
+
+
+def splits(rows: Sequence[SweepRow], priors: bool = False) -> dict[str, tuple[list[SweepRow], list[SweepRow]]]:
+    """The three (fit rows, evaluated rows) splits of a sweep ordered by load; with priors, a fourth: the
+    middle row alone, evaluated on the rest."""
+    ordered = sorted(rows, key=_load)
+    half = len(ordered) // 2
+    found = {"all": (ordered, ordered), "ends": ([ordered[0], ordered[-1]], ordered[1:-1]),
+             "lower": (ordered[:half], ordered[half:])}
+    if priors:
+        found["one"] = ([ordered[half]], ordered[:half] + ordered[half + 1:])
+    return found
+
+
+def hardware(text: str | None) -> Hardware | None:
+    """``gpu=h100,tp=2,params=8,active_params=8,dtype=bf16,kv_bytes_per_token=131072`` as priors."""
+    if not text:
+        return None
+    fields: dict[str, Any] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        fields[key.strip()] = value.strip() if key.strip() in ("gpu", "dtype") else float(value)
+    if "tp" in fields:
+        fields["tp"] = int(fields["tp"])
+    return Hardware(**fields)
+
+
+def median_errors(predicted: Sequence[SweepRow], measured: Sequence[SweepRow]) -> dict[str, float]:
+    per_metric: dict[str, list[float]] = {}
+    for guess, real in zip(predicted, measured):
+        for name, value in errors(guess, real).items():
+            per_metric.setdefault(name, []).append(abs(value))
+    return {name: statistics.median(values) for name, values in per_metric.items()}
+
+
+def evaluate(path: str, jobs: int, spread: float = 0.0, priors: Hardware | None = None) -> list[str]:
+    rows = read_sweep(*path.split(","))  # several files of one sweep: joined by commas
+    lines = [f"## {path} ({len(rows)} rows)", "", "| split | " + " | ".join(LABELS[m] for m in METRICS) +
+             " | fit s |", "|---|" + "---|" * (len(METRICS) + 1)]
+    for name, (fit_rows, held_out) in splits(rows, priors is not None).items():
+        started = time.perf_counter()
+        fit = calibrate(fit_rows, spread=spread, workers=jobs, hardware=priors)
+        took = time.perf_counter() - started
+        found = median_errors(predict(fit.config, held_out, spread), held_out)
+        cells = [f"{found[m]:.1%}" if m in found else "-" for m in METRICS]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {took:.1f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweeps", nargs="+", metavar="SWEEP")
+    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--priors", metavar="K=V,...", help="hardware and model priors, e.g. "
+                        "gpu=gaudi3,tp=8,params=355,active_params=32 (see pytest_llmsim.calibration.Hardware)")
+    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+                        help="output lengths uniform within mean * (1 +- S), as answers ending at EOS")
+    args = parser.parse_args()
+    for path in args.sweeps:
+        print("\n".join(evaluate(path, args.jobs, args.output_spread, hardware(args.priors))) + "\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()

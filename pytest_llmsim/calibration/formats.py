@@ -1,0 +1,248 @@
+"""Reading a sweep from the files benchmark tools write, saying what each field became.
+
+- ``vllm bench serve --save-result`` JSON: one run per file, several files, a directory of them, a JSON
+  list of runs, or runs appended to one file (JSON lines);
+- SGLang ``bench_serving`` output (JSON lines, one run per line; ``median_e2e_latency_ms``, and req/s
+  from ``completed / duration`` where ``request_throughput`` is absent);
+- guidellm reports of any profile: each benchmark at one load level is a row (a ``throughput`` or sweep
+  benchmark has none and is skipped, with a note); token counts as ``mean`` or ``total_sum / count``;
+- CSV (``#`` lines are comments) with columns named as this project, ``vllm bench serve`` or published
+  tables name them: median or mean TTFT, ITL or TPOT (as ITL), req/s or output tok/s, E2E,
+  ``num_prompts``; headers are matched ignoring case, spaces and units (``Mean TTFT (ms)``).
+
+Where a median is missing its mean stands in, and the note says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .sweep import SweepRow
+
+__all__ = ["SWEEP_SUFFIXES", "read_sweep", "read_sweeps"]
+
+SWEEP_SUFFIXES = (".json", ".jsonl", ".csv")
+
+# CSV header (normalised) -> field, in order of preference per field.
+_CSV_COLUMNS: dict[str, tuple[str, ...]] = {
+    "concurrency": ("concurrency", "max_concurrency", "num_concurrent", "clients"),
+    "rate": ("rate", "request_rate", "qps"),
+    "input_tokens": ("input_tokens", "input_len", "prompt_tokens", "isl"),
+    "output_tokens": ("output_tokens", "output_len", "osl", "completion_tokens"),
+    "ttft_p50_ms": ("ttft_p50_ms", "median_ttft_ms", "p50_ttft_ms", "ttft_ms", "mean_ttft_ms"),
+    "itl_p50_ms": ("itl_p50_ms", "median_itl_ms", "p50_itl_ms", "itl_ms", "mean_itl_ms", "median_tpot_ms",
+                   "tpot_ms", "mean_tpot_ms"),
+    "req_per_s": ("req_per_s", "request_throughput", "requests_per_s", "req_s"),
+    "output_tok_per_s": ("output_throughput", "output_tok_per_s", "output_tokens_per_s", "output_tok_s"),
+    "e2e_p50_ms": ("e2e_p50_ms", "median_e2el_ms", "median_e2e_latency_ms", "median_e2e_ms", "e2e_ms",
+                   "mean_e2el_ms", "mean_e2e_latency_ms"),
+    "num_prompts": ("num_prompts", "prompts", "completed"),
+}
+_LABELS = {"ttft_p50_ms": "TTFT p50", "itl_p50_ms": "ITL p50", "req_per_s": "req/s", "e2e_p50_ms": "E2E p50",
+           "input_tokens": "input tokens", "output_tokens": "output tokens", "num_prompts": "prompts",
+           "concurrency": "concurrency", "rate": "rate", "output_tok_per_s": "req/s (output tok/s / output)"}
+
+
+def _normalised(header: str) -> str:
+    """``Mean TTFT (ms)`` -> ``mean_ttft_ms``, ``Output tok/s`` -> ``output_tok_per_s``."""
+    text = header.lower().replace("tok/s", "tok_per_s").replace("req/s", "req_per_s")
+    return re.sub(r"[^a-z0-9]+", "_", text).strip("_")
+
+
+def _number(value: Any) -> float | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return float(value)
+
+
+class _Notes:
+    """What each source field became, and what was ignored, per file."""
+
+    def __init__(self) -> None:
+        self.used: dict[str, str] = {}
+        self.ignored: set[str] = set()
+        self.skipped: list[str] = []
+
+    def line(self, path: Path, rows: int) -> str:
+        parts = [f"{path}: {rows} row{'s' if rows != 1 else ''}"]
+        if self.used:
+            parts.append(", ".join(f"{source} -> {_LABELS.get(field, field)}"
+                                   for source, field in self.used.items()))
+        if self.skipped:
+            parts.append("skipped: " + "; ".join(self.skipped))
+        if self.ignored:
+            parts.append("ignored: " + ", ".join(sorted(self.ignored)))
+        return "; ".join(parts)
+
+
+def read_sweeps(paths: Iterable[str | Path]) -> tuple[list[SweepRow], list[str]]:
+    """The rows of every file (a directory: each sweep file in it, in name order), and a note per file."""
+    rows: list[SweepRow] = []
+    notes: list[str] = []
+    for given in paths:
+        path = Path(given)
+        files = sorted(p for p in path.iterdir() if p.suffix in SWEEP_SUFFIXES) if path.is_dir() else [path]
+        if path.is_dir() and not files:
+            raise ValueError(f"{path}: no sweep files ({', '.join(SWEEP_SUFFIXES)}) in this directory")
+        for file in files:
+            found, note = _read_file(file)
+            rows.extend(found)
+            notes.append(note)
+    return rows, notes
+
+
+def read_sweep(*paths: str | Path) -> list[SweepRow]:
+    """The rows of one or more sweep files or directories (see the module's formats)."""
+    return read_sweeps(paths)[0]
+
+
+def _read_file(path: Path) -> tuple[list[SweepRow], str]:
+    text = path.read_text()
+    notes = _Notes()
+    if path.suffix in (".json", ".jsonl") or text.lstrip().startswith(("{", "[")):
+        rows = [row for record in _json_records(text, path) for row in _json_rows(record, notes)]
+    else:
+        rows = _csv_rows(text, path, notes)
+    if not rows:
+        raise ValueError(f"{path}: no load level in this file ({notes.line(path, 0)})")
+    return rows, notes.line(path, len(rows))
+
+
+def _json_records(text: str, path: Path) -> list[Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        if "Extra data" not in error.msg:
+            raise ValueError(f"{path}: {error}") from None
+        records = []  # JSON lines: runs appended one per line (SGLang, vllm bench serve --append-result)
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as line_error:
+                    raise ValueError(f"{path}, line {number}: {line_error}") from None
+        return records
+    return data if isinstance(data, list) else [data]
+
+
+def _json_rows(record: Any, notes: _Notes) -> list[SweepRow]:
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object for a run, not {type(record).__name__}")
+    if isinstance(record.get("benchmarks"), list):
+        return [row for benchmark in record["benchmarks"] if (row := _guidellm_row(benchmark, notes)) is not None]
+    return [_bench_run_row(record, notes)]
+
+
+def _pick(record: dict[str, Any], names: tuple[str, ...], field: str, notes: _Notes) -> float | None:
+    for name in names:
+        value = _number(record.get(name))
+        if value is not None:
+            notes.used[name] = field
+            return value
+    return None
+
+
+def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
+    """One ``vllm bench serve`` or SGLang ``bench_serving`` run: its load level, mean tokens, medians."""
+    completed = _number(run.get("completed")) or 0
+    concurrency = _number(run.get("max_concurrency"))
+    rate = _number(run.get("request_rate"))
+    rate = None if rate is None or math.isinf(rate) else rate
+    if concurrency is None and rate is None:
+        raise ValueError("a benchmark run needs max_concurrency or a finite request_rate")
+    if not completed or run.get("total_input_tokens") is None or run.get("total_output_tokens") is None:
+        raise ValueError("a benchmark run needs completed, total_input_tokens and total_output_tokens")
+    req_per_s = _pick(run, ("request_throughput",), "req_per_s", notes)
+    duration = _number(run.get("duration"))
+    if req_per_s is None and duration:
+        req_per_s = completed / duration
+        notes.used["completed / duration"] = "req_per_s"
+    prompts = _number(run.get("num_prompts")) or completed
+    return SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
+                    round(float(run["total_input_tokens"]) / completed),
+                    round(float(run["total_output_tokens"]) / completed),
+                    _pick(run, ("median_ttft_ms", "mean_ttft_ms"), "ttft_p50_ms", notes),
+                    _pick(run, ("median_itl_ms", "mean_itl_ms", "median_tpot_ms"), "itl_p50_ms", notes),
+                    req_per_s, _pick(run, ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms",
+                                           "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts))
+
+
+def _statistic(metrics: dict[str, Any], name: str, statistic: str = "median") -> float | None:
+    summary = metrics.get(name) or {}
+    part = summary.get("successful") or summary.get("total") or {}
+    value = part.get(statistic)
+    if value is None and statistic == "mean" and part.get("count"):
+        total = part.get("total_sum")
+        value = None if total is None else total / part["count"]
+    return None if value is None else float(value)
+
+
+def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
+    """One benchmark of a guidellm report: its strategy (``concurrent``/``synchronous`` streams, or a
+    ``constant``/``poisson`` rate) and the successful requests' statistics; None (noted) for a benchmark
+    with no single load level (``throughput``)."""
+    strategy = (benchmark.get("config") or {}).get("strategy") or benchmark.get("args", {}).get("strategy") or {}
+    kind = strategy.get("type_") or strategy.get("type")
+    metrics = benchmark.get("metrics") or {}
+    prompt, output = _statistic(metrics, "prompt_token_count", "mean"), _statistic(metrics, "output_token_count",
+                                                                                   "mean")
+    if kind == "concurrent" or kind == "synchronous":
+        concurrency, rate = int(strategy.get("streams", 1)), None
+    elif kind in ("constant", "poisson", "async") and strategy.get("rate"):
+        concurrency, rate = None, float(strategy["rate"])
+    else:
+        notes.skipped.append(f"a {kind or 'untyped'} benchmark (no single load level)")
+        return None
+    if prompt is None or output is None:
+        raise ValueError("a guidellm benchmark needs prompt_token_count and output_token_count")
+    latency = _statistic(metrics, "request_latency")
+    totals = (metrics.get("request_totals") or benchmark.get("request_totals") or {})
+    notes.used.update({"time_to_first_token_ms": "ttft_p50_ms", "inter_token_latency_ms": "itl_p50_ms",
+                       "requests_per_second": "req_per_s", "request_latency": "e2e_p50_ms"})
+    return SweepRow(concurrency, rate, round(prompt), round(output),
+                    _statistic(metrics, "time_to_first_token_ms"), _statistic(metrics, "inter_token_latency_ms"),
+                    _statistic(metrics, "requests_per_second", "mean"), None if latency is None else latency * 1000,
+                    int(totals["successful"]) if isinstance(totals.get("successful"), int) else None)
+
+
+def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: the source
+    reader = csv.DictReader(lines)
+    headers = {_normalised(name): name for name in reader.fieldnames or []}
+    chosen: dict[str, str] = {}
+    for field, names in _CSV_COLUMNS.items():
+        for name in names:
+            if name in headers:
+                chosen[field] = headers[name]
+                notes.used[headers[name]] = field
+                break
+    notes.ignored = {name for name in reader.fieldnames or [] if name not in chosen.values()}
+    for needed in ("input_tokens", "output_tokens"):
+        if needed not in chosen:
+            raise ValueError(f"{path}, line 1: no {needed} column (headers: {', '.join(reader.fieldnames or [])})")
+    rows = []
+    for number, record in enumerate(reader, 2):
+        def value(field: str, record: dict[str, str] = record) -> float | None:
+            return _number(record.get(chosen[field])) if field in chosen else None
+        try:
+            concurrency, output = value("concurrency"), value("output_tokens")
+            req_per_s = value("req_per_s")
+            tokens_per_s = value("output_tok_per_s")
+            if req_per_s is None and tokens_per_s is not None and output:
+                req_per_s = tokens_per_s / output
+            prompts = value("num_prompts")
+            rows.append(SweepRow(int(concurrency) if concurrency is not None else None, value("rate"),
+                                 round(value("input_tokens") or 0), round(output or 0), value("ttft_p50_ms"),
+                                 value("itl_p50_ms"), req_per_s, value("e2e_p50_ms"),
+                                 int(prompts) if prompts is not None else None))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}, line {number}: {error}") from None
+    return rows

@@ -1,0 +1,93 @@
+"""Hardware and model priors: the roofline's costs from what the server runs on, up to two efficiencies.
+
+A decode step reads the weights once (``params x bytes per parameter``, split
+over ``tp`` devices) and the KV cache its sequences attend; a token costs
+``2 x active params`` floating-point operations. With a device's peak
+bandwidth and compute, that gives ``step_base``, ``step_per_kv_token`` and
+``step_compute_per_token`` up to a memory and a compute efficiency (the
+fraction of peak reached), which :func:`~pytest_llmsim.calibration.calibrate`
+fits instead of the costs themselves: one or two measured rows are then
+enough. The table's figures are the vendors' published dense peaks (no
+sparsity), per device.
+
+A mixture-of-experts model reads only the experts its batch's tokens choose,
+fewer at low batch than the whole model: ``params`` here is what a decode
+step reads (the total is an upper bound; the fitted memory efficiency absorbs
+the difference at one batch size, not its change with load).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DTYPE_BYTES", "GPUS", "Device", "Hardware"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator's dense peak compute (FLOP/s at BF16/FP16) and memory bandwidth (bytes/s)."""
+
+    flops: float
+    bandwidth: float
+    source: str
+
+
+#: Known devices (dense BF16 tensor peak, HBM/GDDR bandwidth), from the vendors' datasheets.
+GPUS: dict[str, Device] = {
+    "a100": Device(312e12, 2.039e12, "NVIDIA A100 80GB SXM datasheet: 312 TFLOPS BF16, 2,039 GB/s"),
+    "h100": Device(989e12, 3.35e12, "NVIDIA H100 SXM datasheet: 989 TFLOPS BF16 dense, 3.35 TB/s"),
+    "h200": Device(989e12, 4.8e12, "NVIDIA H200 SXM datasheet: 989 TFLOPS BF16 dense, 4.8 TB/s"),
+    "b200": Device(2250e12, 8.0e12, "NVIDIA DGX B200 / HGX B200: 2.25 PFLOPS BF16 dense per GPU, 8 TB/s"),
+    "l4": Device(121e12, 0.3e12, "NVIDIA L4 datasheet: 121 TFLOPS BF16 dense (242 with sparsity), 300 GB/s"),
+    "l40s": Device(362e12, 0.864e12, "NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 864 GB/s"),
+    "rtx4090": Device(165e12, 1.008e12, "NVIDIA Ada whitepaper, RTX 4090: 165 TFLOPS FP16/BF16 tensor (FP32 "
+                                        "accumulate 82.6), 1,008 GB/s"),
+    "mi300x": Device(1307e12, 5.3e12, "AMD Instinct MI300X datasheet: 1,307 TFLOPS BF16 dense, 5.3 TB/s"),
+    "gaudi3": Device(1835e12, 3.7e12, "Intel Gaudi 3 white paper: 1,835 TFLOPS BF16 (matrix), 3.7 TB/s HBM2e"),
+}
+
+#: Bytes per parameter (or per KV element) of a data type.
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the measured server ran: a device (a :data:`~pytest_llmsim.calibration.priors.GPUS` name, or
+    ``flops`` and ``bandwidth``), the tensor-parallel width, the model's parameters read per step and
+    computed per token (billions), its data type and, if known, its KV cache bytes per token (all layers)."""
+
+    params: float
+    gpu: str | None = None
+    tp: int = 1
+    active_params: float | None = None
+    dtype: str = "bf16"
+    kv_bytes_per_token: float | None = None
+    flops: float | None = None
+    bandwidth: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu is not None and self.gpu.lower() not in GPUS:
+            raise ValueError(f"unknown GPU {self.gpu!r}; known: {', '.join(GPUS)} (or give --flops and --bandwidth)")
+        if self.gpu is None and (self.flops is None or self.bandwidth is None):
+            raise ValueError("hardware priors need a --gpu or both --flops and --bandwidth")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+        if self.params <= 0 or self.tp < 1 or (self.active_params is not None and self.active_params <= 0):
+            raise ValueError("params and active params must be positive and tp at least 1")
+
+    @property
+    def device(self) -> Device:
+        known = GPUS[self.gpu.lower()] if self.gpu is not None else None
+        return Device(self.flops or (known.flops if known else 0.0),
+                      self.bandwidth or (known.bandwidth if known else 0.0), known.source if known else "given")
+
+    def costs(self, memory_efficiency: float, compute_efficiency: float) -> dict[str, float]:
+        """The roofline's step costs at these fractions of peak bandwidth and compute."""
+        device = self.device
+        bandwidth = self.tp * device.bandwidth * memory_efficiency
+        flops = self.tp * device.flops * compute_efficiency
+        costs = {"step_base": self.params * 1e9 * DTYPE_BYTES[self.dtype] / bandwidth,
+                 "step_compute_per_token": 2 * (self.active_params or self.params) * 1e9 / flops}
+        if self.kv_bytes_per_token is not None:
+            costs["step_per_kv_token"] = self.kv_bytes_per_token / bandwidth
+        return costs

@@ -1,0 +1,171 @@
+"""A sweep row's workload run as a benchmark runs it, in virtual time, and the statistics it reports.
+
+``vllm bench serve`` and guidellm send ``num_prompts`` requests and count
+every one of them from a cold start: at fixed concurrency the first wave of
+``C`` requests arrives at once (and queues for prefill), each client sends
+its next request as soon as one ends; at a fixed rate, arrivals are Poisson.
+Prompts are distinct (no prefix-cache hits, as random prompts are); output
+lengths are the row's mean, or spread around it as answers that end at EOS
+are (``spread``: lengths uniform within ``mean * (1 +- spread)``, so
+clients drift apart instead of moving in waves).
+
+Simulating every prompt of a long benchmark costs time where the statistic
+has long settled. At fixed concurrency at most :data:`SETTLED_WAVES` waves
+are simulated after the first: requests after the first wave are weighted
+so they stand for all the benchmark's later ones (the medians are weighted
+medians), and the run's duration is the simulated one plus the remaining
+requests at the steady rate the last waves had. At a fixed rate every
+arrival is simulated (the benchmark's own count, or :data:`OPEN_LOOP_SECONDS`
+of arrivals, at most :data:`MOST_ARRIVALS`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..sim.config import SimConfig
+from ..sim.engine import Engine, SeqState, SimSequence
+from ..sim.step_engine import StepEngine
+from .sweep import METRICS, SweepRow
+
+__all__ = ["MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES", "errors", "predict", "predict_row",
+           "prompts_of"]
+
+#: Waves of a closed loop simulated after the first (at least 2: the last is the drain); later requests are
+#: weighted to stand for the rest. On the shipped sweep's rows the medians come within 10 % of simulating every
+#: prompt (tests/test_calibration_inputs.py); each wave more costs as much time as the first.
+SETTLED_WAVES = 4
+#: An open-loop row without its own prompt count runs this many simulated seconds of arrivals ...
+OPEN_LOOP_SECONDS = 60.0
+#: ... and at most this many (and at least 64).
+MOST_ARRIVALS = 2000
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.finished: list[SimSequence] = []
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        pass
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        self.finished.append(seq)
+
+
+def prompts_of(row: SweepRow) -> int:
+    """The benchmark's request count: the row's own, else 10 per client (closed loop) or a minute of arrivals."""
+    if row.num_prompts:
+        return row.num_prompts
+    if row.concurrency is not None:
+        return max(10 * row.concurrency, 16)
+    return min(max(64, int(OPEN_LOOP_SECONDS * (row.rate or 0))), MOST_ARRIVALS)
+
+
+def _lengths(mean: int, spread: float, count: int, rng: random.Random) -> list[int]:
+    if spread <= 0:
+        return [mean] * count
+    return [max(1, round(mean * (1 + spread * rng.uniform(-1.0, 1.0)))) for _ in range(count)]
+
+
+def _weighted_median(values: Sequence[tuple[float, float]]) -> float:
+    """The median of ``(value, weight)`` pairs."""
+    ordered = sorted(values)
+    half = sum(weight for _, weight in ordered) / 2
+    running = 0.0
+    for value, weight in ordered:
+        running += weight
+        if running >= half:
+            return value
+    return ordered[-1][0]
+
+
+def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0) -> SweepRow:
+    """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts."""
+    if (row.concurrency is None) == (row.rate is None):
+        raise ValueError("a sweep row sets exactly one of concurrency or rate")
+    prompts = prompts_of(row)
+    closed = row.concurrency is not None
+    clients = min(row.concurrency or 1, prompts)
+    simulated = min(prompts, clients * (1 + SETTLED_WAVES)) if closed else prompts
+    lengths = _lengths(row.output_tokens, spread, simulated, random.Random(f"lengths:{seed}"))
+    config = config.replace(max_batch_size=max(config.max_batch_size, clients), max_waiting=max(
+        config.max_waiting, 100_000), max_model_len=max(config.max_model_len, row.input_tokens + max(lengths) + 1))
+    recorder = _Recorder()
+    engine: Engine = (StepEngine if config.scheduler == "step" else Engine)(
+        config, recorder, random.Random(f"latency:{config.seed}"))
+    started: list[SimSequence] = []
+
+    def send(at: float) -> None:
+        k = len(started)
+        seq = SimSequence(range(10_000_000 + k * row.input_tokens, 10_000_000 + (k + 1) * row.input_tokens),
+                          lengths[k], index=k)
+        started.append(seq)
+        engine.submit(seq, at)
+
+    if closed:
+        for _ in range(clients):
+            send(0.0)
+    else:
+        arrivals, when = random.Random(seed), 0.0
+        for _ in range(simulated):
+            when += arrivals.expovariate(row.rate or 1.0)
+            send(when)
+    seen = 0
+    last_send = 0.0
+    while engine.next_event_time() is not None:
+        engine.advance(engine.next_event_time() or 0.0, max_events=1)
+        if closed:
+            for _ in recorder.finished[seen:]:
+                if len(started) < simulated:
+                    send(engine.now)  # the client's next request
+                    last_send = engine.now
+            seen = len(recorder.finished)
+    done = [seq for seq in started if seq.state is SeqState.FINISHED]
+    if not done:
+        raise ValueError(f"no request finished for {row.workload()}")
+    return _statistics(row, done, prompts, clients if closed else 0, last_send)
+
+
+def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave: int,
+                last_send: float) -> SweepRow:
+    """Weighted medians and the throughput of ``prompts`` requests, from the ``done`` ones simulated."""
+    later = len(done) - first_wave
+    weight = (prompts - first_wave) / later if first_wave and later > 0 else 1.0
+    weights = [1.0 if i < first_wave else weight for i in range(len(done))]
+    start = min(seq.arrival for seq in done)
+    duration = max(seq.finished_at or 0.0 for seq in done) - start
+    if first_wave and prompts > len(done):
+        # The requests not simulated, at the rate requests finished while every client was busy: from the
+        # first wave's end to the last send (whole waves, however aligned they are).
+        wave_end = max(seq.finished_at or 0.0 for seq in done[:first_wave])
+        busy = sum(1 for seq in done if wave_end < (seq.finished_at or 0.0) <= last_send)
+        if busy and last_send > wave_end:
+            duration += (prompts - len(done)) * (last_send - wave_end) / busy
+    # Gaps by value: the decodes of one step share its gap, so there are about as many values as steps.
+    by_gap: dict[float, float] = {}
+    for seq, seq_weight in zip(done, weights):
+        for gap, repeat in seq.gaps.runs():
+            by_gap[gap] = by_gap.get(gap, 0.0) + seq_weight * repeat
+    return replace(row,
+                   ttft_p50_ms=_weighted_median([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
+                   itl_p50_ms=_weighted_median(list(by_gap.items())) * 1000 if by_gap else None,
+                   req_per_s=prompts / duration if duration > 0 else math.inf,
+                   e2e_p50_ms=_weighted_median([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
+
+
+def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0) -> list[SweepRow]:
+    """:func:`predict_row` for each row (the rows' measured values are replaced by predictions)."""
+    return [predict_row(config, row, spread) for row in rows]
+
+
+def errors(predicted: SweepRow, measured: SweepRow) -> dict[str, float]:
+    """Relative error (predicted / measured - 1) of each metric the measured row has."""
+    out = {}
+    for name in METRICS:
+        real, guess = getattr(measured, name), getattr(predicted, name)
+        if real is not None and guess is not None and real > 0:
+            out[name] = guess / real - 1
+    return out

@@ -1,0 +1,189 @@
+"""The files benchmark tools write, read as sweeps; a prediction counted as the benchmark counts; the
+calibrate and predict commands' outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmsim import SimConfig
+from pytest_llmsim.calibration import SweepRow, predict_row, read_sweep, read_sweeps, workload
+from pytest_llmsim.cli import main
+from pytest_llmsim.sim.config import PROFILES_DIR
+
+DEV_SWEEP = PROFILES_DIR / "qwen2.5-0.5b-l4.csv"
+
+
+def vllm_run(concurrency: int, ttft: float) -> dict[str, Any]:
+    """A ``vllm bench serve --save-result`` file's fields (the ones a sweep needs, and some it ignores)."""
+    return {"backend": "vllm", "num_prompts": 10 * concurrency, "request_rate": "inf",
+            "max_concurrency": concurrency, "duration": 10.0, "completed": 10 * concurrency,
+            "total_input_tokens": 10 * concurrency * 256, "total_output_tokens": 10 * concurrency * 120,
+            "request_throughput": concurrency / 1.5, "median_ttft_ms": ttft, "median_itl_ms": 5.0,
+            "median_e2el_ms": 700.0, "p99_ttft_ms": 3 * ttft}
+
+
+def test_a_directory_several_files_and_appended_runs(tmp_path: Path) -> None:
+    for concurrency in (1, 4):
+        (tmp_path / f"conc{concurrency}.json").write_text(json.dumps(vllm_run(concurrency, 20.0 * concurrency)))
+    (tmp_path / "notes.txt").write_text("not a sweep")
+    rows = read_sweep(tmp_path)
+    assert [(r.concurrency, r.ttft_p50_ms, r.num_prompts, r.output_tokens) for r in rows] == [
+        (1, 20.0, 10, 120), (4, 80.0, 40, 120)]
+    assert read_sweep(tmp_path / "conc1.json", tmp_path / "conc4.json") == rows
+    appended = tmp_path / "appended.jsonl"
+    appended.write_text("".join(json.dumps(vllm_run(c, 10.0)) + "\n" for c in (2, 8)))
+    assert [r.concurrency for r in read_sweep(appended)] == [2, 8]
+
+
+def test_sglang_bench_serving_json_lines(tmp_path: Path) -> None:
+    """SGLang's documented output fields: E2E as median_e2e_latency_ms; req/s from completed / duration."""
+    def run(concurrency: int) -> dict[str, Any]:
+        return {"backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+                "max_concurrency": concurrency, "random_input_len": 1024, "random_output_len": 512,
+                "duration": 40.0, "completed": 80, "total_input_tokens": 80 * 1024, "total_output_tokens": 80 * 500,
+                "total_output_tokens_retokenized": 80 * 499, "mean_e2e_latency_ms": 2100.0,
+                "median_e2e_latency_ms": 2000.0, "median_ttft_ms": 90.0, "median_itl_ms": 3.8,
+                "mean_tpot_ms": 4.0, "concurrency": concurrency * 0.98}
+
+    path = tmp_path / "sglang.jsonl"
+    path.write_text("\n".join(json.dumps(run(c)).replace("Infinity", '"inf"') for c in (4, 16)) + "\n")
+    rows, notes = read_sweeps([path])
+    assert rows[0] == SweepRow(4, None, 1024, 500, 90.0, 3.8, 2.0, 2000.0, num_prompts=80)
+    assert "completed / duration -> req/s" in notes[0] and "median_e2e_latency_ms -> E2E p50" in notes[0]
+
+
+def test_a_guidellm_sweep_report_keeps_its_load_levels(tmp_path: Path) -> None:
+    def summary(median: float, count: int = 50) -> dict[str, Any]:
+        return {"successful": {"median": median, "total_sum": median * count, "count": count}}
+
+    def benchmark(strategy: dict[str, Any]) -> dict[str, Any]:
+        return {"config": {"strategy": strategy}, "metrics": {
+            "time_to_first_token_ms": summary(40.0), "inter_token_latency_ms": summary(6.0),
+            "requests_per_second": {"successful": {"mean": 3.0}}, "request_latency": summary(0.5),
+            "prompt_token_count": summary(256.0), "output_token_count": summary(64.0)}}
+
+    report = {"benchmarks": [benchmark({"type_": "synchronous"}), benchmark({"type_": "throughput"}),
+                             benchmark({"type_": "constant", "rate": 2.5})]}
+    path = tmp_path / "guidellm.json"
+    path.write_text(json.dumps(report))
+    rows, notes = read_sweeps([path])
+    assert [(r.concurrency, r.rate, r.input_tokens, r.output_tokens) for r in rows] == [
+        (1, None, 256, 64), (None, 2.5, 256, 64)]  # token counts from total_sum / count
+    assert "skipped: a throughput benchmark (no single load level)" in notes[0]
+
+
+def test_csv_with_a_published_tables_columns(tmp_path: Path) -> None:
+    path = tmp_path / "table.csv"
+    path.write_text("Concurrency,Input len,Output len,Mean TTFT (ms),TPOT (ms),Output tok/s,num_prompts,GPU\n"
+                    "8,1024,128,150,20,400,80,H100\n")
+    rows, notes = read_sweeps([path])
+    assert rows == [SweepRow(8, None, 1024, 128, 150.0, 20.0, 400 / 128, None, 80)]
+    assert "Mean TTFT (ms) -> TTFT p50" in notes[0] and "TPOT (ms) -> ITL p50" in notes[0]
+    assert "ignored: GPU" in notes[0]
+
+
+def test_bad_sweep_files_name_the_place(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(vllm_run(1, 1.0)) + "\n{oops\n")
+    with pytest.raises(ValueError, match=r"broken\.jsonl, line 2"):
+        read_sweep(broken)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no sweep files"):
+        read_sweep(empty)
+    with pytest.raises(ValueError, match="max_concurrency or a finite request_rate"):
+        (tmp_path / "no_load.json").write_text(json.dumps({**vllm_run(1, 1.0), "max_concurrency": None}))
+        read_sweep(tmp_path / "no_load.json")
+
+
+PROFILE = SimConfig().replace(profile="qwen2.5-0.5b-l4")
+
+
+def test_a_prediction_counts_every_request_from_a_cold_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first wave (an empty batch, all prompts at once) counts; later waves stand for all the benchmark's
+    later requests: the shortcut agrees with simulating every prompt."""
+    row = SweepRow(16, None, 256, 128, num_prompts=160)
+    short, spread_short = predict_row(PROFILE, row), predict_row(PROFILE, row, spread=0.3)
+    monkeypatch.setattr(workload, "SETTLED_WAVES", 100)
+    whole, spread_whole = predict_row(PROFILE, row), predict_row(PROFILE, row, spread=0.3)
+    for name in ("ttft_p50_ms", "itl_p50_ms", "req_per_s", "e2e_p50_ms"):
+        assert getattr(short, name) == pytest.approx(getattr(whole, name), rel=0.10), name
+        # spread lengths: the later waves are a sample of the benchmark's (sampling noise, not bias)
+        assert getattr(spread_short, name) == pytest.approx(getattr(spread_whole, name), rel=0.12), name
+    cold = predict_row(PROFILE, SweepRow(16, None, 256, 128, num_prompts=16))  # the first wave alone
+    assert abs(cold.ttft_p50_ms / whole.ttft_p50_ms - 1) > 0.1  # so counting it as a benchmark does matters
+
+
+def test_output_lengths_spread_around_the_mean() -> None:
+    lengths = workload._lengths(700, 0.5, 400, __import__("random").Random(1))
+    assert min(lengths) >= 350 and max(lengths) <= 1050 and abs(sum(lengths) / 400 - 700) < 25
+    assert workload._lengths(700, 0.0, 3, __import__("random").Random(1)) == [700, 700, 700]
+
+
+def test_open_loop_rows_run_their_own_count() -> None:
+    row = SweepRow(None, 5.0, 64, 16)
+    assert workload.prompts_of(row) == 300 and workload.prompts_of(SweepRow(None, 5.0, 64, 16, num_prompts=40)) == 40
+    predicted = predict_row(PROFILE, row)
+    assert predicted.req_per_s == pytest.approx(5.0, rel=0.15)
+
+
+def test_calibrate_prints_a_valid_profile_and_predict_writes_csv_json_and_a_plot(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_llmsim.calibration import fit
+    monkeypatch.setattr(fit, "SHORT_SEARCH", 3)
+    monkeypatch.setattr(fit, "FULL_SEARCH", 6)
+    lines = DEV_SWEEP.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("concurrency"))
+    small = tmp_path / "small.csv"
+    small.write_text("\n".join([lines[header], lines[header + 1], lines[header + 3]]) + "\n")
+    assert main(["calibrate", str(small), "--budget", "2048", "--jobs", "1", "--output-spread", "0.2"]) == 0
+    captured = capsys.readouterr()
+    profile = tmp_path / "profile.toml"
+    profile.write_text(captured.out)  # stdout alone is the profile
+    assert SimConfig().replace(profile=str(profile)).scheduler == "step"
+    assert "# | concurrency 1 |" in captured.out and "read " in captured.err
+    assert main(["calibrate", str(small), "--budget", "2048", "--jobs", "1", "--gpu", "l4", "--params", "0.5"]) == 0
+    with_priors = capsys.readouterr().out
+    assert "# priors: Hardware(params=0.5, gpu='l4'" in with_priors and "memory_efficiency" in with_priors
+    with pytest.raises(SystemExit):
+        main(["calibrate", str(small), "--gpu", "tpu9", "--params", "1"])
+    assert "unknown GPU 'tpu9'" in capsys.readouterr().err
+    plot = tmp_path / "plot.svg"
+    assert main(["predict", "--config", str(profile), "--compare", str(small), "--format", "csv",
+                 "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("concurrency,rate,input_tokens,output_tokens,num_prompts,ttft_p50_ms")
+    assert len(out) == 3 and "error_ttft_p50_ms" in out[0]
+    assert plot.read_text().startswith("<svg") and "<circle" in plot.read_text()
+    assert main(["predict", "--concurrency", "1,2", "--input", "64", "--output", "8", "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["concurrency"] for r in records] == [1, 2] and all(math.isfinite(r["ttft_p50_ms"]) for r in records)
+    with pytest.raises(SystemExit):
+        main(["predict", "--concurrency", "1"])
+    assert "--input" in capsys.readouterr().err
+
+
+def test_hardware_priors_make_one_row_enough() -> None:
+    """A server whose costs follow the roofline of a known device: fitted on one row with the priors, the
+    other rows come within 30 %."""
+    from pytest_llmsim.calibration import Hardware, calibrate, predict
+
+    device = Hardware(params=8.0, gpu="h100", tp=1, dtype="bf16", kv_bytes_per_token=131072)
+    truth = SimConfig().replace(scheduler="step", **device.costs(0.7, 0.45), step_prefill_base=0.002,
+                                request_overhead=0.01, request_serial=0.001, max_num_batched_tokens=2048)
+    assert truth.step_base == pytest.approx(16e9 / (3.35e12 * 0.7))  # the weights read once per step
+    rows = predict(truth, [SweepRow(c, None, 512, 64, num_prompts=4 * c) for c in (1, 4, 16, 64)])
+    fit = calibrate([rows[1]], budgets=(2048,), hardware=device)
+    assert fit.efficiencies.keys() == {"memory_efficiency", "compute_efficiency"}
+    for guess, real in zip(predict(fit.config, rows), rows):
+        for name in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"):
+            assert getattr(guess, name) == pytest.approx(getattr(real, name), rel=0.30), (real.concurrency, name)
+    with pytest.raises(ValueError, match="unknown GPU"):
+        Hardware(params=8.0, gpu="tpu9")
+    with pytest.raises(ValueError, match="--gpu or both --flops and --bandwidth"):
+        Hardware(params=8.0)
