@@ -104,13 +104,13 @@ class ProcessBackend(RemoteBackend):
         return f"<ProcessBackend {self.base_url} pid={self.process.pid}>"
 
 
-def spawn_backend(config: SimConfig, host: str = "127.0.0.1", io: str = "threads") -> ProcessBackend:
-    """Start ``llmsim serve`` on a free port of ``host`` and return its handle, set to ``config``.
+def spawn_backend(config: SimConfig, host: str = "127.0.0.1", io: str = "threads", port: int = 0) -> ProcessBackend:
+    """Start ``llmsim serve`` on ``port`` of ``host`` (0: a free one) and return its handle, set to ``config``.
 
     ``io="gevent"`` serves it with ``llmsim serve --io gevent`` (one thread, a greenlet per connection).
     """
     token = secrets.token_hex(16)
-    argv = [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--host", host, "--port", "0",
+    argv = [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--host", host, "--port", str(port),
             "--control-token", token, "--model", config.model, "--io", io]
     backend = _spawn(argv, token)
     backend.reset(config)

@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import instructor  # installed beside the test extras with --no-deps (the README's test command)
 import openai
 import pytest
 from pydantic import BaseModel
 
 from pytest_llmsim import LLMBackend
-
-instructor = pytest.importorskip("instructor")
 
 
 class User(BaseModel):

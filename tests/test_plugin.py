@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from pytest_llmsim import LLMBackend, SimConfig
-from pytest_llmsim.plugin import resolve_options
+from pytest_llmsim.plugin import resolve_options, worker_port
 
 HELPERS = '''
 import threading
@@ -238,6 +240,8 @@ def test_seed_model_host_report_from_every_source(pytester: pytest.Pytester,
     ("ini", "report", "maybe", "*invalid ini option llmsim_report 'maybe': expected true or false*"),
     ("env", "model", "  ", "*invalid environment variable PYTEST_LLMSIM_MODEL '  ': expected a non-empty*"),
     ("flag", "host", "", "*invalid --llmsim-host '': expected a non-empty string*"),
+    ("flag", "port", "70000", "*invalid --llmsim-port '70000': expected a port from 0 to 65535*"),
+    ("env", "port", "http", "*invalid environment variable PYTEST_LLMSIM_PORT 'http'*"),
 ])
 def test_invalid_option_is_a_usage_error_naming_its_source(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str, option: str, value: str,
@@ -255,6 +259,39 @@ def test_invalid_option_is_a_usage_error_naming_its_source(
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(("source", "isolation"), [("flag", "thread"), ("ini", "thread"), ("env", "process")])
+def test_the_session_backend_listens_on_the_port_asked_for(pytester: pytest.Pytester,
+                                                          monkeypatch: pytest.MonkeyPatch, source: str,
+                                                          isolation: str) -> None:
+    """A gateway configured before the session starts needs to know the port (process isolation too)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker would shift the port
+    port = _free_port()
+    pytester.makepyfile(f"""
+        def test_port(llm_backend):
+            assert llm_backend.port == {port}
+            assert llm_backend.base_url == "http://127.0.0.1:{port}/v1"
+    """)
+    args = ["-p", "no:cacheprovider", f"--llmsim-isolation={isolation}"]
+    if source == "flag":
+        args.append(f"--llmsim-port={port}")
+    elif source == "ini":
+        pytester.makeini(f"[pytest]\nllmsim_port = {port}\n")
+    else:
+        monkeypatch.setenv("PYTEST_LLMSIM_PORT", str(port))
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+
+
+def test_each_xdist_worker_adds_its_number_to_a_fixed_port() -> None:
+    assert [worker_port(8100, name) for name in ("gw0", "gw3", None, "master")] == [8100, 8103, 8100, 8100]
+    assert worker_port(0, "gw5") == 0  # a free port stays a free port
 
 
 def test_resolve_options_order() -> None:

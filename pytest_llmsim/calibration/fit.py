@@ -87,11 +87,11 @@ class Fit:
         return {name: statistics.median(values) for name, values in per_metric.items()}
 
 
-def _residuals(config: SimConfig, rows: Sequence[SweepRow], spread: float) -> list[float]:
+def _residuals(config: SimConfig, rows: Sequence[SweepRow], spread: float, waves: int | None = None) -> list[float]:
     """One residual per measured value: its log-ratio, shrunk past 1 (Huber-like: a noisy row does not
     dominate); the loss is their sum of squares."""
     out = []
-    for guess, real in zip(predict(config, rows, spread), rows):
+    for guess, real in zip(predict(config, rows, spread, waves), rows):
         for name in METRICS:
             value, target = getattr(guess, name), getattr(real, name)
             if target is not None and target > 0:
@@ -192,7 +192,7 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     start = space.start(rows)
     rows = list(rows)
     with _searcher(workers, len(budgets)) as run:
-        short = dict(zip(budgets, run([_Search(base, rows, spread, budget, SHORT_SEARCH, start, space)
+        short = dict(zip(budgets, run([_Search(base, rows, spread, budget, SHORT_SEARCH, start, space, RANKING_WAVES)
                                         for budget in budgets])))
         finalists = sorted(short, key=lambda budget: short[budget][0])[:FINALISTS]
         final = dict(zip(finalists, run([_Search(base, rows, spread, budget, FULL_SEARCH, short[budget][1], space)
@@ -207,6 +207,9 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
 #: Levenberg-Marquardt iterations of the search that ranks the budgets, and of the one that converges
 #: (each costs one prediction of the sweep per fitted setting, and one or two more).
 SHORT_SEARCH, FULL_SEARCH = 3, 14
+#: Closed-loop waves the ranking searches simulate after the first (fewer than the final fit's: ranking budgets
+#: needs the shape, not the last per cent).
+RANKING_WAVES = 2
 #: How many of the best-ranked budgets are searched to convergence.
 FINALISTS = 2
 
@@ -226,14 +229,16 @@ class _Search:
     iterations: int
     start: list[float]
     space: _Space
+    waves: int | None = None
 
     def __call__(self) -> SearchResult:
         budgeted = self.base.replace(max_num_batched_tokens=self.budget)
 
         def residuals(candidate: list[float]) -> list[float]:
-            return _residuals(self.space.config(budgeted, candidate), self.rows, self.spread)
+            return _residuals(self.space.config(budgeted, candidate), self.rows, self.spread, self.waves)
 
-        found, cost, used = levenberg_marquardt(residuals, self.start, iterations=self.iterations)
+        found, cost, used = levenberg_marquardt(residuals, self.start, iterations=self.iterations,
+                                                tolerance=1e-3 if self.waves else 1e-4)
         return cost, found, used
 
 

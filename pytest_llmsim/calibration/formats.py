@@ -79,7 +79,9 @@ class _Notes:
         if self.skipped:
             parts.append("skipped: " + "; ".join(self.skipped))
         if self.ignored:
-            parts.append("ignored: " + ", ".join(sorted(self.ignored)))
+            names = sorted(self.ignored)
+            more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+            parts.append("ignored: " + ", ".join(names[:8]) + more)
         return "; ".join(parts)
 
 
@@ -166,13 +168,22 @@ def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
         req_per_s = completed / duration
         notes.used["completed / duration"] = "req_per_s"
     prompts = _number(run.get("num_prompts")) or completed
-    return SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
-                    round(float(run["total_input_tokens"]) / completed),
-                    round(float(run["total_output_tokens"]) / completed),
-                    _pick(run, ("median_ttft_ms", "mean_ttft_ms"), "ttft_p50_ms", notes),
-                    _pick(run, ("median_itl_ms", "mean_itl_ms", "median_tpot_ms"), "itl_p50_ms", notes),
-                    req_per_s, _pick(run, ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms",
-                                           "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts))
+    notes.used.update({"max_concurrency" if concurrency is not None else "request_rate":
+                       "concurrency" if concurrency is not None else "rate",
+                       "total_input_tokens / completed": "input_tokens",
+                       "total_output_tokens / completed": "output_tokens",
+                       "num_prompts" if run.get("num_prompts") else "completed": "num_prompts"})
+    workload = {"max_concurrency", "request_rate", "completed", "total_input_tokens", "total_output_tokens",
+                "num_prompts", "duration"}
+    row = SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
+                   round(float(run["total_input_tokens"]) / completed),
+                   round(float(run["total_output_tokens"]) / completed),
+                   _pick(run, ("median_ttft_ms", "mean_ttft_ms"), "ttft_p50_ms", notes),
+                   _pick(run, ("median_itl_ms", "mean_itl_ms", "median_tpot_ms"), "itl_p50_ms", notes),
+                   req_per_s, _pick(run, ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms",
+                                          "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts))
+    notes.ignored |= {key for key in run if key not in workload and key not in notes.used}
+    return row
 
 
 def _statistic(metrics: dict[str, Any], name: str, statistic: str = "median") -> float | None:

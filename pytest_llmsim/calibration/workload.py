@@ -10,13 +10,13 @@ are (``spread``: lengths uniform within ``mean * (1 +- spread)``, so
 clients drift apart instead of moving in waves).
 
 Simulating every prompt of a long benchmark costs time where the statistic
-has long settled. At fixed concurrency at most :data:`SETTLED_WAVES` waves
+has long settled. At fixed concurrency at most ``SETTLED_WAVES`` waves
 are simulated after the first: requests after the first wave are weighted
 so they stand for all the benchmark's later ones (the medians are weighted
 medians), and the run's duration is the simulated one plus the remaining
 requests at the steady rate the last waves had. At a fixed rate every
-arrival is simulated (the benchmark's own count, or :data:`OPEN_LOOP_SECONDS`
-of arrivals, at most :data:`MOST_ARRIVALS`).
+arrival is simulated (the benchmark's own count, or ``OPEN_LOOP_SECONDS``
+of arrivals, at most ``MOST_ARRIVALS``).
 """
 
 from __future__ import annotations
@@ -82,14 +82,16 @@ def _weighted_median(values: Sequence[tuple[float, float]]) -> float:
     return ordered[-1][0]
 
 
-def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0) -> SweepRow:
-    """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts."""
+def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0,
+                waves: int | None = None) -> SweepRow:
+    """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts
+    (``waves``: closed-loop waves simulated after the first, ``SETTLED_WAVES`` unless given; at least 2)."""
     if (row.concurrency is None) == (row.rate is None):
         raise ValueError("a sweep row sets exactly one of concurrency or rate")
     prompts = prompts_of(row)
     closed = row.concurrency is not None
     clients = min(row.concurrency or 1, prompts)
-    simulated = min(prompts, clients * (1 + SETTLED_WAVES)) if closed else prompts
+    simulated = min(prompts, clients * (1 + max(2, waves or SETTLED_WAVES))) if closed else prompts
     lengths = _lengths(row.output_tokens, spread, simulated, random.Random(f"lengths:{seed}"))
     config = config.replace(max_batch_size=max(config.max_batch_size, clients), max_waiting=max(
         config.max_waiting, 100_000), max_model_len=max(config.max_model_len, row.input_tokens + max(lengths) + 1))
@@ -156,9 +158,10 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
                    e2e_p50_ms=_weighted_median([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
 
 
-def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0) -> list[SweepRow]:
+def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0,
+            waves: int | None = None) -> list[SweepRow]:
     """:func:`predict_row` for each row (the rows' measured values are replaced by predictions)."""
-    return [predict_row(config, row, spread) for row in rows]
+    return [predict_row(config, row, spread, waves=waves) for row in rows]
 
 
 def errors(predicted: SweepRow, measured: SweepRow) -> dict[str, float]:

@@ -134,9 +134,19 @@ def pytest_report_header(config: pytest.Config) -> str:
 def llmsim_listen_address(pytestconfig: pytest.Config) -> tuple[str, int]:
     """``(host, port)`` the session's backend listens on; override to change it.
 
-    Defaults to ``(--llmsim-host, 0)``: loopback and a free port picked by the OS.
+    Defaults to ``(--llmsim-host, --llmsim-port)``: loopback and a free port picked by the OS (port 0).
+    A fixed port under pytest-xdist gets the worker's number added (``gw2``: port + 2), so workers do not
+    collide.
     """
-    return (pytestconfig.stash[_SETTINGS_KEY].host, 0)
+    settings = pytestconfig.stash[_SETTINGS_KEY]
+    return (settings.host, worker_port(settings.port, os.environ.get("PYTEST_XDIST_WORKER")))
+
+
+def worker_port(port: int, worker: str | None) -> int:
+    """``port`` for the pytest-xdist worker named ``worker`` (``gw3``: ``port + 3``); 0 stays 0 (a free port)."""
+    if not port or not worker or not worker.startswith("gw") or not worker[2:].isdigit():
+        return port
+    return port + int(worker[2:])
 
 
 @pytest.fixture(scope="session")
@@ -166,7 +176,7 @@ def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0,
     if isolation == "process-gevent" and importlib.util.find_spec("gevent") is None:
         raise pytest.UsageError("--llmsim-isolation=process-gevent needs gevent: "
                                 "pip install 'pytest-llmsim[gevent]'")
-    return spawn_backend(config, host, io="gevent" if isolation == "process-gevent" else "threads")
+    return spawn_backend(config, host, io="gevent" if isolation == "process-gevent" else "threads", port=port)
 
 
 @pytest.fixture(scope="session")

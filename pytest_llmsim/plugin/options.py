@@ -20,6 +20,8 @@ SPEED_HELP = ("Simulated seconds per wall second for every backend: a positive n
 SEED_HELP = "Seed for generated content, latency jitter and fault selection"
 MODEL_HELP = "Model name the backends serve and report by default"
 HOST_HELP = "Address the backends listen on (loopback only is the safe choice)"
+PORT_HELP = ("Port of the session's backend (0, the default: a free one the OS picks); under pytest-xdist each "
+             "worker adds its number (gw0 +0, gw1 +1, ...), for a gateway configured before the session starts")
 REPORT_HELP = "Show a summary of what the backend served in each test"
 ISOLATION_HELP = ("Where backends run: thread (in the test process, the default), process "
                   "(each an llmsim serve subprocess, driven over its control API) or process-gevent "
@@ -79,6 +81,13 @@ def _parse_trace_on(text: str) -> str:
     return value
 
 
+def _parse_port(text: str) -> int:
+    port = int(text.strip())
+    if not 0 <= port <= 65535:
+        raise ValueError("expected a port from 0 to 65535 (0: a free one)")
+    return port
+
+
 def _parse_flag(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
@@ -102,6 +111,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", SEED_HELP, _parse_seed, 0),
     Option("model", MODEL_HELP, _parse_text, SimConfig().model),
     Option("host", HOST_HELP, _parse_text, "127.0.0.1"),
+    Option("port", PORT_HELP, _parse_port, 0),
     Option("report", REPORT_HELP, _parse_flag, False, is_flag=True),
     Option("isolation", ISOLATION_HELP, parse_isolation, "thread"),
     Option("trace", TRACE_HELP, _parse_text, None),
@@ -119,6 +129,7 @@ class OptionSettings:
     model: str
     host: str
     report: bool
+    port: int = 0
     isolation: str = "thread"
     trace: str | None = None
     trace_on: str = "all"
