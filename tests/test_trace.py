@@ -13,11 +13,13 @@ import httpx
 import pytest
 
 from pytest_llmsim import LLMBackend, RemoteBackend
+from pytest_llmsim.sim import trace_svg
 from pytest_llmsim.sim.engine import SeqState, SimSequence
 from pytest_llmsim.sim.request_log import RequestRecord
 from pytest_llmsim.sim.trace import TraceRecorder
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 def spans(trace: dict[str, Any], tid: int) -> dict[str, dict[str, Any]]:
@@ -84,6 +86,37 @@ def test_svg_timeline_is_well_formed(llm_backend: LLMBackend) -> None:
     assert "a <test>" in texts and sum("openai.chat -> 200" in t for t in texts) == 4
     rects = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#b8b8b8"]
     assert len(rects) >= 2  # a legend swatch, and at least one request waited for a slot
+
+
+def test_the_timeline_says_what_it_counts_and_keeps_markers_inside(llm_backend: LLMBackend) -> None:
+    """The chart's counts have an axis and peaks of their own, time starts at 0 in simulated seconds, and a
+    fault at the very start or a hang-up at the very end stays between the labels and the edge."""
+    llm_backend.configure(ttft=1.0, itl=0.1, max_batch_size=2, speed=20)  # ~75 ms each: the four overlap
+    llm_backend.add_fault("rate_limit", times=1)
+    assert httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT).status_code == 429  # at t = 0
+    threads = [threading.Thread(target=httpx.post, args=(llm_backend.url_for("/v1/chat/completions"),),
+                                kwargs={"json": CHAT}) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    body = {**CHAT, "max_tokens": 400, "stream": True}
+    with httpx.stream("POST", llm_backend.url_for("/v1/chat/completions"), json=body) as stream:
+        next(stream.iter_lines())  # then hang up: the last thing drawn
+    llm_backend.wait_idle(timeout=10)
+    root = ElementTree.fromstring(llm_backend.trace_svg())
+    texts = {(t.text or "").strip(): t for t in root.iter(f"{SVG_NS}text")}
+    assert "running (peak 2)" in texts and "waiting (peak 2)" in texts  # four at once, two slots
+    counts = [t.text for t in root.iter(f"{SVG_NS}text") if t.get("class") == "count"]
+    assert counts == ["0", "1", "2"]
+    assert "simulated seconds" in texts
+    ticks = [t for t in root.iter(f"{SVG_NS}text") if t.get("text-anchor") == "middle" and t.text == "0"]
+    assert [float(t.get("x") or 0) for t in ticks] == [pytest.approx(trace_svg.LEFT)]  # time starts at 0
+    markers = [t for t in root.iter(f"{SVG_NS}text") if t.get("class") == "marker"]
+    assert len(markers) == 2  # the 429 and the hang-up
+    for marker in markers:
+        left = float(marker.get("x") or 0)
+        assert left > trace_svg.LEFT and left + trace_svg.MARK <= trace_svg.WIDTH - trace_svg.RIGHT
 
 
 def test_remote_backend_reads_the_trace(llm_backend: LLMBackend) -> None:

@@ -1,10 +1,11 @@
 """A backend's trace as an SVG picture a person can read without a tool.
 
 Requests are rows of bars coloured by phase (queued, prefill, decode) on a
-simulated-time axis; faults, errors and hang-ups are marked; under them, the
-batch's running and waiting counts as step charts. Plain SVG text: no
-plotting library to install. At most ``MAX_ROWS`` requests are drawn (the
-newest); the picture says how many were left out.
+simulated-time axis from 0, in seconds; faults, errors and hang-ups are
+marked (never over a label or past the edge); under them, the batch's
+running and waiting counts as step charts with their own count axis. Plain
+SVG text: no plotting library to install. At most ``MAX_ROWS`` requests are
+drawn (the newest); the picture says how many were left out.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ MAX_ROWS = 200
 WIDTH = 1000
 LEFT = 230  # room for the request labels
 RIGHT = 20
-ROW = 14
+ROW = 16
 CHART = 90  # height of the batch chart
+FONT = 12  # the docs show the picture about 700 px wide: 12 px at 1,000 reads as ~9
+MARK = 10  # a marker's width (a triangle or a cross, at FONT)
 COLOURS = {"queued": "#b8b8b8", "prefill": "#f2a03d", "decode": "#3b7dd8", "running": "#3b7dd8",
            "waiting": "#9a9a9a", "fault": "#d62728"}
 
@@ -68,7 +71,7 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
     left_out = max(0, len(requests) - MAX_ROWS) + dropped
     requests = requests[-MAX_ROWS:]  # in order of arrival
     times = [r.at for r in requests] + [r.end for r in requests] + [s[0] for s in samples]
-    start, stop = (min(times), max(times)) if times else (0.0, 1.0)
+    start, stop = (min(0.0, *times), max(times)) if times else (0.0, 1.0)  # the axis starts at 0
     if stop <= start:
         stop = start + 1e-3
     plot = WIDTH - LEFT - RIGHT
@@ -76,26 +79,30 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
     def x(t: float) -> float:
         return LEFT + (t - start) / (stop - start) * plot
 
-    top = 48
+    def marker_x(t: float) -> float:
+        """Where a marker centred on ``t`` starts: right of the labels, left of the edge."""
+        return min(max(x(t) - MARK / 2, LEFT + 1), WIDTH - RIGHT - MARK)
+
+    top = 52
     rows_height = max(len(requests), 1) * ROW
-    chart_top = top + rows_height + 30
-    height = chart_top + CHART + 40
+    chart_top = top + rows_height + 44  # under the time axis and its unit
+    height = chart_top + CHART + 24
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-           f'font-family="sans-serif" font-size="10">',
+           f'font-family="sans-serif" font-size="{FONT}">',
            f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
-           f'<text x="8" y="16" font-size="13" font-weight="bold">{escape(title or "llmsim " + label)}</text>',
-           f'<text x="8" y="32" fill="#555">backend {escape(label)}: {len(requests)} request(s) drawn'
-           + (f", {left_out} earlier not drawn" if left_out else "") + "; simulated seconds</text>"]
-    legend_x = WIDTH - 450
+           f'<text x="8" y="18" font-size="{FONT + 3}" font-weight="bold">{escape(title or "llmsim " + label)}</text>',
+           f'<text x="8" y="36" fill="#555">backend {escape(label)}: {len(requests)} request(s) drawn'
+           + (f", {left_out} earlier not drawn" if left_out else "") + "</text>"]
+    legend_x = WIDTH - 470
     for i, name in enumerate(("queued", "prefill", "decode")):
         out.append(f'<rect x="{legend_x + i * 80}" y="8" width="12" height="10" fill="{COLOURS[name]}"/>'
-                   f'<text x="{legend_x + i * 80 + 16}" y="17">{name}</text>')
-    out.append(f'<text x="{legend_x + 240}" y="17" fill="{COLOURS["fault"]}">'
+                   f'<text x="{legend_x + i * 80 + 16}" y="18">{name}</text>')
+    out.append(f'<text x="{legend_x + 240}" y="18" fill="{COLOURS["fault"]}">'
                "&#9650; fault/error  &#10005; hang-up</text>")
     for row, request in enumerate(requests):
         y = top + row * ROW
         colour = COLOURS["fault"] if request.status >= 400 or request.status in (0, 499) else "#222"
-        out.append(f'<text x="{LEFT - 6}" y="{y + 10}" text-anchor="end" fill="{colour}">'
+        out.append(f'<text x="{LEFT - 6}" y="{y + 12}" text-anchor="end" fill="{colour}">'
                    f'{escape(request_title(request))}</text>')
         for index in range(len(request.sequences)):
             inset = index * 2 if len(request.sequences) > 1 else 0  # several choices: stacked, thinner
@@ -106,22 +113,31 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
                            f"<title>{escape(request_title(request))}: {phase} {begin:.6g}-{end:.6g} s</title></rect>")
         if request.fault or (not request.sequences and request.status != 200):
             note = request.fault or request.error_code or str(request.status)
-            out.append(f'<text x="{x(request.at) - 4:.2f}" y="{y + 11}" fill="{COLOURS["fault"]}">&#9650;'
-                       f"<title>{escape(note)}</title></text>")
+            out.append(f'<text class="marker" x="{marker_x(request.at):.2f}" y="{y + 12}" fill="{COLOURS["fault"]}">'
+                       f"&#9650;<title>{escape(note)}</title></text>")
         if request.cancelled:
-            out.append(f'<text x="{x(request.end) - 4:.2f}" y="{y + 11}" fill="{COLOURS["fault"]}">&#10005;'
-                       "<title>client hung up</title></text>")
+            out.append(f'<text class="marker" x="{marker_x(request.end):.2f}" y="{y + 12}" '
+                       f'fill="{COLOURS["fault"]}">&#10005;<title>client hung up</title></text>')
     axis_y = top + rows_height + 4
     out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" y2="{axis_y}" stroke="#444"/>')
     for tick in _ticks(start, stop):
         out.append(f'<line x1="{x(tick):.2f}" y1="{axis_y}" x2="{x(tick):.2f}" y2="{axis_y + 4}" stroke="#444"/>'
-                   f'<text x="{x(tick):.2f}" y="{axis_y + 15}" text-anchor="middle">{tick:g}</text>')
-    peak = max([max(s[1], s[2]) for s in samples] + [1])
-    out.append(f'<text x="{LEFT - 6}" y="{chart_top + 10}" text-anchor="end">batch (peak {peak})</text>')
-    out.append(f'<text x="{LEFT - 6}" y="{chart_top + 24}" text-anchor="end" fill="{COLOURS["running"]}">'
-               "running</text>"
-               f'<text x="{LEFT - 6}" y="{chart_top + 38}" text-anchor="end" fill="{COLOURS["waiting"]}">'
-               "waiting</text>")
+                   f'<text x="{x(tick):.2f}" y="{axis_y + 16}" text-anchor="middle">{tick:g}</text>')
+    out.append(f'<text x="{LEFT + plot / 2:.0f}" y="{axis_y + 32}" text-anchor="middle" fill="#555">'
+               "simulated seconds</text>")
+    running_peak = max([int(s[1]) for s in samples] + [0])
+    waiting_peak = max([int(s[2]) for s in samples] + [0])
+    peak = max(running_peak, waiting_peak, 1)
+    out.append(f'<text x="{LEFT - 40}" y="{chart_top + 12}" text-anchor="end">sequences</text>'
+               f'<text x="{LEFT - 40}" y="{chart_top + 30}" text-anchor="end" fill="{COLOURS["running"]}">'
+               f"running (peak {running_peak})</text>"
+               f'<text x="{LEFT - 40}" y="{chart_top + 48}" text-anchor="end" fill="{COLOURS["waiting"]}">'
+               f"waiting (peak {waiting_peak})</text>")
+    out.append(f'<line x1="{LEFT}" y1="{chart_top}" x2="{LEFT}" y2="{chart_top + CHART}" stroke="#444"/>')
+    for count in sorted({0, peak // 2, peak}):  # the chart's own axis: counts of sequences
+        yy = chart_top + CHART - count / peak * CHART
+        out.append(f'<line x1="{LEFT - 4}" y1="{yy:.2f}" x2="{LEFT}" y2="{yy:.2f}" stroke="#444"/>'
+                   f'<text class="count" x="{LEFT - 7}" y="{yy + 4:.2f}" text-anchor="end">{count}</text>')
     for column, name in ((1, "running"), (2, "waiting")):
         points: list[str] = []
         previous = 0
