@@ -72,14 +72,19 @@ def test_the_trace_is_bounded_and_says_what_it_dropped(llm_backend: LLMBackend) 
     assert llm_backend.trace()["otherData"]["requests"] == 0
 
 
-def test_svg_timeline_is_well_formed(llm_backend: LLMBackend) -> None:
-    llm_backend.configure(ttft=0.05, itl=0.01, max_batch_size=2, speed=20)
-    threads = [threading.Thread(target=httpx.post, args=(llm_backend.url_for("/v1/chat/completions"),),
-                                kwargs={"json": CHAT}) for _ in range(4)]
+def _post_together(backend: LLMBackend, count: int) -> None:
+    """``count`` chat requests sent at once from threads, all answered."""
+    threads = [threading.Thread(target=httpx.post, args=(backend.url_for("/v1/chat/completions"),),
+                                kwargs={"json": CHAT}) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def test_svg_timeline_is_well_formed(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.05, itl=0.01, max_batch_size=2, speed=20)
+    _post_together(llm_backend, 4)
     svg = llm_backend.trace_svg(title="a <test>")
     root = ElementTree.fromstring(svg)
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
@@ -94,12 +99,7 @@ def test_the_timeline_says_what_it_counts_and_keeps_markers_inside(llm_backend: 
     llm_backend.configure(ttft=1.0, itl=0.1, max_batch_size=2, speed=20)  # ~75 ms each: the four overlap
     llm_backend.add_fault("rate_limit", times=1)
     assert httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT).status_code == 429  # at t = 0
-    threads = [threading.Thread(target=httpx.post, args=(llm_backend.url_for("/v1/chat/completions"),),
-                                kwargs={"json": CHAT}) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _post_together(llm_backend, 4)
     body = {**CHAT, "max_tokens": 400, "stream": True}
     with httpx.stream("POST", llm_backend.url_for("/v1/chat/completions"), json=body) as stream:
         next(stream.iter_lines())  # then hang up: the last thing drawn
