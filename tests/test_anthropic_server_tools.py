@@ -145,3 +145,44 @@ def test_bad_server_tool_settings_are_400s_naming_the_field(llm_backend: LLMBack
     assert answer.status_code == 400 and answer.json()["type"] == "error"
     assert words in answer.json()["error"]["message"] and param in answer.json()["error"]["message"]
     assert llm_backend.requests[-1].error is not None
+
+
+SDK_TOOL_TYPES = {"web_search": ("WebSearchTool20250305Param", "WebSearchTool20260209Param"),
+                  "web_fetch": ("WebFetchTool20250910Param", "WebFetchTool20260209Param"),
+                  "code_execution": ("CodeExecutionTool20250522Param", "CodeExecutionTool20250825Param",
+                                     "CodeExecutionTool20260120Param")}
+
+
+def test_every_field_of_the_sdks_server_tool_types_is_decided() -> None:
+    """A new SDK field fails here until someone decides: honoured, no effect (documented) or refused."""
+    from pytest_llmsim.api.anthropic_server_tools import SERVER_TOOL_FIELDS
+
+    for name, type_names in SDK_TOOL_TYPES.items():
+        for type_name in type_names:
+            fields = set(getattr(anthropic.types, type_name).__annotations__)
+            assert fields <= SERVER_TOOL_FIELDS[name].known, (type_name, fields - SERVER_TOOL_FIELDS[name].known)
+
+
+@pytest.mark.parametrize(("extra", "param", "words"), [
+    ({"defer_loading": True}, "tools.0.defer_loading", "tool search) is not simulated"),
+    ({"allowed_callers": ["code_execution_20250825"]}, "tools.0.allowed_callers", "without 'direct'"),
+    ({"colour": "blue"}, "tools.0.colour", "Extra inputs are not permitted"),
+])
+def test_server_tool_fields_not_acted_on_are_refused(llm_backend: LLMBackend, extra: Any, param: str,
+                                                     words: str) -> None:
+    body = {"model": MODEL, "max_tokens": 50, "tools": [{**SEARCH[0], **extra}], "messages": ASK}
+    answer = httpx.post(llm_backend.root_url + "/v1/messages", json=body)
+    assert answer.status_code == 400 and answer.json()["type"] == "error"
+    assert param in answer.json()["error"]["message"] and words in answer.json()["error"]["message"]
+    fetch = {"type": "web_fetch_20250910", "name": "web_fetch", "url_sources": {"type": "only", "urls": ["x"]}}
+    refused = httpx.post(llm_backend.root_url + "/v1/messages", json={**body, "tools": [fetch]})
+    assert refused.status_code == 400 and "tools.0.url_sources" in refused.json()["error"]["message"]
+
+
+def test_fields_with_no_effect_are_accepted(claude: Any) -> None:
+    tools = [{**SEARCH[0], "cache_control": {"type": "ephemeral"}, "strict": True, "defer_loading": False,
+              "allowed_callers": ["direct"], "user_location": {"type": "approximate", "city": "Oslo"}}]
+    assert claude.messages.create(model=MODEL, max_tokens=400, tools=tools, messages=ASK).content[0].type == \
+        "server_tool_use"
+    fetch = [{"type": "web_fetch_20250910", "name": "web_fetch", "url_sources": None}]
+    assert claude.messages.create(model=MODEL, max_tokens=400, tools=fetch, messages=ASK).stop_reason == "end_turn"

@@ -25,12 +25,25 @@ from ..content.vocabulary import WORDS
 from ..sim import invalid
 from ..sim.planned import PlannedCall
 from ..sim.request import ToolSpec
+from .field_policy import FieldPolicy
 
-__all__ = ["SERVER_TOOL_TYPES", "anthropic_server_tool", "result_block", "served_blocks", "server_tool_usage",
+__all__ = ["SERVER_TOOL_FIELDS", "SERVER_TOOL_TYPES", "anthropic_server_tool", "result_block", "server_tool_usage",
            "server_use_block"]
 
 # type prefix -> the name the tool must have
 SERVER_TOOL_TYPES = {"web_search_": "web_search", "web_fetch_": "web_fetch", "code_execution_": "code_execution"}
+# Every field of each server tool's SDK type (tests/test_anthropic_server_tools.py walks them); an unknown one is
+# refused, as the API refuses it ("Extra inputs are not permitted").
+_COMMON_NO_EFFECT = ("cache_control", "strict", "allowed_callers")  # allowed_callers must include "direct"
+_DEFERRED = {"defer_loading": "deferred tool loading (tool search) is not simulated"}
+SERVER_TOOL_FIELDS = {
+    "web_search": FieldPolicy.of(("type", "name", "max_uses", "allowed_domains", "blocked_domains"),
+                                 (*_COMMON_NO_EFFECT, "user_location"), _DEFERRED),
+    "web_fetch": FieldPolicy.of(("type", "name", "max_uses", "allowed_domains", "blocked_domains", "citations",
+                                 "max_content_tokens"), _COMMON_NO_EFFECT,
+                                {**_DEFERRED, "url_sources": "restricting fetches to URL sources is not simulated"}),
+    "code_execution": FieldPolicy.of(("type", "name"), _COMMON_NO_EFFECT, _DEFERRED),
+}
 _URL = re.compile(r"https?://[^\s<>\"')\]]+")
 _DEFAULT_DOMAINS = ("docs.example.org", "en.wikipedia.org", "blog.example.com", "news.example.net")
 _COMMANDS = ("python -c 'print(sum(range(10)))'", "ls -la", "python --version", "echo ready")
@@ -61,6 +74,23 @@ def _domains(tool: dict[str, Any], param: str) -> tuple[list[str], list[str]]:
     return lists[0], lists[1]
 
 
+def _check_fields(tool: dict[str, Any], policy: FieldPolicy, param: str) -> None:
+    """Refuse a field the tool's type does not define, a refused one that asks for something, and
+    ``allowed_callers`` without ``direct`` (the simulated model only calls tools directly)."""
+    for key in tool:
+        if key not in policy.known:
+            raise invalid(f"{param}.{key}: Extra inputs are not permitted", f"{param}.{key}", "extra_forbidden")
+        why = policy.refused.get(key)
+        if why is not None and tool[key] not in (None, False, [], {}):
+            raise invalid(f"{param}.{key}: not supported by pytest-llmsim: {why}.", f"{param}.{key}",
+                          "unsupported_parameter")
+    callers = tool.get("allowed_callers")
+    if callers is not None and "direct" not in (callers if isinstance(callers, list) else []):
+        raise invalid(f"{param}.allowed_callers: not supported by pytest-llmsim without 'direct': the simulated "
+                      "model calls tools directly, never from code execution.", f"{param}.allowed_callers",
+                      "unsupported_parameter")
+
+
 def _positive(tool: dict[str, Any], field: str, param: str) -> int | None:
     value = tool.get(field)
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -82,6 +112,7 @@ def anthropic_server_tool(tool: dict[str, Any], param: str, prompt: str) -> Tool
         return None
     if tool.get("name") != name:
         raise invalid(f"{param}.name: the {kind} tool must be named {name!r}.", f"{param}.name", "invalid_value")
+    _check_fields(tool, SERVER_TOOL_FIELDS[name], param)
     _positive(tool, "max_uses", param)  # one round of server tools per reply: any positive number is enough
     options: dict[str, Any] = {"type": kind, "call": name}
     if name == "web_search":
@@ -174,11 +205,6 @@ def server_use_block(call: PlannedCall, tools: tuple[ToolSpec, ...], with_input:
             arguments = {}
     return {"type": "server_tool_use", "id": "srvtoolu_" + call.key, "name": _options(tools, call)["call"],
             "input": arguments}
-
-
-def served_blocks(call: PlannedCall, tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
-    """``call``'s ``server_tool_use`` block and its result block."""
-    return [server_use_block(call, tools), result_block(call, tools)]
 
 
 def result_block(call: PlannedCall, tools: tuple[ToolSpec, ...]) -> dict[str, Any]:
