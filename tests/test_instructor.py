@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-import instructor  # installed beside the test extras with --no-deps (the README's test command)
 import openai
 import pytest
 from pydantic import BaseModel
 
 from pytest_llmsim import LLMBackend
+
+# installed beside the integrations extra with --no-deps (the README's test command)
+instructor = pytest.importorskip("instructor", reason="instructor is installed with the integrations (README)")
 
 
 class User(BaseModel):

@@ -45,7 +45,7 @@ def test_fixture_is_reset_before_each_test(pytester: pytest.Pytester, helpers: N
         from llmsim_helpers import ask
 
         def test_one(llm_backend):
-            llm_backend.configure(ttft=5.0)
+            llm_backend.configure(ttft=5.0, speed=100)  # 50 ms of wall time
             llm_backend.reply_with("left over")
             assert ask(llm_backend).status_code == 200
             assert llm_backend.metrics.requests_total == 1
@@ -53,7 +53,7 @@ def test_fixture_is_reset_before_each_test(pytester: pytest.Pytester, helpers: N
         def test_two(llm_backend):
             assert llm_backend.metrics.requests_total == 0
             assert llm_backend.requests == []
-            assert llm_backend.config.ttft == 0.0
+            assert (llm_backend.config.ttft, llm_backend.config.speed) == (0.0, 1.0)
             body = ask(llm_backend, max_tokens=50).json()
             assert body["choices"][0]["message"]["content"] != "left over"
     """)

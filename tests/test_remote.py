@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from conftest import INNER_PYTEST_ADDOPTS
 from pytest_llmsim import ConfigError, FaultError, LLMBackend, RemoteBackend, RemoteError
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -161,6 +163,7 @@ def test_the_http_level_suites_pass_in_process_mode(isolation: str) -> None:
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "-W",
          "ignore::pytest_llmsim.LLMSimLagWarning", f"--llmsim-isolation={isolation}",
          *[str(here / name) for name in HTTP_SUITES]],
-        capture_output=True, text=True, timeout=600, cwd=here.parent)
+        capture_output=True, text=True, timeout=600, cwd=here.parent,
+        env={**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} {INNER_PYTEST_ADDOPTS}"})
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout

@@ -128,7 +128,7 @@ def test_a_marker_turns_https_on_for_one_test(llm_backend: LLMBackend) -> None:
 
 def test_a_gateway_that_takes_only_https_upstreams(backend: LLMBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    litellm = pytest.importorskip("litellm", reason="LiteLLM is in the integrations extra")
 
     monkeypatch.setattr(litellm, "ssl_verify", backend.ca_file)  # LiteLLM's own setting for a private CA
     answer = litellm.completion(model="openai/m", api_base=backend.base_url, api_key="k", max_tokens=5,

@@ -119,6 +119,24 @@ def test_the_timeline_says_what_it_counts_and_keeps_markers_inside(llm_backend: 
         assert left > trace_svg.LEFT and left + trace_svg.MARK <= trace_svg.WIDTH - trace_svg.RIGHT
 
 
+def test_the_timeline_starts_at_the_first_request_drawn_when_older_ones_were_dropped(
+        llm_backend: LLMBackend) -> None:
+    """A live backend's trace keeps the newest requests: the axis spans them, not the time since the start
+    (where every bar would be squeezed against the right edge)."""
+    llm_backend.configure(ttft=1.0, itl=0.1, speed=50, max_trace_requests=2)  # ~38 ms each
+    for _ in range(6):
+        assert httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT).status_code == 200
+    requests, _, _, dropped = llm_backend._server.simulator.trace.snapshot()
+    assert dropped == 4 and requests[0].at > 3.0  # four requests of ~1.9 simulated seconds came before
+    root = ElementTree.fromstring(llm_backend.trace_svg())
+    ticks = [float(t.text or "") for t in root.iter(f"{SVG_NS}text")
+             if t.get("text-anchor") == "middle" and (t.text or "").replace(".", "", 1).isdigit()]
+    assert ticks and min(ticks) >= requests[0].at - 1.0  # not from 0
+    bars = [r for r in root.iter(f"{SVG_NS}rect") if r.get("fill") == trace_svg.COLOURS["decode"]][1:]
+    assert min(float(r.get("x") or 0) for r in bars) < trace_svg.LEFT + 0.6 * (
+        trace_svg.WIDTH - trace_svg.LEFT - trace_svg.RIGHT)  # the first drawn bar is well left of the edge
+
+
 def test_remote_backend_reads_the_trace(llm_backend: LLMBackend) -> None:
     httpx.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT)
     remote = RemoteBackend(llm_backend.root_url)

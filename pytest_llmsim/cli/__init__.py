@@ -377,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"llmsim: HTTPS certificate authority (trust it in clients, e.g. SSL_CERT_FILE): {backend.ca_file}")
     for number, (_, url) in enumerate(replicas, 2):
         say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}")
+    # after the serving lines, which scripts read for the URLs
+    say(f"llmsim: live page at {backend.url_for('/llmsim/ui')}" + ("#token=TOKEN" if args.control_token else ""))
     serve_argv = argv[argv.index("serve") + 1:]
     while not stop.wait(0.5):
         heal(replicas, serve_argv)  # a dead replica comes back on its port; the others never stopped

@@ -41,6 +41,7 @@ from .control import CONTROL_PREFIX, ControlAPI
 from .exchange import RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
+from .live_page import is_page_path, page_response, root_index
 from .responder import GenerationResponder
 from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
@@ -256,6 +257,8 @@ class SimulatorServer(HTTPServer):
         path = request.path
         if path.startswith(CONTROL_PREFIX):
             return self.control.handle(request)
+        if is_page_path(path):
+            return page_response(request)
         if self.simulator.config.tls and request.environ["wsgi.url_scheme"] != "https":
             return self._api_error(request, SimError(400, "The plain HTTP request was sent to HTTPS port "
                                                           f"(tls is on: use {self.url_for(path)}).",
@@ -264,7 +267,7 @@ class SimulatorServer(HTTPServer):
             return self._fallback(request)  # a test's own expect_request() wins, on any path
         match = self.routes.match(path, request.method, request.environ)
         if match is None:
-            return self._fallback(request)
+            return root_index(request) or self._fallback(request)
         route = match.route
         request.environ[ROUTE_KEY] = route.template
         if not match.allowed:

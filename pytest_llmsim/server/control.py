@@ -14,7 +14,9 @@ or counted as API traffic. With a control token set, every call needs
     DELETE /llmsim/v1/faults            disarm all
     POST   /llmsim/v1/replies           queue scripted replies: {"replies": [...]}
     GET    /llmsim/v1/metrics           the metrics snapshot
-    GET    /llmsim/v1/requests          the request log (?offset=&limit=)
+    GET    /llmsim/v1/histograms        the latency histograms' buckets (cheap: nothing sorted)
+    GET    /llmsim/v1/fault-kinds       each fault kind and the parameters it takes
+    GET    /llmsim/v1/requests          the request log (?offset=&limit=, or ?tail=N; filters api, status, model)
     POST   /llmsim/v1/wait-idle         {"timeout": seconds} -> {"idle": bool}
     GET    /llmsim/v1/errors            internal errors the server hit (what check() raises)
 """
@@ -27,13 +29,15 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Request, Response
 
 from ..content.replies import Rule, reply_from_json
 from ..sim import SimError
-from ..sim.codecs import CONTROL_PREFIX, config_to_json, record_to_json, snapshot_to_json
+from ..sim.codecs import CONTROL_PREFIX, config_to_json, plain, record_to_json, snapshot_to_json
 from ..sim.config import ConfigError, is_profile_path, profile_names
-from ..sim.faults import FaultError
+from ..sim.faults import FaultError, fault_kinds
+from ..sim.request_log import RequestRecord
 from .request_body import read_json_body
 from .verbs import BackendVerbs, ServedBackend
 
@@ -99,6 +103,8 @@ class ControlAPI:
             ("GET", "rules"): self._get_rules,
             ("POST", "rules"): self._add_rule,
             ("GET", "metrics"): self._metrics,
+            ("GET", "histograms"): self._histograms,
+            ("GET", "fault-kinds"): self._fault_kinds,
             ("GET", "requests"): self._requests,
             ("POST", "wait-idle"): self._wait_idle,
             ("GET", "errors"): self._errors,
@@ -217,11 +223,20 @@ class ControlAPI:
     def _metrics(self, request: Request) -> Response:
         return _json(snapshot_to_json(self._verbs.snapshot()))
 
+    def _histograms(self, request: Request) -> Response:
+        return _json(plain(self._verbs.histograms()))
+
+    def _fault_kinds(self, request: Request) -> Response:
+        return _json(fault_kinds())
+
     def _requests(self, request: Request) -> Response:
-        offset = int(request.args.get("offset", 0))
-        limit = min(int(request.args.get("limit", MAX_PAGE)), MAX_PAGE)
-        records = self._verbs.requests()
-        page = records[offset:offset + limit] if offset >= 0 and limit >= 0 else []
+        records = _filtered(self._verbs.requests(), request.args)
+        limit = min(_count_arg(request.args, "limit", MAX_PAGE), MAX_PAGE)
+        if "tail" in request.args:  # the newest N, oldest first (a live view's poll)
+            offset = max(len(records) - min(_count_arg(request.args, "tail", MAX_PAGE), MAX_PAGE), 0)
+        else:
+            offset = _count_arg(request.args, "offset", 0)
+        page = records[offset:offset + limit]
         return _json({"total": len(records), "offset": offset, "records": [record_to_json(r) for r in page]})
 
     def _wait_idle(self, request: Request) -> Response:
@@ -236,6 +251,35 @@ class ControlAPI:
 
     def _errors(self, request: Request) -> Response:
         return _json([f"{type(error).__name__}: {error}" for error in self._verbs.errors()])
+
+
+def _count_arg(args: MultiDict[str, str], name: str, default: int) -> int:
+    """A non-negative integer query parameter (a ValueError naming it answers 400)."""
+    text = args.get(name)
+    if text is None:
+        return default
+    if not text.isdigit():
+        raise ValueError(f"query parameter {name!r} must be a non-negative integer, not {text!r}")
+    return int(text)
+
+
+def _filtered(records: list[RequestRecord], args: MultiDict[str, str]) -> list[RequestRecord]:
+    """The records matching ``api``, ``status`` (a code, or a class such as ``4xx``) and ``model``."""
+    api, status, model = args.get("api"), args.get("status"), args.get("model")
+    if status is not None and not (status.isdigit() or (len(status) == 3 and status[0].isdigit()
+                                                         and status[1:].lower() == "xx")):
+        raise ValueError(f"query parameter 'status' must be a status code or a class such as '4xx', not {status!r}")
+    out = []
+    for record in records:
+        if api is not None and record.api != api:
+            continue
+        if model is not None and record.model != model:
+            continue
+        if status is not None and not (str(record.status) == status or
+                                       (status[1:].lower() == "xx" and str(record.status)[0] == status[0])):
+            continue
+        out.append(record)
+    return out
 
 
 def _without_profile_paths(settings: dict[str, Any], in_force: tuple[str | None, ...]) -> dict[str, Any]:

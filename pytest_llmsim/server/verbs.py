@@ -106,6 +106,10 @@ class BackendVerbs:
         """The counters and latency distributions since the last reset."""
         return self.simulator.snapshot()
 
+    def histograms(self) -> dict[str, dict[str, object]]:
+        """The latency histograms' buckets since the last reset (see ``Metrics.histograms``)."""
+        return self.simulator.metrics.histograms()
+
     def requests(self) -> list[RequestRecord]:
         """The request log, oldest first."""
         return self.simulator.log.snapshot()

@@ -33,7 +33,7 @@ from .patterns import Pattern, PatternError, compile_pattern
 from .request import SimError
 
 __all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector",
-           "declare_routes_without_generation"]
+           "declare_routes_without_generation", "fault_kinds"]
 
 FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
 # Request headers: werkzeug's case-insensitive Headers, or a plain mapping (tests).
@@ -42,6 +42,12 @@ HeaderLookup = Headers | Mapping[str, str]
 #: Every fault kind, in the documented order.
 FAULT_KINDS: tuple[str, ...] = tuple(EFFECTS)
 _WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only", "route")
+
+
+def fault_kinds() -> dict[str, dict[str, list[str]]]:
+    """Each kind, in the documented order, with what it takes: ``{"rate_limit": {"params": [...],
+    "when": [...]}}`` (``when``: the conditions every kind takes)."""
+    return {kind: {"params": list(effect.params), "when": list(_WHEN_PARAMS)} for kind, effect in EFFECTS.items()}
 
 # Route templates that generate nothing (health checks, model discovery): the
 # server's route table declares them, so only the kinds that apply there are

@@ -12,12 +12,11 @@ histograms and every counter cover the whole run (since the last reset).
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
+from array import array
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -122,6 +121,8 @@ class MetricsSnapshot:
     queue_time: Distribution
     emit_lag: Distribution
     preemptions: int = 0  # sequences sent back to wait because the KV cache was full (kv_cache_blocks)
+    running: int = 0  # sequences in the running batch at the snapshot's instant
+    waiting: int = 0  # sequences waiting for a batch slot at that instant
 
     def __repr__(self) -> str:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(self.requests_by_status.items()))
@@ -133,25 +134,76 @@ class MetricsSnapshot:
             f"cache_hit_rate={self.cache_hit_rate:.3f}, cancelled={self.cancelled}, "
             f"max_running={self.max_running}, faults={self.faults!r}, ttft={self.ttft!r}, itl={self.itl!r}, "
             f"e2e={self.e2e!r}, queue_time={self.queue_time!r}, emit_lag={self.emit_lag!r}, "
-            f"preemptions={self.preemptions})"
+            f"preemptions={self.preemptions}, running={self.running}, waiting={self.waiting})"
         )
+
+
+class _RecentValues:
+    """The most recent ``cap`` numbers, in a preallocated-as-it-grows array: no object per sample.
+
+    A deque of float objects, each living for ``cap`` observations, left the small-object allocator's
+    arenas pinned by a few survivors each: the long soak's RSS crept. Order is not kept (readers sort).
+    """
+
+    __slots__ = ("_data", "_next", "cap")
+
+    def __init__(self, cap: int) -> None:
+        self._data = array("d")
+        self._next = 0  # the slot the next value overwrites, once full
+        self.cap = cap
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def copy(self) -> array[float]:
+        return self._data[:]
+
+    def add(self, value: float, count: int = 1) -> None:
+        data, cap = self._data, self.cap
+        count = min(count, cap)
+        room = cap - len(data)
+        if room > 0:
+            taken = min(room, count)
+            data.extend(array("d", (value,)) * taken if taken > 1 else (value,))
+            count -= taken
+        while count > 0:  # overwrite the oldest slots, wrapping at most once
+            start = self._next
+            run = min(count, cap - start)
+            data[start:start + run] = array("d", (value,)) * run
+            self._next = (start + run) % cap
+            count -= run
 
 
 class _Histogram:
     """Bucket counts with Prometheus ``le`` semantics, plus recent raw samples."""
 
-    __slots__ = ("bounds", "counts", "samples", "total")
+    __slots__ = ("_summary", "bounds", "counts", "observed", "samples", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
         self.total = 0.0
-        self.samples: deque[float] = deque(maxlen=SAMPLE_CAP)
+        self.observed = 0  # observations so far: the summary below is good while this is unchanged
+        self.samples = _RecentValues(SAMPLE_CAP)
+        self._summary: tuple[int, Distribution] | None = None
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
-        self.samples.append(value)
+        self.observed += 1
+        self.samples.add(value)
+
+    def cached_summary(self) -> Distribution | None:
+        """The distribution last computed from the samples, if nothing was observed since."""
+        summary = self._summary
+        return summary[1] if summary is not None and summary[0] == self.observed else None
+
+    def keep_summary(self, observed: int, summary: Distribution) -> None:
+        """Keep ``summary``, computed from the samples as they were after ``observed`` observations."""
+        self._summary = (observed, summary)
 
     def observe_runs(self, runs: list[tuple[float, int]]) -> None:
         """Observe ``count`` times each ``value`` (gaps come in runs of equal values)."""
@@ -159,7 +211,8 @@ class _Histogram:
         for value, count in runs:
             self.counts[bisect_left(self.bounds, value)] += count
             self.total += value * count
-            samples.extend(itertools.repeat(value, min(count, SAMPLE_CAP)))
+            self.observed += count
+            samples.add(value, count)
 
     def cumulative(self) -> list[tuple[str, float]]:
         running, out = 0, []
@@ -303,13 +356,56 @@ class Metrics:
 
     # --- Python ---
 
-    def snapshot(self, max_running: int, preemptions: int = 0) -> MetricsSnapshot:
+    def histograms(self) -> dict[str, dict[str, object]]:
+        """Each histogram's buckets (all model names together), as the Prometheus text has them:
+        ``{"ttft": {"bounds": [...], "counts": [...], "count": n, "sum": s}, ...}``. ``counts`` are per
+        bucket (not cumulative), one more than ``bounds`` (the last is +Inf). Cheap: no samples sorted."""
+        with self._lock:
+            out: dict[str, dict[str, object]] = {}
+            for name, _, _, buckets in _HISTOGRAMS:
+                counts = [0] * (len(buckets) + 1)
+                total = 0.0
+                for stats in self._stats.values():
+                    histogram = stats.histograms[name]
+                    counts = [a + b for a, b in zip(counts, histogram.counts)]
+                    total += histogram.total
+                out[name] = {"bounds": list(buckets), "counts": counts, "count": sum(counts), "sum": total}
+            return out
+
+    def _distributions(self) -> dict[str, Distribution]:
+        """Each histogram's recent samples over every model name. Sorting 50,000 samples costs
+        milliseconds: it happens outside the lock (requests keep being observed), and with one model
+        name (the usual case) not at all when nothing was observed since the last snapshot (a live page
+        polls often)."""
+        pending: dict[str, tuple[_Histogram | None, int, list[float] | array[float]]] = {}
+        out: dict[str, Distribution] = {}
+        with self._lock:
+            for name, _, _, _ in _HISTOGRAMS:
+                if len(self._stats) == 1:
+                    only = next(iter(self._stats.values())).histograms[name]
+                    cached = only.cached_summary()
+                    if cached is not None:
+                        out[name] = cached
+                    else:
+                        pending[name] = (only, only.observed, only.samples.copy())
+                else:
+                    merged: list[float] = []
+                    for stats in self._stats.values():
+                        merged.extend(stats.histograms[name].samples)
+                    pending[name] = (None, 0, merged)
+        for name, (kept, observed, samples) in pending.items():
+            out[name] = Distribution.of(samples)
+            if kept is not None:
+                kept.keep_summary(observed, out[name])
+        return out
+
+    def snapshot(self, max_running: int, preemptions: int = 0, running: int = 0,
+                 waiting: int = 0) -> MetricsSnapshot:
         """Python values of the same numbers (all model names together)."""
         with self._lock:
             totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
             statuses: dict[int, int] = {}
             faults: dict[str, int] = {}
-            samples: dict[str, list[float]] = {name: [] for name, _, _, _ in _HISTOGRAMS}
             for stats in self._stats.values():
                 for key, value in stats.totals.items():
                     totals[key] += value
@@ -317,8 +413,7 @@ class Metrics:
                     statuses[status] = statuses.get(status, 0) + count
                 for kind, count in stats.faults.items():
                     faults[kind] = faults.get(kind, 0) + count
-                for name, histogram in stats.histograms.items():
-                    samples[name].extend(histogram.samples)
+        distributions = self._distributions()
         queried = totals["queried"]
         return MetricsSnapshot(
             requests_total=sum(statuses.values()),
@@ -331,10 +426,12 @@ class Metrics:
             cancelled=totals["cancelled"],
             max_running=max_running,
             faults=faults,
-            ttft=Distribution.of(samples["ttft"]),
-            itl=Distribution.of(samples["itl"]),
-            e2e=Distribution.of(samples["e2e"]),
-            queue_time=Distribution.of(samples["queue_time"]),
-            emit_lag=Distribution.of(samples["emit_lag"]),
+            ttft=distributions["ttft"],
+            itl=distributions["itl"],
+            e2e=distributions["e2e"],
+            queue_time=distributions["queue_time"],
+            emit_lag=distributions["emit_lag"],
             preemptions=preemptions,
+            running=running,
+            waiting=waiting,
         )

@@ -432,7 +432,8 @@ class Simulator:
     # --- reading ---
 
     def snapshot(self) -> MetricsSnapshot:
-        return self.metrics.snapshot(self.runtime.max_running(), self.runtime.kv_state()[1])
+        running, waiting = self.runtime.running_and_waiting()
+        return self.metrics.snapshot(self.runtime.max_running(), self.runtime.kv_state()[1], running, waiting)
 
     def prometheus_text(self) -> bytes:
         running, waiting = self.runtime.running_and_waiting()
