@@ -153,9 +153,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="Client processes, 8 closed-loop clients each")
     parser.add_argument("--plain", action="store_true", help="wrk with non-streamed chats only")
     parser.add_argument("--io", choices=["threads", "gevent"], default="threads", help="llmsim serve --io")
+    parser.add_argument("--serve-flags", default="", metavar="FLAGS",
+                        help="more llmsim serve flags, e.g. '--max-trace-requests 0' (to tell what a store costs)")
     args = parser.parse_args()
     flags = ["--speed", "inf"] if args.plain else ["--ttft", "0.002", "--itl", "0.0005", "--speed", "1"]
-    flags += ["--io", args.io]
+    flags += ["--io", args.io, *args.serve_flags.split()]
     with server_process(llmsim_argv(*flags)) as (process, url):
         wait_ready()
         start = rss_kib(process.pid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,29 @@ def test_a_guidellm_sweep_report_keeps_its_load_levels(tmp_path: Path) -> None:
     assert [(r.concurrency, r.rate, r.input_tokens, r.output_tokens) for r in rows] == [
         (1, None, 256, 64), (None, 2.5, 256, 64)]  # token counts from total_sum / count
     assert "skipped: a throughput benchmark (no single load level)" in notes[0]
+
+
+GUIDELLM_REPORT = Path(__file__).parent / "data" / "guidellm-0.8.1-sweep.json"
+
+
+def test_a_real_guidellm_sweep_report() -> None:
+    """A report guidellm 0.8.1 wrote running its sweep profile against `llmsim serve` (see
+    benchmarks/guidellm_fixture.py): synchronous, a throughput benchmark (skipped), and two constant rates,
+    whose requests guidellm sends evenly spaced, not Poisson."""
+    rows, notes = read_sweeps([GUIDELLM_REPORT])
+    assert [(r.concurrency, r.rate is not None, r.arrivals, r.num_prompts) for r in rows] == [
+        (1, False, "poisson", 30), (None, True, "constant", 30), (None, True, "constant", 30)]
+    assert all(r.input_tokens in range(255, 270) and r.output_tokens == 64 for r in rows)
+    assert "skipped: a throughput benchmark" in notes[0]
+    assert rows[1].workload() == f"rate {round(rows[1].rate or 0, 3)}/s (constant)"
+    config = SimConfig(profile="qwen2.5-0.5b-l4")
+    for row in rows[1:]:
+        even, poisson = predict_row(config, row), predict_row(config, replace(row, arrivals="poisson"))
+        assert even.req_per_s is not None and row.req_per_s is not None and poisson.req_per_s is not None
+        # 30 sends 1/rate apart, then the last one's E2E (Poisson gaps of 30 arrivals spread that span widely)
+        span = 29 / (row.rate or 1) + (even.e2e_p50_ms or 0) / 1000
+        assert even.req_per_s == pytest.approx(30 / span, rel=0.05)
+        assert poisson.req_per_s != pytest.approx(even.req_per_s, rel=0.05)
 
 
 def test_csv_with_a_published_tables_columns(tmp_path: Path) -> None:

@@ -207,7 +207,7 @@ def test_a_config_that_never_ends_is_a_usage_error(capsys: pytest.CaptureFixture
     started = time.monotonic()
     with pytest.raises(SystemExit) as caught:
         main(["serve", "--config", "/dev/zero", "--port", "0"])  # read without end, it grew ~1.3 GB/s
-    assert caught.value.code == 2 and time.monotonic() - started < 10
+    assert caught.value.code == 2 and time.monotonic() - started < 10  # ~0.1 s; unbounded before (margin: load)
     assert "larger than 16 MiB" in capsys.readouterr().err
 
 

@@ -60,7 +60,7 @@ class Served:
         assert self.process.poll() is None, f"the server died: exit {self.process.returncode}"
         started = time.monotonic()
         response = self.post(CHAT, chat(), timeout=10)
-        assert response.status_code == 200 and time.monotonic() - started < 5
+        assert response.status_code == 200 and time.monotonic() - started < 5  # ms when alive; 5 s: a loaded machine
 
     def stop(self) -> str:
         self.process.send_signal(signal.SIGINT)
@@ -209,7 +209,7 @@ def test_the_logprob_fan_out_counts_against_max_request_tokens(served: Served) -
     started = time.monotonic()
     error = expect_error(served.post(CHAT, chat(n=16, max_tokens=32000, logprobs=True, top_logprobs=20)), 400,
                          "request_too_large", "max_tokens")
-    assert "top_logprobs=20" in error["message"] and time.monotonic() - started < 5
+    assert "top_logprobs=20" in error["message"] and time.monotonic() - started < 5  # refused before any work: ms
     served.assert_alive()
 
 

