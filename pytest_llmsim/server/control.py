@@ -265,21 +265,23 @@ def _count_arg(args: MultiDict[str, str], name: str, default: int) -> int:
 
 def _filtered(records: list[RequestRecord], args: MultiDict[str, str]) -> list[RequestRecord]:
     """The records matching ``api``, ``status`` (a code, or a class such as ``4xx``) and ``model``."""
-    api, status, model = args.get("api"), args.get("status"), args.get("model")
-    if status is not None and not (status.isdigit() or (len(status) == 3 and status[0].isdigit()
-                                                         and status[1:].lower() == "xx")):
-        raise ValueError(f"query parameter 'status' must be a status code or a class such as '4xx', not {status!r}")
-    out = []
-    for record in records:
-        if api is not None and record.api != api:
-            continue
-        if model is not None and record.model != model:
-            continue
-        if status is not None and not (str(record.status) == status or
-                                       (status[1:].lower() == "xx" and str(record.status)[0] == status[0])):
-            continue
-        out.append(record)
-    return out
+    api, model = args.get("api"), args.get("model")
+    status_matches = _status_matcher(args.get("status"))
+    return [record for record in records if (api is None or record.api == api)
+            and (model is None or record.model == model) and status_matches(record.status)]
+
+
+def _status_matcher(status: str | None) -> Callable[[int], bool]:
+    """``status`` as a test of a status code: any (None), one code (``429``), or a class (``4xx``)."""
+    if status is None:
+        return lambda code: True
+    if status.isdigit():
+        wanted = int(status)
+        return lambda code: code == wanted
+    if len(status) == 3 and status[0].isdigit() and status[1:].lower() == "xx":
+        hundreds = int(status[0])
+        return lambda code: code // 100 == hundreds
+    raise ValueError(f"query parameter 'status' must be a status code or a class such as '4xx', not {status!r}")
 
 
 def _without_profile_paths(settings: dict[str, Any], in_force: tuple[str | None, ...]) -> dict[str, Any]:
