@@ -372,31 +372,34 @@ class Metrics:
                 out[name] = {"bounds": list(buckets), "counts": counts, "count": sum(counts), "sum": total}
             return out
 
-    def _distributions(self) -> dict[str, Distribution]:
-        """Each histogram's recent samples over every model name. Sorting 50,000 samples costs
-        milliseconds: it happens outside the lock (requests keep being observed), and with one model
-        name (the usual case) not at all when nothing was observed since the last snapshot (a live page
-        polls often)."""
-        pending: dict[str, tuple[_Histogram | None, int, list[float] | array[float]]] = {}
-        out: dict[str, Distribution] = {}
-        with self._lock:
-            for name, _, _, _ in _HISTOGRAMS:
-                if len(self._stats) == 1:
-                    only = next(iter(self._stats.values())).histograms[name]
-                    cached = only.cached_summary()
-                    if cached is not None:
-                        out[name] = cached
-                    else:
-                        pending[name] = (only, only.observed, only.samples.copy())
-                else:
-                    merged: list[float] = []
-                    for stats in self._stats.values():
-                        merged.extend(stats.histograms[name].samples)
-                    pending[name] = (None, 0, merged)
-        for name, (kept, observed, samples) in pending.items():
+    def _recent_samples(self) -> dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]]:
+        """Per histogram (called holding the lock): its summary if nothing was observed since it was made, else
+        a copy of the recent samples to summarise outside the lock (sorting 50,000 costs milliseconds while
+        requests keep being observed), with the histogram and its count to keep the summary on. With one model
+        name (the usual case) a live page polling an idle backend sorts nothing."""
+        out: dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]] = {}
+        for name, _, _, _ in _HISTOGRAMS:
+            if len(self._stats) == 1:
+                only = next(iter(self._stats.values())).histograms[name]
+                out[name] = (only, only.observed, only.cached_summary() or only.samples.copy())
+            else:
+                merged: list[float] = []
+                for stats in self._stats.values():
+                    merged.extend(stats.histograms[name].samples)
+                out[name] = (None, 0, merged)
+        return out
+
+    @staticmethod
+    def _summarised(recent: dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]]
+                    ) -> dict[str, Distribution]:
+        out = {}
+        for name, (histogram, observed, samples) in recent.items():
+            if isinstance(samples, Distribution):
+                out[name] = samples
+                continue
             out[name] = Distribution.of(samples)
-            if kept is not None:
-                kept.keep_summary(observed, out[name])
+            if histogram is not None:
+                histogram.keep_summary(observed, out[name])
         return out
 
     def snapshot(self, max_running: int, preemptions: int = 0, running: int = 0,
@@ -413,7 +416,8 @@ class Metrics:
                     statuses[status] = statuses.get(status, 0) + count
                 for kind, count in stats.faults.items():
                     faults[kind] = faults.get(kind, 0) + count
-        distributions = self._distributions()
+            recent = self._recent_samples()  # under the same lock: the counts and the samples agree
+        distributions = self._summarised(recent)
         queried = totals["queried"]
         return MetricsSnapshot(
             requests_total=sum(statuses.values()),

@@ -70,13 +70,16 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
     """The picture of a trace's requests and batch samples (see :meth:`TraceRecorder.snapshot`)."""
     left_out = max(0, len(requests) - MAX_ROWS) + dropped
     requests = requests[-MAX_ROWS:]  # in order of arrival
-    if left_out and requests:  # the axis starts at the first request drawn, its batch state then
-        start = requests[0].at
-        before = [sample for sample in samples if sample[0] <= start]
-        samples = [(start, before[-1][1], before[-1][2])] * bool(before) + [s for s in samples if s[0] > start]
+    # The axis starts at 0, or, when earlier requests are left out, where the first one drawn arrived (the
+    # batch chart then starts with the state it had at that instant).
+    origin = requests[0].at if left_out and requests else 0.0
+    if origin:
+        before = [sample for sample in samples if sample[0] <= origin]
+        samples = [sample for sample in samples if sample[0] > origin]
+        if before:
+            samples.insert(0, (origin, before[-1][1], before[-1][2]))
     times = [r.at for r in requests] + [r.end for r in requests] + [s[0] for s in samples]
-    # the axis starts at 0, or where the first request drawn arrived when earlier ones are left out
-    start, stop = (min(0.0 if not left_out else times[0], *times), max(times)) if times else (0.0, 1.0)
+    start, stop = (min(origin, *times), max(times)) if times else (0.0, 1.0)
     if stop <= start:
         stop = start + 1e-3
     plot = WIDTH - LEFT - RIGHT
