@@ -8,7 +8,14 @@ import pytest
 import tiktoken
 import tiktoken.load
 
-from pytest_llmsim.sim.tokens import ChatMessage, Tokenizer, _unassigned_ids, cached_encoding_path, load_encoding
+from pytest_llmsim.sim.tokens import (
+    PROBATION_TEXT_CHARS,
+    ChatMessage,
+    Tokenizer,
+    _unassigned_ids,
+    cached_encoding_path,
+    load_encoding,
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +94,8 @@ def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: 
     assert tokenizer.encode(system) == real(system) and calls.count(system) == 1
     # bounded by the texts' length: past the budget it starts afresh (and still answers right)
     monkeypatch.setattr("pytest_llmsim.sim.tokens.SEEN_TEXT_CHARS", len(system) + 10)
-    assert tokenizer.encode("something else entirely") == real("something else entirely")
+    for _ in range(2):  # seen twice: kept for long, where it pushes the system prompt out
+        assert tokenizer.encode("something else entirely") == real("something else entirely")
     assert tokenizer.encode(system) == real(system) and calls.count(system) == 2
     huge = "x " * (len(system) + 10)  # longer than the budget: encoded, never kept
     tokenizer.encode(huge)
@@ -169,3 +177,27 @@ def test_the_vocabulary_is_scanned_once_however_many_requests_need_it_first(
         thread.join()
     assert answers == [False] * len(tokenizers)
     assert decoded == encoding.n_vocab  # one scan, not one per thread
+
+
+def test_texts_seen_once_do_not_fill_the_memory_of_repeated_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text seen once (a conversation's new turn, an answer sent back) is kept only on probation, in a
+    small store; only a text that comes again is kept for long. A long soak of unique texts had filled the
+    1 MiB store at ~40 bytes per character (its ids are int objects): RSS rose for tens of minutes."""
+    tokenizer = Tokenizer(load_encoding("llmsim"))
+    calls: list[str] = []
+    real = tokenizer.encoding.encode_ordinary
+
+    class Counting:
+        def encode_ordinary(self, text: str) -> list[int]:
+            calls.append(text)
+            return real(text)
+
+    monkeypatch.setattr(tokenizer, "encoding", Counting())
+    system = "You are a careful assistant. " * 200
+    for i in range(20_000):
+        assert tokenizer.count(f"turn {i}: the answer was {i * 7919} tokens long") > 0
+        if i % 1000 == 0:
+            assert tokenizer.encode(system) == real(system)
+    assert calls.count(system) == 1  # repeated: encoded once, kept
+    kept = tokenizer.seen_chars()
+    assert kept["long"] == len(system) and kept["probation"] <= PROBATION_TEXT_CHARS
