@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_helpers import Recorder, make_engine, prompt
+from engine_helpers import Recorder, gaps, make_engine, prompt
 
 from pytest_llmsim import ConfigError, LLMBackend, SimConfig
 from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep
@@ -305,3 +305,51 @@ def test_the_fit_runs_in_this_process_where_no_pool_can_start(monkeypatch: pytes
     alone = calibrate(rows, budgets=(512, 1024), workers=1)
     monkeypatch.setattr(calibration, "ProcessPoolExecutor", no_pool)
     assert calibrate(rows, budgets=(512, 1024), workers=2).config == alone.config
+
+
+@pytest.mark.parametrize("trim_every", [4096, 7, 1])
+def test_gaps_kept_per_step_match_the_tokens_as_emitted(monkeypatch: pytest.MonkeyPatch, trim_every: int) -> None:
+    """Decodes in consecutive steps share the step timeline's gaps (copied when a run ends): every
+    sequence's gaps are still exactly the differences of its token times, through a token budget that
+    leaves decodes out of a step, a slow sequence, preemptions, a cancellation and the timeline's trims."""
+    from pytest_llmsim.sim import step_engine
+
+    monkeypatch.setattr(step_engine, "_TRIM_EVERY", trim_every)
+    eng, rec = engine(jitter=0.2, max_num_batched_tokens=40, kv_cache_blocks=24, block_size=16,
+                      max_batch_size=16)
+    seqs = [SimSequence(prompt(20 + 3 * i, 1000 * i), 30 + 7 * i, index=i) for i in range(14)]
+    seqs[3].latency_scale = 2.0  # emits on every other step
+    for i, seq in enumerate(seqs):
+        eng.submit(seq, at=0.002 * i)
+    eng.advance(0.05)
+    eng.cancel(seqs[5])
+    eng.run_until_idle()
+    assert eng.preemptions > 0  # the KV cache ran short: runs were cut and resumed
+    assert trim_every > 100 or eng._first_step > 0  # the timeline was trimmed while sequences decoded
+    for seq in seqs:
+        assert seq.state in (SeqState.FINISHED, SeqState.CANCELLED)
+        assert list(seq.gaps) == gaps(rec.tokens.get(seq.index, [])), seq.index
+        assert seq.gaps.count == max(0, seq.emitted - 1)
+
+
+def test_the_batch_split_by_phase_stays_what_walking_the_batch_finds() -> None:
+    """A step is composed from the decoders and the prefills kept apart as sequences change phase (not by
+    walking the batch): at every event they are the running batch's, in admission order, and the decoders'
+    context is the sum of what each attends, through preemptions, a token budget shorter than the batch,
+    prompts of different lengths (a later admission finishing its prefill first) and a cancellation."""
+    eng, _ = engine(jitter=0.2, max_num_batched_tokens=24, kv_cache_blocks=30, block_size=16, max_batch_size=20)
+    seqs = [SimSequence(prompt(60 - 4 * (i % 5), 1000 * i), 20 + 5 * i, index=i) for i in range(18)]
+    for i, seq in enumerate(seqs):
+        eng.submit(seq, at=0.001 * i)
+    checked = 0
+    while eng.next_event_time() is not None:
+        eng.advance(eng.next_event_time() or 0.0, max_events=1)
+        if checked == 40:
+            eng.cancel(seqs[4])
+        running = list(eng._running)
+        assert list(eng._decoders) == [seq for seq in running if seq.prefill_left == 0]
+        assert list(eng._prefills) == [seq for seq in running if seq.prefill_left > 0]
+        assert eng._decoder_context == sum(len(seq.prompt_tokens) + seq.emitted for seq in eng._decoders)
+        checked += 1
+    assert eng.preemptions > 0 and checked > 100
+    assert all(seq.state in (SeqState.FINISHED, SeqState.CANCELLED) for seq in seqs)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -46,6 +47,8 @@ MOST_ARRIVALS = 2000
 
 
 class _Recorder:
+    wants_tokens = False  # the step engine skips on_token: only finishes matter here
+
     def __init__(self) -> None:
         self.finished: list[SimSequence] = []
 
@@ -148,10 +151,14 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
         if busy and last_send > wave_end:
             duration += (prompts - len(done)) * (last_send - wave_end) / busy
     # Gaps by value: the decodes of one step share its gap, so there are about as many values as steps.
-    by_gap: dict[float, float] = {}
-    for seq, seq_weight in zip(done, weights):
-        for gap, repeat in seq.gaps.runs():
-            by_gap[gap] = by_gap.get(gap, 0.0) + seq_weight * repeat
+    # Counted per wave (in C, see Gaps.tally), then weighted.
+    first_gaps: Counter[float] = Counter()
+    later_gaps: Counter[float] = Counter()
+    for i, seq in enumerate(done):
+        seq.gaps.tally(first_gaps if i < first_wave else later_gaps)
+    by_gap = {gap: float(count) for gap, count in first_gaps.items()}
+    for gap, count in later_gaps.items():
+        by_gap[gap] = by_gap.get(gap, 0.0) + weight * count
     return replace(row,
                    ttft_p50_ms=_weighted_median([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
                    itl_p50_ms=_weighted_median(list(by_gap.items())) * 1000 if by_gap else None,

@@ -39,7 +39,11 @@ __all__ = ["Engine", "EngineListener", "Gaps", "SeqState", "SimSequence"]
 
 
 class EngineListener(Protocol):
-    """Receives what the engine does, in virtual-time order."""
+    """Receives what the engine does, in virtual-time order.
+
+    A listener with ``wants_tokens = False`` is a hint that only finishes matter: the step-cost engine
+    then does not call :meth:`on_token` (one call per token saved when calibrating).
+    """
 
     def on_token(self, seq: SimSequence, now: float) -> None:
         """``seq`` has emitted ``seq.emitted`` tokens by ``now``.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections import Counter
 from collections.abc import Iterator
 from collections.abc import Sequence as TokenIds
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from enum import Enum
 from typing import Any
 
 __all__ = ["Gaps", "SeqState", "SimSequence"]
+
+
+_ONES = array("q", [1]) * 4096
 
 
 class SeqState(Enum):
@@ -53,6 +57,28 @@ class Gaps:
             self._counts.append(count)
         self.count += count
 
+    def extend(self, values: array[float]) -> None:
+        """Add ``values`` in order: one run when they are all equal, else one entry each (the step-cost
+        engine's shared step timeline, handed over in C-speed slices instead of one call per token)."""
+        count = len(values)
+        if not count:
+            return
+        first = values[0]
+        if values.count(first) == count:
+            self.add(first, count)
+            return
+        self._values.extend(values)
+        self._counts.extend(_ONES[:count] if count <= len(_ONES) else array("q", [1]) * count)
+        self.count += count
+
+    def tally(self, into: Counter[float]) -> None:
+        """Count each gap into ``into`` by value (a histogram, for medians)."""
+        if self.count == len(self._values):
+            into.update(self._values)  # one run per gap (jittered steps): counted in C
+            return
+        for value, count in zip(self._values, self._counts):
+            into[value] += count
+
     def runs(self) -> list[tuple[float, int]]:
         """``(gap, how many times in a row)`` pairs, in order."""
         return list(zip(self._values, self._counts))
@@ -61,6 +87,8 @@ class Gaps:
         values = self._values
         if len(values) <= 1:  # the common case, a constant step: no sum to build
             return values[0] * self._counts[0] if values else 0.0
+        if self.count == len(values):  # one gap per entry (jittered steps): summed in C
+            return math.fsum(values)
         return math.fsum(value * count for value, count in zip(values, self._counts))
 
     def __len__(self) -> int:
@@ -98,6 +126,10 @@ class SimSequence:
     kv_boundary: int = 0  # emitted tokens at which its blocks are full (see KVBlocks.needs_block)
     prefill_left: int = 0  # step-cost mode: prompt tokens still to compute
     step_credit: float = 0.0  # step-cost mode: a slow sequence emits on every 1/latency_scale-th step
+    # Step-cost mode: the step of its latest token, and the step from which its gaps are not yet in ``gaps``
+    # (they are the shared step timeline's, copied over when the run of consecutive steps ends).
+    last_step: int = -1
+    run_from: int = -1
     step_serial: int = -1  # serial of its pending step event; older ones are stale
     admission: int = 0  # order of its latest admission
     state: SeqState = SeqState.PENDING

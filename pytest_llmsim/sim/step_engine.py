@@ -47,11 +47,19 @@ with none free preempts the latest admitted), LoRA limits, cancellation and
 the listener work as in the default mode. A ``slow`` fault's sequence emits
 on one step in ``factor`` (the step is shared, so it cannot be stretched for
 one sequence).
+
+Cost. The decodes of one step share its gap, so the engine keeps the gaps
+once per step (the step timeline) and a sequence's own :class:`~.sequence.Gaps`
+get them as one slice when its run of consecutive steps ends (it finishes,
+is preempted or cancelled, or misses a step): not one call per token. A
+sweep's prediction is two to four times faster for it (``docs/simulation.md``).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
+from itertools import islice
 
 from .engine import Engine, SeqState, SimSequence
 
@@ -73,6 +81,19 @@ class StepEngine(Engine):
         self._start_pending = False
         self._front_end_free = -math.inf  # when the API server's event loop is done with the last request
         self.steps = 0
+        # The step timeline: each step's gap (its end less the previous step's), step ``k`` at
+        # ``_step_gaps[k - _first_step]``. A sequence that decodes in consecutive steps shares these gaps:
+        # they are copied into its own in one slice when its run ends (finish, preemption, a skipped step),
+        # not added one call per token. Steps older than every pending run are dropped now and then.
+        # The running batch split by phase, each in admission order (what a step is composed from), and the
+        # context the decoders attend in all: kept as sequences change phase, so composing a step does not
+        # walk the batch.
+        self._decoders: dict[SimSequence, None] = {}
+        self._prefills: dict[SimSequence, None] = {}
+        self._decoder_context = 0
+        self._step_gaps = array("d")
+        self._first_step = 0
+        self._last_end = 0.0
 
     # --- arrivals: after the API server's own time ---
 
@@ -98,6 +119,7 @@ class StepEngine(Engine):
     def _schedule_prefill(self, seq: SimSequence, at: float, uncached: int, resumed: bool) -> None:
         """An admitted sequence prefills in the next step (the one in flight is already composed)."""
         seq.prefill_left = max(1, uncached)  # vLLM always computes at least the last prompt token
+        self._prefills[seq] = None  # admitted last: last in admission order
         if resumed:
             assert seq.last_token_at is not None
         if self._step_end is None and not self._ending and not self._start_pending:
@@ -105,24 +127,47 @@ class StepEngine(Engine):
             self._start_pending = True
             self._push(max(self.now, at), _STEP_START, seq)
 
+    def _start_decoding(self, seq: SimSequence) -> None:
+        """``seq``'s prompt is computed: it decodes from the next step on."""
+        del self._prefills[seq]
+        decoders = self._decoders
+        if decoders and next(reversed(decoders)).admission > seq.admission:
+            # A later admission done first: it cannot be while prefill chunks go to the oldest first (an older
+            # prefill ends no later), kept so a change of that rule cannot reorder the steps unseen.
+            decoders[seq] = None
+            self._decoders = dict.fromkeys(sorted(decoders, key=lambda each: each.admission))
+        else:
+            decoders[seq] = None
+        self._decoder_context += len(seq.prompt_tokens) + seq.emitted
+
+    def _leave_batch(self, seq: SimSequence) -> None:
+        """``seq`` leaves the running batch (finished, cancelled, preempted): out of its phase's list."""
+        if self._decoders.pop(seq, False) is None:
+            self._decoder_context -= len(seq.prompt_tokens) + seq.emitted
+        else:
+            self._prefills.pop(seq, None)
+
     def _begin_step(self, start: float) -> None:
         config = self.config
         budget = config.max_num_batched_tokens
-        decoding, prefilling = [], []
-        kv_tokens = 0
-        by_admission = list(self._running)  # admission order already
-        for seq in by_admission:
-            if seq.prefill_left == 0 and seq.emitted < seq.output_length and budget > 0:
-                decoding.append(seq)
-                kv_tokens += len(seq.prompt_tokens) + seq.emitted
-                budget -= 1
+        decoders = self._decoders
+        if len(decoders) <= budget:  # every decode fits the token budget (the usual case)
+            decoding = list(decoders)
+            kv_tokens = self._decoder_context
+        else:  # the oldest admitted first
+            decoding = list(islice(decoders, budget))
+            kv_tokens = sum(len(seq.prompt_tokens) + seq.emitted for seq in decoding)
+        budget -= len(decoding)
+        prefilling = []
         prefill_tokens = 0
-        for seq in by_admission:
-            if seq.prefill_left > 0 and budget > 0:
+        if budget > 0:
+            for seq in self._prefills:
                 chunk = min(seq.prefill_left, budget)
                 prefilling.append((seq, chunk))
                 prefill_tokens += chunk
                 budget -= chunk
+                if budget <= 0:
+                    break
         if not decoding and not prefilling:
             self._step_end = None
             return
@@ -136,6 +181,8 @@ class StepEngine(Engine):
         self._decoding, self._prefilling = decoding, prefilling
         self._step_end = max(self.now, start + duration)
         self.steps += 1
+        if self.steps % _TRIM_EVERY == 0:
+            self._trim_timeline()
         self._push(self._step_end, _BATCH_STEP, self._decoding[0] if decoding else prefilling[0][0])
 
     def _on_event(self, kind: int) -> None:
@@ -155,7 +202,12 @@ class StepEngine(Engine):
         self._ending = True
         self._step_end = None
         running = SeqState.RUNNING
-        on_token = self.listener.on_token
+        # A listener that only needs the finishes (the calibration's) says so: a call per token saved.
+        on_token = self.listener.on_token if getattr(self.listener, "wants_tokens", True) else None
+        step = self._first_step + len(self._step_gaps)  # this step's number
+        self._step_gaps.append(now - self._last_end)  # the gap of a decode whose last token was the last step's
+        self._last_end = now
+        previous = step - 1
         try:
             for seq in self._decoding:
                 if seq.state is not running:
@@ -173,10 +225,16 @@ class StepEngine(Engine):
                         continue
                     kv.grow(seq)
                 # _emit, inlined (per token, the engine's hottest loop)
-                seq.gaps.add(now - seq.last_token_at)  # type: ignore[operator]  # set by the first token
+                if seq.last_step != previous:  # it missed a step: its run ends, this gap is its own
+                    self._flush_run(seq)
+                    seq.gaps.add(now - seq.last_token_at)  # type: ignore[operator]  # set by the first token
+                    seq.run_from = step
+                seq.last_step = step
                 seq.emitted += 1
+                self._decoder_context += 1
                 seq.last_token_at = now
-                on_token(seq, now)
+                if on_token is not None:
+                    on_token(seq, now)
                 if seq.emitted >= seq.output_length:
                     self._finish(seq, SeqState.FINISHED)
             for seq, chunk in self._prefilling:
@@ -185,6 +243,7 @@ class StepEngine(Engine):
                 seq.prefill_left -= chunk
                 if seq.prefill_left > 0:
                     continue
+                self._start_decoding(seq)
                 if seq.first_token_at is None:
                     self._prefill_done(seq, now)
                     assert seq.admitted_at is not None
@@ -193,7 +252,9 @@ class StepEngine(Engine):
                         self._finish(seq, SeqState.FINISHED)
                         continue
                     seq.emitted = 1
+                    self._decoder_context += 1
                     seq.last_token_at = now
+                    seq.last_step = seq.run_from = step
                     self.listener.on_token(seq, now)
                     if seq.emitted >= seq.output_length:
                         self._finish(seq, SeqState.FINISHED)
@@ -202,3 +263,37 @@ class StepEngine(Engine):
         finally:
             self._ending = False
         self._begin_step(now)
+
+    # --- the step timeline ---
+
+    def _flush_run(self, seq: SimSequence) -> None:
+        """Copy the gaps of ``seq``'s run of consecutive steps (after ``run_from``, to ``last_step``) into it."""
+        if seq.last_step > seq.run_from >= 0:
+            first = self._first_step
+            seq.gaps.extend(self._step_gaps[seq.run_from + 1 - first:seq.last_step + 1 - first])
+        seq.run_from = seq.last_step
+
+    def _finish(self, seq: SimSequence, state: SeqState) -> None:
+        self._flush_run(seq)  # complete before anyone reads them
+        if seq.state is SeqState.RUNNING:
+            self._leave_batch(seq)
+        super()._finish(seq, state)
+
+    def _preempt(self, requester: SimSequence) -> bool:
+        victim = next(reversed(self._running))
+        self._flush_run(victim)  # its run ends here
+        self._leave_batch(victim)
+        return super()._preempt(requester)
+
+    def _trim_timeline(self) -> None:
+        """Drop the steps no pending run starts before."""
+        keep_from = min((seq.run_from for seq in self._running if seq.last_step > seq.run_from >= 0),
+                        default=self._first_step + len(self._step_gaps) - 1)
+        drop = keep_from + 1 - self._first_step
+        if drop > 0:
+            del self._step_gaps[:drop]
+            self._first_step += drop
+
+
+#: Steps between two trims of the step timeline (each walks the running batch once).
+_TRIM_EVERY = 4096
