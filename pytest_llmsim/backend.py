@@ -31,10 +31,17 @@ class LLMBackend(BackendAssertions):
     """
 
     def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
-                 control_token: str | None = None, allowed_hosts: Iterable[str] = (), **settings: Any) -> None:
+                 control_token: str | None = None, allowed_hosts: Iterable[str] = (), *,
+                 shared_port: bool = False, own_port: int = 0, **settings: Any) -> None:
+        """``shared_port``: bind ``port`` with ``SO_REUSEPORT``, so backends in several processes listening
+        on it share its connections (``llmsim serve --replicas N --shared-port``), and listen on ``own_port``
+        too (0: a free one; see :attr:`own_url`), where this backend alone answers."""
         base = (config or SimConfig()).replace(**settings)
         self._simulator = Simulator(base, MODEL_CONTENT)
         self._server = SimulatorServer(self._simulator, host, port)
+        if shared_port:
+            self._server.reuse_port = True
+            self._server.own_port = own_port
         self._verbs = BackendVerbs(self._server)  # the verbs the control API serves too
         # the control API (/llmsim/v1/...) then needs "Authorization: Bearer <token>"
         self._server.control.token = control_token
@@ -95,6 +102,15 @@ class LLMBackend(BackendAssertions):
     def url_for(self, path: str) -> str:
         """Absolute URL of ``path`` on this backend."""
         return self._server.url_for(path)
+
+    @property
+    def own_url(self) -> str | None:
+        """With ``shared_port``: ``http://127.0.0.1:OWN_PORT``, this backend's own address (its ``/metrics`` and
+        control API, which the shared port would hand to any backend listening on it); else None."""
+        own = self._server.own_port
+        if own is None:
+            return None
+        return f"{self.root_url.rsplit(':', 1)[0]}:{own}"
 
     @property
     def ca_file(self) -> str:

@@ -279,6 +279,15 @@ def _fleet_of_three(tmp_path: Any) -> tuple[subprocess.Popen[str], Any, list[str
     return process, errors, [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(3)]
 
 
+def _stop_fleet(process: subprocess.Popen[str], errors: Any) -> None:
+    """Ctrl-C the fleet's parent, wait for it, close its pipe and the stderr file."""
+    process.send_signal(signal.SIGINT)
+    process.wait(20)
+    if process.stdout is not None:
+        process.stdout.close()
+    errors.close()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(tmp_path: Any) -> None:
     process, errors, urls = _fleet_of_three(tmp_path)
@@ -297,11 +306,7 @@ def test_a_killed_replica_is_restarted_on_its_port_and_the_fleet_keeps_serving(t
 
         assert _wait_until(logged)  # the replica may serve a moment before the parent logs it
     finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(20)
-        if process.stdout is not None:
-            process.stdout.close()
-        errors.close()
+        _stop_fleet(process, errors)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -319,6 +324,45 @@ def test_replicas_exit_quietly_when_their_parent_is_killed(tmp_path: Any) -> Non
         if process.stdout is not None:
             process.stdout.close()
         errors.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreads connections, reads /proc")
+@pytest.mark.parametrize("io", ["threads", "gevent"])
+def test_a_fleet_on_one_shared_port_spreads_connections_and_heals(tmp_path: Any, io: str) -> None:
+    """``--replicas 2 --shared-port``: both listen on one port (the kernel spreads new connections across
+    them) and each on its own; each counts what it served; a killed replica comes back on both."""
+    if io == "gevent":
+        pytest.importorskip("gevent")
+    errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - closed below
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "2",
+                                "--shared-port", "--speed", "inf", "--io", io], stdout=subprocess.PIPE, stderr=errors,
+                               text=True)
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(2)]
+        shared = {line.split(" at ")[1].split(",")[0] for line in lines}
+        own = [line.split("its own port ")[1].split()[0] for line in lines]
+        assert len(shared) == 1 and len(set(own)) == 2, lines
+        (url,) = shared
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        for _ in range(80):  # a new connection each: the kernel picks a listener per connection
+            assert httpx.post(url + "/completions", json=body).status_code == 200
+
+        def served() -> list[int]:
+            return [httpx.get(base + "/llmsim/v1/metrics").json()["requests_total"] for base in own]
+
+        counts = served()
+        assert sum(counts) == 80 and min(counts) > 0, counts
+        (victim,) = _children(process.pid)
+        os.kill(victim, signal.SIGKILL)
+        assert _wait_until(lambda: victim not in _children(process.pid) and len(_children(process.pid)) == 1)
+        assert _wait_until(lambda: all(_serves(base) for base in own))  # back on its own port
+        for _ in range(40):
+            assert httpx.post(url + "/completions", json=body).status_code == 200
+        after = served()
+        assert after[0] >= counts[0] and after[1] > 0 and after[0] + after[1] - counts[0] == 40, (counts, after)
+    finally:
+        _stop_fleet(process, errors)
 
 
 def test_replicas_are_checked() -> None:

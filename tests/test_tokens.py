@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 import tiktoken
@@ -71,9 +72,8 @@ def test_chat_prompt_counts_as_openai_counts(tokenizer: Tokenizer) -> None:
     assert len(tokenizer.chat_prompt(messages)) == expected
 
 
-def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A system prompt that comes with every request is tokenized once; the ids handed out are the
-    encoding's, and a caller changing its list changes nothing for the next one."""
+def _counting_tokenizer(monkeypatch: pytest.MonkeyPatch) -> tuple[Tokenizer, list[str], Callable[[str], list[int]]]:
+    """A tokenizer whose encoding notes each text it encodes; the list of texts, and the real encoder."""
     tokenizer = Tokenizer(load_encoding("llmsim"))
     calls: list[str] = []
     real = tokenizer.encoding.encode_ordinary
@@ -84,6 +84,13 @@ def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: 
             return real(text)
 
     monkeypatch.setattr(tokenizer, "encoding", Counting())
+    return tokenizer, calls, real
+
+
+def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system prompt that comes with every request is tokenized once; the ids handed out are the
+    encoding's, and a caller changing its list changes nothing for the next one."""
+    tokenizer, calls, real = _counting_tokenizer(monkeypatch)
     system = "You are a careful assistant. " * 200
     messages = [ChatMessage("system", system), ChatMessage("user", "hi")]
     first = tokenizer.chat_prompt(messages)
@@ -181,18 +188,9 @@ def test_the_vocabulary_is_scanned_once_however_many_requests_need_it_first(
 
 def test_texts_seen_once_do_not_fill_the_memory_of_repeated_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A text seen once (a conversation's new turn, an answer sent back) is kept only on probation, in a
-    small store; only a text that comes again is kept for long. A long soak of unique texts had filled the
-    1 MiB store at ~40 bytes per character (its ids are int objects): RSS rose for tens of minutes."""
-    tokenizer = Tokenizer(load_encoding("llmsim"))
-    calls: list[str] = []
-    real = tokenizer.encoding.encode_ordinary
-
-    class Counting:
-        def encode_ordinary(self, text: str) -> list[int]:
-            calls.append(text)
-            return real(text)
-
-    monkeypatch.setattr(tokenizer, "encoding", Counting())
+    small store; only a text that comes again is kept for long. Before, a long soak's unique texts filled the
+    1 MiB store for the whole run (~14 bytes per character or more: its ids are int objects)."""
+    tokenizer, calls, real = _counting_tokenizer(monkeypatch)
     system = "You are a careful assistant. " * 200
     for i in range(20_000):
         assert tokenizer.count(f"turn {i}: the answer was {i * 7919} tokens long") > 0

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -109,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Serve N independent backends, each in its own process (its own batch, queue, cache "
                             "and metrics) on consecutive ports from --port (free ports with --port 0): a fleet for "
                             "router tests (default: 1)")
+    serve.add_argument("--shared-port", action="store_true",
+                       help="With --replicas: every replica listens on --port (SO_REUSEPORT: the kernel spreads "
+                            "connections across them), and each also on a port of its own, printed at start "
+                            "(consecutive after --port, or free ones with --port 0), for its metrics and control "
+                            "API")
+    serve.add_argument("--own-port", type=_port, default=None, help=argparse.SUPPRESS)  # a replica's, from its parent
     serve.add_argument("--io", choices=IO_MODES, default="threads",
                        help="How connections are served: 'threads' (a handler thread per connection; the "
                             "default, as inside pytest) or 'gevent' (one thread, a greenlet per connection: "
@@ -347,8 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"--control-token TOKEN, or say --allow-remote-control to serve it to anyone who can reach "
                      f"the port")
     allowed_hosts = [name.strip() for name in args.allowed_hosts.split(",") if name.strip()]
+    if args.shared_port and not hasattr(socket, "SO_REUSEPORT"):
+        parser.error("--shared-port needs SO_REUSEPORT, which this platform's sockets do not have")
+    own_port = args.own_port if args.own_port is not None else (args.port + 1 if args.shared_port and args.port else 0)
     backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token,
-                         allowed_hosts=allowed_hosts)
+                         allowed_hosts=allowed_hosts, shared_port=args.shared_port, own_port=own_port)
     for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)
     for rule in rules:
@@ -356,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     replicas: list[tuple[subprocess.Popen[str], str]] = []
     try:
         backend.start()
-        replicas = start_replicas(argv[argv.index("serve") + 1:], args)
+        shared = backend.port if args.shared_port else None
+        replicas = start_replicas(argv[argv.index("serve") + 1:], args, shared)
     except OSError as error:  # its message names the address
         backend.stop()
         print(f"llmsim: {error.strerror or error}", file=sys.stderr)
@@ -372,16 +383,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    say(f"llmsim serving {backend.config.model!r} at {backend.base_url} (Ctrl-C to stop)")
+    own = f", its own port {backend.own_url}" if backend.own_url else ""
+    say(f"llmsim serving {backend.config.model!r} at {backend.base_url}{own} (Ctrl-C to stop)")
     if backend.config.tls:
         say(f"llmsim: HTTPS certificate authority (trust it in clients, e.g. SSL_CERT_FILE): {backend.ca_file}")
     for number, (_, url) in enumerate(replicas, 2):
-        say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {url}")
+        at = f"{backend.base_url}, its own port {url}" if shared is not None else url
+        say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {at}")
     # after the serving lines, which scripts read for the URLs
-    say(f"llmsim: live page at {backend.url_for('/llmsim/ui')}" + ("#token=TOKEN" if args.control_token else ""))
+    page = f"{backend.own_url}/llmsim/ui" if backend.own_url else backend.url_for("/llmsim/ui")  # this replica's
+    say(f"llmsim: live page at {page}" + ("#token=TOKEN" if args.control_token else ""))
     serve_argv = argv[argv.index("serve") + 1:]
     while not stop.wait(0.5):
-        heal(replicas, serve_argv)  # a dead replica comes back on its port; the others never stopped
+        heal(replicas, serve_argv, shared)  # a dead replica comes back on its port; the others never stopped
     stop_replicas(replicas)
     backend.stop()
     say("llmsim stopped")

@@ -1,5 +1,6 @@
 """``llmsim serve --replicas N``: the extra replicas, each an ``llmsim serve`` process that dies with its
-parent, restarted on its own port when it exits."""
+parent, restarted on its own port when it exits. With ``--shared-port`` they all listen on the parent's
+port too (``SO_REUSEPORT``); a replica's URL here is then its own port's."""
 
 from __future__ import annotations
 
@@ -19,33 +20,39 @@ __all__ = ["heal", "say", "start_replicas", "stop_replicas"]
 Replica = tuple[subprocess.Popen[str], str]  # the process and its URL
 
 
-def _replica_argv(argv: Sequence[str], port: int) -> list[str]:
-    """``llmsim serve`` arguments for one more replica: the same, on ``port``, as a single replica."""
+def _replica_argv(argv: Sequence[str], port: int, shared: int | None = None) -> list[str]:
+    """``llmsim serve`` arguments for one more replica: the same, on ``port``, as a single replica (with a
+    ``shared`` port: listening on it too)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg in ("--port", "--replicas"):
+        if arg in ("--port", "--replicas", "--own-port"):
             skip = True
             continue
-        if arg.startswith(("--port=", "--replicas=")):
+        if arg.startswith(("--port=", "--replicas=", "--own-port=")):
             continue
         out.append(arg)
+    if shared is not None:
+        return [*out, "--port", str(shared), "--own-port", str(port)]
     return [*out, "--port", str(port)]
 
 
-def _start_replica(argv: Sequence[str], number: int, port: int) -> tuple[subprocess.Popen[str], str]:
-    """Replica ``number`` as an ``llmsim serve`` process on ``port`` that dies with this one; its URL (or OSError)."""
-    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", *_replica_argv(argv, port)],
+def _start_replica(argv: Sequence[str], number: int, port: int,
+                   shared: int | None = None) -> tuple[subprocess.Popen[str], str]:
+    """Replica ``number`` as an ``llmsim serve`` process on ``port`` (and the ``shared`` one) that dies with
+    this one; its URL on ``port`` (or OSError)."""
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve",
+                                *_replica_argv(argv, port, shared)],
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     assert process.stdout is not None
     line = process.stdout.readline()
     process.stdout.close()  # the URL is all the parent reads; the replica's later lines go nowhere
-    match = re.search(r" at (http://\S+)", line)
+    match = re.search(r"its own port (http://[^\s)]+)", line) or re.search(r" at (http://[^\s,)]+)", line)
     if match is None:
         process.kill()
         process.wait()
@@ -53,20 +60,25 @@ def _start_replica(argv: Sequence[str], number: int, port: int) -> tuple[subproc
     return process, match.group(1)
 
 
-def start_replicas(argv: Sequence[str], args: argparse.Namespace) -> list[tuple[subprocess.Popen[str], str]]:
-    """Replicas 2..N (see :func:`_start_replica`); their processes and URLs (or OSError)."""
+def start_replicas(argv: Sequence[str], args: argparse.Namespace,
+                   shared: int | None = None) -> list[tuple[subprocess.Popen[str], str]]:
+    """Replicas 2..N (see :func:`_start_replica`), on consecutive ports after ``--port`` (after the first
+    replica's own port with a ``shared`` one); their processes and URLs (or OSError)."""
     started: list[tuple[subprocess.Popen[str], str]] = []
+    offset = 1 if shared is not None else 0  # the first replica's own port is --port + 1
     for index in range(1, args.replicas):
         try:
-            started.append(_start_replica(argv, index + 1, args.port + index if args.port else 0))
+            port = args.port + index + offset if args.port else 0
+            started.append(_start_replica(argv, index + 1, port, shared))
         except OSError:
             stop_replicas(started)
             raise
     return started
 
 
-def heal(replicas: list[tuple[subprocess.Popen[str], str]], argv: Sequence[str]) -> None:
-    """Restart, on its own port, each replica whose process has exited (killed, out of memory); log it."""
+def heal(replicas: list[tuple[subprocess.Popen[str], str]], argv: Sequence[str], shared: int | None = None) -> None:
+    """Restart, on its own port (and the ``shared`` one), each replica whose process has exited (killed, out of
+    memory); log it."""
     for index, (process, url) in enumerate(replicas):
         status = process.poll()
         if status is None:
@@ -74,7 +86,7 @@ def heal(replicas: list[tuple[subprocess.Popen[str], str]], argv: Sequence[str])
         number, port = index + 2, int(url.rsplit(":", 1)[1].split("/")[0])
         how = f"killed by {signal.Signals(-status).name}" if status < 0 else f"exited with status {status}"
         try:
-            replicas[index] = _start_replica(argv, number, port)
+            replicas[index] = _start_replica(argv, number, port, shared)
         except OSError as error:
             say(f"llmsim: replica {number} (pid {process.pid}) {how}; restarting it failed, trying again: {error}",
                  sys.stderr)

@@ -98,6 +98,11 @@ class SimulatorServer(HTTPServer):
         super().__init__(host, port, threaded=True)
         self.internal_error_count = 0
         self._worker_idle_seconds = WORKER_IDLE_SECONDS
+        # A fleet on one shared port (llmsim serve --shared-port): the port is bound with SO_REUSEPORT, and the
+        # server also listens on a port of its own (its metrics and control API, reached for certain).
+        self.reuse_port = False
+        self.own_port: int | None = None
+        self._own_server: PooledWSGIServer | None = None
         self.simulator = simulator
         self.no_handler_status_code = 404
         self.background = BackgroundJobs()  # the Responses API's background: true
@@ -170,17 +175,32 @@ class SimulatorServer(HTTPServer):
         """Listen (port 0 picks a free port) and serve from a daemon thread."""
         if self.is_running():
             raise RuntimeError("the simulator server is already running")
-        simulator = self.simulator
-        self.server = PooledWSGIServer(self.host, self.port, Request.application(self.application),
-                                       request_timeout=lambda: simulator.config.keepalive_timeout,
-                                       keepalive_policy=lambda: KeepAlivePolicy(
-                                           simulator.config.keepalive, simulator.config.keepalive_max_requests),
-                                       error_body=self.protocol_error_body, tls_context=self.tls_context)
-        self.server.worker_idle_seconds = self._worker_idle_seconds
+        self.server = self._listen(self.port, self.reuse_port)
         self.port = self.server.port  # a restart after stop() listens on the same port again
+        if self.own_port is not None:
+            try:
+                own = self._own_server = self._listen(self.own_port, False)
+            except OSError:
+                self.server.server_close()
+                self.server = None  # not running: nothing to stop
+                raise
+            self.own_port = own.port
+            threading.Thread(target=own.serve_forever, args=(SHUTDOWN_POLL_SECONDS,), name="llmsim-http-own",
+                             daemon=True).start()
         self.server_thread = threading.Thread(target=self.thread_target, name="llmsim-http",
                                               daemon=True)
         self.server_thread.start()
+
+    def _listen(self, port: int, reuse_port: bool) -> PooledWSGIServer:
+        simulator = self.simulator
+        server = PooledWSGIServer(self.host, port, Request.application(self.application),
+                                  request_timeout=lambda: simulator.config.keepalive_timeout,
+                                  keepalive_policy=lambda: KeepAlivePolicy(
+                                      simulator.config.keepalive, simulator.config.keepalive_max_requests),
+                                  error_body=self.protocol_error_body, tls_context=self.tls_context,
+                                  reuse_port=reuse_port)
+        server.worker_idle_seconds = self._worker_idle_seconds
+        return server
 
     def thread_target(self) -> None:
         assert self.server is not None
@@ -188,10 +208,14 @@ class SimulatorServer(HTTPServer):
 
     def stop(self) -> None:
         """Stop serving: close the listening socket and every open connection (within about 1 s)."""
-        server = self.server
+        server, own = self.server, self._own_server
         super().stop()
         if server is not None:
             server.server_close()  # idempotent: serve_forever already closed it
+        if own is not None:
+            own.shutdown()
+            own.server_close()
+            self._own_server = None
 
     @property
     def worker_count(self) -> int:

@@ -275,8 +275,10 @@ class PooledWSGIServer(ThreadedWSGIServer):
                  request_timeout: Callable[[], float] | None = None,
                  keepalive_policy: Callable[[], KeepAlivePolicy] | None = None,
                  error_body: Callable[[int, str, str | None], bytes] | None = None,
-                 tls_context: Callable[[], ssl.SSLContext | None] | None = None, **kwargs: Any) -> None:
-        # Set before werkzeug's __init__, which calls server_close() if binding fails.
+                 tls_context: Callable[[], ssl.SSLContext | None] | None = None, reuse_port: bool = False,
+                 **kwargs: Any) -> None:
+        # Set before werkzeug's __init__, which binds (and calls server_close() if binding fails).
+        self.reuse_port = reuse_port  # SO_REUSEPORT: processes listening on one port share its connections
         self._pool = WorkerPool("llmsim-http-worker")
         self._connections: set[socket.socket] = set()
         self._relays: set[TLSRelay] = set()
@@ -299,6 +301,8 @@ class PooledWSGIServer(ThreadedWSGIServer):
 
     def server_bind(self) -> None:
         try:
+            if self.reuse_port:
+                self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             super().server_bind()
         except OSError as error:
             raise _BindFailed(error) from None
