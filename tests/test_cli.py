@@ -231,6 +231,11 @@ def test_serve_replicas_is_a_fleet_of_independent_backends() -> None:
             assert httpx.post(urls[1] + "/completions", json=body).status_code == 200
         counts = [httpx.get(url.removesuffix("/v1") + "/llmsim/v1/metrics").json()["requests_total"] for url in urls]
         assert counts == [0, 2, 0]
+        fleet = httpx.get(urls[0].removesuffix("/v1") + "/llmsim/v1/fleet").json()  # the first answers for all
+        assert fleet["answered"] == 3 and fleet["total"]["requests_total"] == 2
+        assert [replica["metrics"]["requests_total"] for replica in fleet["replicas"]] == [0, 2, 0]
+        not_first = httpx.get(urls[1].removesuffix("/v1") + "/llmsim/v1/fleet")
+        assert not_first.status_code == 404 and not_first.json()["error"]["code"] == "not_a_fleet"
     finally:
         process.send_signal(signals.SIGINT)
         process.wait(20)
@@ -353,6 +358,8 @@ def test_a_fleet_on_one_shared_port_spreads_connections_and_heals(tmp_path: Any,
 
         counts = served()
         assert sum(counts) == 80 and min(counts) > 0, counts
+        fleet = httpx.get(own[0] + "/llmsim/v1/fleet").json()
+        assert fleet["total"]["requests_total"] == 80 and fleet["total"]["requests_by_status"] == {"200": 80}
         (victim,) = _children(process.pid)
         os.kill(victim, signal.SIGKILL)
         assert _wait_until(lambda: victim not in _children(process.pid) and len(_children(process.pid)) == 1)

@@ -38,6 +38,7 @@ from ..sim.codecs import CONTROL_PREFIX, config_to_json, plain, record_to_json, 
 from ..sim.config import ConfigError, is_profile_path, profile_names
 from ..sim.faults import FaultError, fault_kinds
 from ..sim.request_log import RequestRecord
+from .fleet import fleet_metrics
 from .request_body import read_json_body
 from .verbs import BackendVerbs, ServedBackend
 
@@ -92,6 +93,8 @@ class ControlAPI:
         self._verbs = BackendVerbs(server)
         self.token: str | None = None
         self.allowed_hosts: frozenset[str] = frozenset()  # host names accepted besides loopback and the listen one
+        # The first replica of a fleet (llmsim serve --replicas): its own address and the others' (GET fleet)
+        self.fleet: tuple[str, list[str]] | None = None
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "config"): self._get_config,
             ("PATCH", "config"): self._patch_config,
@@ -110,6 +113,7 @@ class ControlAPI:
             ("GET", "errors"): self._errors,
             ("GET", "trace"): self._trace,
             ("GET", "tls"): self._tls,
+            ("GET", "fleet"): self._fleet,
         }
 
     def _refusal(self, request: Request) -> Response | None:
@@ -222,6 +226,13 @@ class ControlAPI:
 
     def _metrics(self, request: Request) -> Response:
         return _json(snapshot_to_json(self._verbs.snapshot()))
+
+    def _fleet(self, request: Request) -> Response:
+        if self.fleet is None:
+            return _error(404, "This backend is not the first replica of a fleet (llmsim serve --replicas N): ask "
+                               "that one, at the address it printed first.", "not_a_fleet")
+        own_url, others = self.fleet
+        return _json(fleet_metrics(snapshot_to_json(self._verbs.snapshot()), own_url, others, self.token))
 
     def _histograms(self, request: Request) -> Response:
         return _json(plain(self._verbs.histograms()))
