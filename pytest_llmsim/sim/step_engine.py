@@ -52,7 +52,9 @@ Cost. The decodes of one step share its gap, so the engine keeps the gaps
 once per step (the step timeline) and a sequence's own :class:`~.sequence.Gaps`
 get them as one slice when its run of consecutive steps ends (it finishes,
 is preempted or cancelled, or misses a step): not one call per token. A
-sweep's prediction is two to four times faster for it (``docs/simulation.md``).
+step is composed from the decoders and the prefills, kept apart as
+sequences change phase, not by walking the batch. A sweep's prediction
+takes about half the time for both (``docs/simulation.md``).
 """
 
 from __future__ import annotations
@@ -81,16 +83,16 @@ class StepEngine(Engine):
         self._start_pending = False
         self._front_end_free = -math.inf  # when the API server's event loop is done with the last request
         self.steps = 0
-        # The step timeline: each step's gap (its end less the previous step's), step ``k`` at
-        # ``_step_gaps[k - _first_step]``. A sequence that decodes in consecutive steps shares these gaps:
-        # they are copied into its own in one slice when its run ends (finish, preemption, a skipped step),
-        # not added one call per token. Steps older than every pending run are dropped now and then.
         # The running batch split by phase, each in admission order (what a step is composed from), and the
         # context the decoders attend in all: kept as sequences change phase, so composing a step does not
         # walk the batch.
         self._decoders: dict[SimSequence, None] = {}
         self._prefills: dict[SimSequence, None] = {}
         self._decoder_context = 0
+        # The step timeline: each step's gap (its end less the previous step's), step ``k`` at
+        # ``_step_gaps[k - _first_step]``. A sequence that decodes in consecutive steps shares these gaps:
+        # they are copied into its own in one slice when its run ends (finish, preemption, a skipped step),
+        # not added one call per token. Steps older than every pending run are dropped now and then.
         self._step_gaps = array("d")
         self._first_step = 0
         self._last_end = 0.0
