@@ -40,6 +40,13 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "completions": ("/v1/completions", {"model": "llmsim", "prompt": "Say hello", "max_tokens": 16}),
     "anthropic messages": ("/v1/messages", {"model": "llmsim", "max_tokens": 16,
                                             "messages": [{"role": "user", "content": "Say hello"}]}),
+    "responses": ("/v1/responses", {"model": "llmsim", "input": "Say hello", "max_output_tokens": 16,
+                                    "store": False}),
+    "gemini generateContent": ("/v1beta/models/llmsim:generateContent", {
+        "contents": [{"role": "user", "parts": [{"text": "Say hello"}]}],
+        "generationConfig": {"maxOutputTokens": 16}}),
+    "bedrock converse": ("/model/llmsim/converse", {
+        "messages": [{"role": "user", "content": [{"text": "Say hello"}]}], "inferenceConfig": {"maxTokens": 16}}),
 }
 
 
