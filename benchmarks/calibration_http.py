@@ -54,12 +54,15 @@ def main() -> None:
                 itls.append(statistics.median(result["gaps"]) * 1000)
                 completed += result["completed"]
             ttft, itl = statistics.median(ttfts), statistics.median(itls)
-            real = measured[concurrency]
+            real = measured.get(concurrency)  # a concurrency the table lacks: client against predict only
             guess = predict_row(config, SweepRow(concurrency, None, 256, 128))
-            assert real.ttft_p50_ms and real.itl_p50_ms and guess.ttft_p50_ms and guess.itl_p50_ms
-            print(f"| {concurrency} | {ttft:.1f} / {real.ttft_p50_ms:g} ({ttft / real.ttft_p50_ms - 1:+.1%}) / "
-                  f"{guess.ttft_p50_ms:.1f} | {itl:.2f} / {real.itl_p50_ms:g} ({itl / real.itl_p50_ms - 1:+.1%}) / "
-                  f"{guess.itl_p50_ms:.2f} | {completed} (TTFT p50 per run: "
+            assert guess.ttft_p50_ms and guess.itl_p50_ms
+            real_ttft = (f"{real.ttft_p50_ms:g} ({ttft / real.ttft_p50_ms - 1:+.1%})"
+                         if real is not None and real.ttft_p50_ms else "-")
+            real_itl = (f"{real.itl_p50_ms:g} ({itl / real.itl_p50_ms - 1:+.1%})"
+                        if real is not None and real.itl_p50_ms else "-")
+            print(f"| {concurrency} | {ttft:.1f} / {real_ttft} / {guess.ttft_p50_ms:.1f} | "
+                  f"{itl:.2f} / {real_itl} / {guess.itl_p50_ms:.2f} | {completed} (TTFT p50 per run: "
                   f"{', '.join(f'{t:.0f}' for t in ttfts)}) |", flush=True)
 
 
