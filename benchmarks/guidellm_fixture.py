@@ -12,6 +12,9 @@ The fixture tests/data/guidellm-0.8.1-sweep.json was made by guidellm 0.8.1 itse
         --constraint kind=max_requests,count=30 --constraint kind=max_duration,seconds=15 \\
         --output kind=json,path=report.json
     python benchmarks/guidellm_fixture.py report.json tests/data/guidellm-0.8.1-sweep.json
+
+tests/data/guidellm-0.8.1-concurrent-16-64.json the same way, with ``--profile kind=concurrent --override
+profile.streams 16,64 --constraint kind=max_requests,count=320`` (no duration constraint).
 """
 
 from __future__ import annotations

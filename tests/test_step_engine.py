@@ -188,8 +188,9 @@ def test_read_sweep_csv_and_vllm_bench_json(tmp_path: Path) -> None:
                      "output_token_count": summary(20.0)}}]}
     guidellm = tmp_path / "report.json"
     guidellm.write_text(json.dumps(report))
-    assert read_sweep(guidellm) == [SweepRow(4, None, 256, 128, 50.1, 5.3, 5.4, pytest.approx(722.0)),
-                                    SweepRow(None, 3.0, 100, 20, 30.0, None, None, None)]
+    assert read_sweep(guidellm) == [  # guidellm's ITL: each request's mean gap
+        SweepRow(4, None, 256, 128, 50.1, 5.3, 5.4, pytest.approx(722.0), itl_per="request"),
+        SweepRow(None, 3.0, 100, 20, 30.0, None, None, None, itl_per="request")]
     bad = tmp_path / "bad.csv"
     bad.write_text("concurrency,input_tokens\n1,256\n")
     with pytest.raises(ValueError, match="line 1: no output_tokens column"):

@@ -175,13 +175,16 @@ def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
                        "num_prompts" if run.get("num_prompts") else "completed": "num_prompts"})
     workload = {"max_concurrency", "request_rate", "completed", "total_input_tokens", "total_output_tokens",
                 "num_prompts", "duration"}
+    itl_names = ("median_itl_ms", "mean_itl_ms", "median_tpot_ms")
+    itl_name = next((name for name in itl_names if _number(run.get(name)) is not None), "")
     row = SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
                    round(float(run["total_input_tokens"]) / completed),
                    round(float(run["total_output_tokens"]) / completed),
                    _pick(run, ("median_ttft_ms", "mean_ttft_ms"), "ttft_p50_ms", notes),
-                   _pick(run, ("median_itl_ms", "mean_itl_ms", "median_tpot_ms"), "itl_p50_ms", notes),
+                   _pick(run, itl_names, "itl_p50_ms", notes),
                    req_per_s, _pick(run, ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms",
-                                          "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts))
+                                          "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts),
+                   itl_per="request" if "tpot" in itl_name else "gap")
     notes.ignored |= {key for key in run if key not in workload and key not in notes.used}
     return row
 
@@ -222,7 +225,8 @@ def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
                     _statistic(metrics, "time_to_first_token_ms"), _statistic(metrics, "inter_token_latency_ms"),
                     _statistic(metrics, "requests_per_second", "mean"), None if latency is None else latency * 1000,
                     int(totals["successful"]) if isinstance(totals.get("successful"), int) else None,
-                    arrivals="constant" if kind == "constant" else "poisson")  # constant: evenly spaced sends
+                    arrivals="constant" if kind == "constant" else "poisson",  # constant: evenly spaced sends
+                    itl_per="request")  # guidellm's ITL: each request's (latency - TTFT) / (tokens - 1)
 
 
 def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
@@ -240,6 +244,7 @@ def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
     for needed in ("input_tokens", "output_tokens"):
         if needed not in chosen:
             raise ValueError(f"{path}, line 1: no {needed} column (headers: {', '.join(reader.fieldnames or [])})")
+    itl_per = "request" if "tpot" in _normalised(chosen.get("itl_p50_ms", "")) else "gap"  # TPOT: a request's mean
     rows = []
     for number, record in enumerate(reader, 2):
         def value(field: str, record: dict[str, str] = record) -> float | None:
@@ -254,7 +259,7 @@ def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
             rows.append(SweepRow(int(concurrency) if concurrency is not None else None, value("rate"),
                                  round(value("input_tokens") or 0), round(output or 0), value("ttft_p50_ms"),
                                  value("itl_p50_ms"), req_per_s, value("e2e_p50_ms"),
-                                 int(prompts) if prompts is not None else None))
+                                 int(prompts) if prompts is not None else None, itl_per=itl_per))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}, line {number}: {error}") from None
     return rows

@@ -25,6 +25,11 @@ class SweepRow:
     # at a fixed rate: "poisson" arrivals (vllm bench serve, SGLang, guidellm's poisson) or "constant", evenly
     # spaced (guidellm's constant strategy, what its sweep profile runs)
     arrivals: str = "poisson"
+    # what the ITL figure is a median of: each inter-token gap ("gap": vLLM's and SGLang's ITL) or each request's
+    # mean gap ("request": TPOT, and guidellm's inter-token latency, (E2E - TTFT) / (tokens - 1) per request).
+    # Under load they differ: a step with a prefill in it is longer, and the mean counts it where a median
+    # of gaps does not.
+    itl_per: str = "gap"
 
     def workload(self) -> str:
         if self.concurrency is not None:
