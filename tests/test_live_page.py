@@ -223,6 +223,8 @@ def test_histograms_fault_kinds_and_log_filters(llm_backend: LLMBackend) -> None
         assert histograms["itl"]["count"] == 4 * 19  # 20 tokens each, 19 gaps
         kinds = client.get(base + "/fault-kinds").json()
         assert "retry_after" in kinds["rate_limit"]["params"] and "times" in kinds["rate_limit"]["when"]
+        assert kinds["rate_limit"]["types"]["retry_after"] == "number" and kinds["stall"]["types"]["times"] == \
+            "integer" and kinds["rate_limit"]["types"]["message"] == "string"  # the page's form follows these
         assert client.get(base + "/requests", params={"api": "anthropic.messages"}).json()["total"] == 1
         assert client.get(base + "/requests", params={"status": "4xx"}).json()["records"][0]["status"] == 429
         assert client.get(base + "/requests", params={"status": "200", "model": "m"}).json()["total"] == 3

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,10 +45,24 @@ FAULT_KINDS: tuple[str, ...] = tuple(EFFECTS)
 _WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only", "route")
 
 
-def fault_kinds() -> dict[str, dict[str, list[str]]]:
+def fault_kinds() -> dict[str, dict[str, Any]]:
     """Each kind, in the documented order, with what it takes: ``{"rate_limit": {"params": [...],
-    "when": [...]}}`` (``when``: the conditions every kind takes)."""
-    return {kind: {"params": list(effect.params), "when": list(_WHEN_PARAMS)} for kind, effect in EFFECTS.items()}
+    "when": [...], "types": {"retry_after": "number", ...}}}`` (``when``: the conditions every kind takes;
+    ``types``: each name's JSON type, from :class:`Fault`'s fields, so a form needs no list of its own)."""
+    types = _param_types()
+    return {kind: {"params": list(effect.params), "when": list(_WHEN_PARAMS),
+                   "types": {name: types[name] for name in (*effect.params, *_WHEN_PARAMS)}}
+            for kind, effect in EFFECTS.items()}
+
+
+def _param_types() -> dict[str, str]:
+    """Each of :class:`Fault`'s fields' JSON type: ``integer``, ``number``, ``boolean`` or ``string``."""
+    names = {int: "integer", float: "number", bool: "boolean", str: "string"}
+    out = {}
+    for name, hint in typing.get_type_hints(Fault).items():
+        kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
+        out[name] = names.get(kinds[0], "string")
+    return out
 
 # Route templates that generate nothing (health checks, model discovery): the
 # server's route table declares them, so only the kinds that apply there are

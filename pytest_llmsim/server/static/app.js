@@ -6,8 +6,6 @@
 const API = "/llmsim/v1/";
 const HISTORY_SECONDS = 300;  // the charts' window
 const SVG = "http://www.w3.org/2000/svg";
-const NUMERIC_PARAMS = new Set(["status", "retry_after", "after_tokens", "seconds", "factor", "times", "nth",
-                                "rate"]);
 const samples = [];  // {t: wall seconds, total, running, waiting}, one per poll
 let tick = 0;
 let timelineUrl = null;
@@ -231,14 +229,15 @@ function showFaultForm() {
 
 function showFaultParams() {
   const kind = $("fault-kind").value;
-  const spec = faultKinds[kind] || { params: [], when: [] };
+  const spec = faultKinds[kind] || { params: [], when: [], types: {} };
   const names = [...spec.params, ...spec.when.filter((name) => ["times", "nth", "rate", "model"].includes(name))];
   $("fault-params").replaceChildren(...names.map((name) => {
     const label = document.createElement("label");
     const input = document.createElement("input");
     input.name = name;
     input.dataset.param = name;
-    input.type = NUMERIC_PARAMS.has(name) ? "number" : "text";
+    const type = (spec.types || {})[name];  // the JSON type the fault's field has (GET fault-kinds)
+    input.type = type === "integer" || type === "number" ? "number" : "text";
     if (input.type === "number") input.step = "any";
     label.append(`${name} `, input);
     return label;
