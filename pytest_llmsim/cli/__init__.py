@@ -372,8 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.stop()
         print(f"llmsim: {error.strerror or error}", file=sys.stderr)
         return 1
+    first = backend.own_url or backend.root_url  # where this replica alone answers
     if replicas:  # the first replica answers for the fleet: GET /llmsim/v1/fleet
-        first = backend.own_url or backend.root_url
         backend.httpserver.control.fleet = (first, [url.removesuffix("/v1") for _, url in replicas])
     if args.gc_pacing == "on":
         pace_collections(backend)
@@ -394,10 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         at = f"{backend.base_url}, its own port {url}" if shared is not None else url
         say(f"llmsim replica {number} of {args.replicas} serving {backend.config.model!r} at {at}")
     # after the serving lines, which scripts read for the URLs
-    page = f"{backend.own_url}/llmsim/ui" if backend.own_url else backend.url_for("/llmsim/ui")  # this replica's
-    say(f"llmsim: live page at {page}" + ("#token=TOKEN" if args.control_token else ""))
+    say(f"llmsim: live page at {first}/llmsim/ui" + ("#token=TOKEN" if args.control_token else ""))
     if replicas:
-        say(f"llmsim: the fleet's metrics, summed, at {backend.own_url or backend.root_url}/llmsim/v1/fleet")
+        say(f"llmsim: the fleet's metrics, summed, at {first}/llmsim/v1/fleet")
     serve_argv = argv[argv.index("serve") + 1:]
     while not stop.wait(0.5):
         heal(replicas, serve_argv, shared)  # a dead replica comes back on its port; the others never stopped

@@ -19,6 +19,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -222,6 +223,9 @@ class _Histogram:
         return out
 
 
+# Per histogram name: the histogram (one model name) or None (merged), its count then, and its summary or samples.
+_RecentSamples: TypeAlias = "dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]]"
+
 ENGINE = "0"  # the ``engine`` label value: vLLM numbers its engine cores from 0
 
 
@@ -372,12 +376,12 @@ class Metrics:
                 out[name] = {"bounds": list(buckets), "counts": counts, "count": sum(counts), "sum": total}
             return out
 
-    def _recent_samples(self) -> dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]]:
+    def _recent_samples(self) -> _RecentSamples:
         """Per histogram (called holding the lock): its summary if nothing was observed since it was made, else
         a copy of the recent samples to summarise outside the lock (sorting 50,000 costs milliseconds while
         requests keep being observed), with the histogram and its count to keep the summary on. With one model
         name (the usual case) a live page polling an idle backend sorts nothing."""
-        out: dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]] = {}
+        out: _RecentSamples = {}
         for name, _, _, _ in _HISTOGRAMS:
             if len(self._stats) == 1:
                 only = next(iter(self._stats.values())).histograms[name]
@@ -390,8 +394,7 @@ class Metrics:
         return out
 
     @staticmethod
-    def _summarised(recent: dict[str, tuple[_Histogram | None, int, Distribution | array[float] | list[float]]]
-                    ) -> dict[str, Distribution]:
+    def _summarised(recent: _RecentSamples) -> dict[str, Distribution]:
         out = {}
         for name, (histogram, observed, samples) in recent.items():
             if isinstance(samples, Distribution):

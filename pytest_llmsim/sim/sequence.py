@@ -18,9 +18,6 @@ from typing import Any
 __all__ = ["Gaps", "SeqState", "SimSequence"]
 
 
-_ONES = array("q", [1]) * 4096
-
-
 class SeqState(Enum):
     """Where a sequence is in its life."""
 
@@ -68,7 +65,7 @@ class Gaps:
             self.add(first, count)
             return
         self._values.extend(values)
-        self._counts.extend(_ONES[:count] if count <= len(_ONES) else array("q", [1]) * count)
+        self._counts.extend(array("q", [1]) * count)
         self.count += count
 
     def tally(self, into: Counter[float]) -> None:

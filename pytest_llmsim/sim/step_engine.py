@@ -144,7 +144,8 @@ class StepEngine(Engine):
 
     def _leave_batch(self, seq: SimSequence) -> None:
         """``seq`` leaves the running batch (finished, cancelled, preempted): out of its phase's list."""
-        if self._decoders.pop(seq, False) is None:
+        if seq in self._decoders:
+            del self._decoders[seq]
             self._decoder_context -= len(seq.prompt_tokens) + seq.emitted
         else:
             self._prefills.pop(seq, None)

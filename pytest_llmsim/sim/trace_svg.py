@@ -73,7 +73,7 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
     # The axis starts at 0, or, when earlier requests are left out, where the first one drawn arrived (the
     # batch chart then starts with the state it had at that instant).
     origin = requests[0].at if left_out and requests else 0.0
-    if origin:
+    if left_out and requests:
         before = [sample for sample in samples if sample[0] <= origin]
         samples = [sample for sample in samples if sample[0] > origin]
         if before:
