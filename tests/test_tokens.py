@@ -10,9 +10,11 @@ import tiktoken
 import tiktoken.load
 
 from pytest_llmsim.sim.tokens import (
-    PROBATION_TEXT_CHARS,
+    PROBATION_STORE_BYTES,
+    SEEN_STORE_BYTES,
     ChatMessage,
     Tokenizer,
+    _footprint,
     _unassigned_ids,
     cached_encoding_path,
     load_encoding,
@@ -99,12 +101,12 @@ def test_repeated_texts_are_encoded_once_and_the_memory_is_bounded(monkeypatch: 
     assert ids == real(system)
     ids.append(-1)
     assert tokenizer.encode(system) == real(system) and calls.count(system) == 1
-    # bounded by the texts' length: past the budget it starts afresh (and still answers right)
-    monkeypatch.setattr("pytest_llmsim.sim.tokens.SEEN_TEXT_CHARS", len(system) + 10)
+    # bounded by the memory held: past the budget it starts afresh (and still answers right)
+    monkeypatch.setattr("pytest_llmsim.sim.tokens.SEEN_STORE_BYTES", tokenizer.held_bytes()["long"] + 10)
     for _ in range(2):  # seen twice: kept for long, where it pushes the system prompt out
         assert tokenizer.encode("something else entirely") == real("something else entirely")
     assert tokenizer.encode(system) == real(system) and calls.count(system) == 2
-    huge = "x " * (len(system) + 10)  # longer than the budget: encoded, never kept
+    huge = "x " * (len(system) + 10)  # bigger than the budget: encoded, never kept
     tokenizer.encode(huge)
     tokenizer.encode(huge)
     assert calls.count(huge) == 2
@@ -189,7 +191,7 @@ def test_the_vocabulary_is_scanned_once_however_many_requests_need_it_first(
 def test_texts_seen_once_do_not_fill_the_memory_of_repeated_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A text seen once (a conversation's new turn, an answer sent back) is kept only on probation, in a
     small store; only a text that comes again is kept for long. Before, a long soak's unique texts filled the
-    1 MiB store for the whole run (~14 bytes per character or more: its ids are int objects)."""
+    long store for the whole run."""
     tokenizer, calls, real = _counting_tokenizer(monkeypatch)
     system = "You are a careful assistant. " * 200
     for i in range(20_000):
@@ -197,5 +199,28 @@ def test_texts_seen_once_do_not_fill_the_memory_of_repeated_texts(monkeypatch: p
         if i % 1000 == 0:
             assert tokenizer.encode(system) == real(system)
     assert calls.count(system) == 1  # repeated: encoded once, kept
-    kept = tokenizer.seen_chars()
-    assert kept["long"] == len(system) and kept["probation"] <= PROBATION_TEXT_CHARS
+    kept = tokenizer.held_bytes()
+    assert kept["long"] == _footprint(system, tuple(real(system))) and kept["probation"] <= PROBATION_STORE_BYTES
+
+
+def test_short_repeated_texts_are_bounded_by_the_memory_they_hold(tokenizer: Tokenizer) -> None:
+    """A short text seen twice (an embeddings input repeated in one request) moves to the long store. Bounded
+    by characters, 1 MiB of such texts held ~420 bytes per 22-character text (its tuple and int objects): the
+    mixed soak's RSS crept ~20-30 bytes per request for a million requests. The bound is the memory held."""
+    import tracemalloc
+
+    fresh = Tokenizer(tokenizer.encoding)
+    fresh.encode("warm up")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(20_000):
+            text = f"text 0.{i * 7919:016d}"
+            assert fresh.count(text) == fresh.count(text) > 0
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    budget = SEEN_STORE_BYTES + PROBATION_STORE_BYTES
+    assert held <= budget, f"{held:,} bytes held, over the {budget:,}-byte budget"
+    kept = fresh.held_bytes()
+    assert 0 < kept["long"] <= SEEN_STORE_BYTES and kept["probation"] <= PROBATION_STORE_BYTES

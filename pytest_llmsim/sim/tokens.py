@@ -48,13 +48,24 @@ MAX_WHITESPACE_RUN = 4096
 _LONG_WHITESPACE = re.compile(rf"(?<!\s)\s{{{MAX_WHITESPACE_RUN + 1},}}")
 _log = logging.getLogger("pytest_llmsim")
 
-#: Characters of recently repeated texts whose token ids a :class:`Tokenizer` keeps (1 MiB of text; its ids,
-#: about 250,000 tokens, take up to ~10 MB).
-SEEN_TEXT_CHARS = 1 << 20
-#: Characters of texts seen once that a :class:`Tokenizer` keeps on probation (a text that comes again is moved
-#: to the long store); most texts seen once are never seen again (a conversation's new turn), and kept for long
-#: they filled the long store at ~40 bytes per character over tens of minutes of a soak.
-PROBATION_TEXT_CHARS = 1 << 16
+#: Bytes of memory that the token ids of recently repeated texts may hold in a :class:`Tokenizer` (about
+#: 100,000 tokens of long prompts; each entry is costed by :func:`_footprint`).
+SEEN_STORE_BYTES = 4 << 20
+#: Bytes of memory for the token ids of texts seen once, kept on probation (a text that comes again moves to the
+#: long store); most texts seen once are never seen again (a conversation's new turn).
+PROBATION_STORE_BYTES = 1 << 20
+# What one kept entry costs beyond its characters: per token, a tuple slot and an int object (tiktoken makes a
+# new one per id); per entry, the str, tuple and dict-slot headers. Measured: a 22-character text of 10 tokens
+# held ~410 bytes; this says ~620, a bound from above.
+_BYTES_PER_TOKEN = 40
+_BYTES_PER_ENTRY = 200
+
+
+def _footprint(text: str, ids: tuple[int, ...]) -> int:
+    """The memory an entry of the tokenizer's stores holds, estimated from above."""
+    return len(text) + _BYTES_PER_TOKEN * len(ids) + _BYTES_PER_ENTRY
+
+
 _OPENAI_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 _SINGLE_FILE_ENCODINGS = ("r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base")
 
@@ -175,11 +186,11 @@ class Tokenizer:
         self._piece_of = {t: encoding.decode_single_token_bytes(t).decode()
                           for t in (*self._opening, *self._filler)}
         # Token ids of texts seen lately (see _encode_seen): repeated ones, and those seen once (on probation);
-        # each store's total length, in characters.
+        # each store's memory, as _footprint estimates it.
         self._seen: dict[str, tuple[int, ...]] = {}
-        self._seen_chars = 0
+        self._seen_bytes = 0
         self._probation: dict[str, tuple[int, ...]] = {}
-        self._probation_chars = 0
+        self._probation_bytes = 0
         self._unassigned: frozenset[int] | None = None  # found on first need (see valid_token_id)
 
     @property
@@ -209,38 +220,42 @@ class Tokenizer:
         system prompt and tool definitions come with every request, and
         tiktoken takes about 0.2 ms per 1,000 tokens (a 3,000-token system
         prompt cost five times the rest of a request). A text seen for the
-        first time is kept on probation (:data:`PROBATION_TEXT_CHARS`); seen
-        again, it moves to the long store (:data:`SEEN_TEXT_CHARS`). Each store
-        is bounded by its texts' total length: past it, it starts afresh, so a
-        text that repeats is encoded again at most once per that many
-        characters of other text. Lock-free: a race costs an extra encoding or
-        a slightly loose bound, never a wrong answer.
+        first time is kept on probation (:data:`PROBATION_STORE_BYTES`); seen
+        again, it moves to the long store (:data:`SEEN_STORE_BYTES`). Each store
+        is bounded by the memory its entries hold (not their characters: a short
+        text's ids cost ~20 times its length): past it, it starts afresh, so a
+        text that repeats is encoded again at most once per that much other
+        text. Lock-free: a race costs an extra encoding or a slightly loose
+        bound, never a wrong answer.
         """
         ids = self._seen.get(text)
         if ids is not None:
             return ids
         ids = self._probation.pop(text, None)
         if ids is not None:  # seen before: keep it for long
-            self._probation_chars -= len(text)
-            if len(text) <= SEEN_TEXT_CHARS:
-                if self._seen_chars + len(text) > SEEN_TEXT_CHARS:
+            cost = _footprint(text, ids)
+            self._probation_bytes -= cost
+            if cost <= SEEN_STORE_BYTES:
+                if self._seen_bytes + cost > SEEN_STORE_BYTES:
                     self._seen = {}
-                    self._seen_chars = 0
+                    self._seen_bytes = 0
                 self._seen[text] = ids
-                self._seen_chars += len(text)
+                self._seen_bytes += cost
             return ids
         ids = tuple(encode_ordinary(self.encoding, text))
-        if len(text) <= SEEN_TEXT_CHARS:
-            if self._probation_chars + len(text) > PROBATION_TEXT_CHARS:
-                self._probation = {}  # a text longer than the probation store has it to itself
-                self._probation_chars = 0
+        cost = _footprint(text, ids)
+        if cost <= SEEN_STORE_BYTES:
+            if self._probation_bytes + cost > PROBATION_STORE_BYTES:
+                self._probation = {}  # a text bigger than the probation store has it to itself
+                self._probation_bytes = 0
             self._probation[text] = ids
-            self._probation_chars += len(text)
+            self._probation_bytes += cost
         return ids
 
-    def seen_chars(self) -> dict[str, int]:
-        """Characters of text whose token ids are kept now: ``long`` (repeated texts) and ``probation``."""
-        return {"long": self._seen_chars, "probation": self._probation_chars}
+    def held_bytes(self) -> dict[str, int]:
+        """Memory the kept token ids hold now, as :func:`_footprint` estimates it: ``long`` (repeated texts) and
+        ``probation``."""
+        return {"long": self._seen_bytes, "probation": self._probation_bytes}
 
     def count(self, text: str) -> int:
         return len(self._encode_seen(text))
