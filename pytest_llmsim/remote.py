@@ -25,6 +25,11 @@ from .sim.request_log import RequestRecord
 
 __all__ = ["RemoteBackend", "RemoteError"]
 
+# A backend on this machine is never reached through the proxy HTTP_PROXY names (a CI machine behind a
+# corporate proxy often leaves loopback out of NO_PROXY, and the proxy cannot reach our loopback anyway).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
 
 class RemoteError(RuntimeError):
     """The remote backend answered the control call with an error (or not at all)."""
@@ -44,6 +49,8 @@ class RemoteBackend(BackendAssertions):
         self._timeout = timeout
         parsed = urllib.parse.urlsplit(self._root)
         self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        loopback = self._host in _LOOPBACK_HOSTS or self._host.startswith("127.")
+        self._open = _DIRECT.open if loopback else urllib.request.urlopen  # elsewhere: the environment's proxies
         self._tls: bool | None = None  # whether the backend serves HTTPS (tls = true); asked when first needed
 
     # --- transport ---
@@ -55,7 +62,7 @@ class RemoteBackend(BackendAssertions):
         if self._token is not None:
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with self._open(request, timeout=self._timeout) as response:
                 data = response.read()
                 return data.decode() if raw else json.loads(data)
         except urllib.error.HTTPError as error:
@@ -218,7 +225,7 @@ class RemoteBackend(BackendAssertions):
 
     def prometheus_text(self) -> str:
         """What ``GET /metrics`` answers now."""
-        with urllib.request.urlopen(self._root + "/metrics", timeout=self._timeout) as response:
+        with self._open(self._root + "/metrics", timeout=self._timeout) as response:
             return str(response.read().decode())
 
     @property

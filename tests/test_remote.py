@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -167,3 +168,22 @@ def test_the_http_level_suites_pass_in_process_mode(isolation: str) -> None:
         env={**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} {INNER_PYTEST_ADDOPTS}"})
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+def test_a_loopback_backend_is_reached_directly_whatever_http_proxy_says(
+        served: tuple[str, subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI machines behind a corporate proxy set HTTP_PROXY and often leave loopback out of NO_PROXY. The
+    control calls went through that proxy (here: a port nobody listens on), so every test failed to reach
+    a backend on its own machine."""
+    url, _ = served
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, dead)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    remote = RemoteBackend(url, token="s3cret")
+    remote.reset()
+    assert "llmsim:requests_total" in remote.prometheus_text()
+    assert remote.metrics.requests_total == 0
