@@ -8,24 +8,42 @@ kept-alive connections) between them on the 16-token chat and on
 machine hits both alike. Reports medians and the ratio new / base, of
 requests/s and of the server's CPU time per request (user plus system, from
 /proc: steadier than requests/s when the client shares the cores).
+``--apis`` adds one non-streamed 16-token request per API beside the chat
+(Responses, Anthropic Messages, Gemini generateContent, Bedrock Converse;
+the bodies of ``request_cost.py``): the CPU column per API.
 
     python benchmarks/compare_revisions.py --base REV [--io threads|gevent] [--rounds 3] [--seconds 4]
-        [--gc-pacing on|off]
+        [--gc-pacing on|off] [--apis]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from common import HERE, cpu_seconds, llmsim_from, wait_ready, worktree
+from request_cost import KINDS
 from throughput import wrk
 
 ROOT = os.path.dirname(HERE)
 GET_SCRIPT = os.path.join(HERE, "get.lua")
+# The per-API workloads of --apis: request_cost.py's bodies, posted by wrk.
+API_KINDS = {"Responses": "responses", "Anthropic Messages": "anthropic messages",
+             "Gemini generateContent": "gemini generateContent", "Bedrock Converse": "bedrock converse"}
+
+
+def post_script(directory: str, name: str, body: dict[str, object]) -> str:
+    """A wrk Lua script in ``directory`` that POSTs ``body`` as JSON; its path."""
+    path = os.path.join(directory, name.replace(" ", "_") + ".lua")
+    with open(path, "w") as script:
+        script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                     f"wrk.body = {json.dumps(json.dumps(body))}\n")
+    return path
 
 
 def serve_flags(io: str, gc_pacing: str | None = None) -> list[str]:
@@ -48,9 +66,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--gc-pacing", choices=["on", "off"], default=None,
                         help="passed to both servers (off: the collector left alone, as in the embedded server)")
+    parser.add_argument("--apis", action="store_true", help="also one request per API (the CPU column per API)")
     args = parser.parse_args()
     workloads = {"chat": ("/v1/chat/completions", os.path.join(HERE, "post_chat.lua")),
                  "GET /health": ("/health", GET_SCRIPT)}
+    scripts = tempfile.TemporaryDirectory()
+    if args.apis:
+        for label, kind in API_KINDS.items():
+            path, body = KINDS[kind]
+            workloads[label] = (path, post_script(scripts.name, kind, body))
     rates: dict[tuple[str, str], list[float]] = {}
     costs: dict[tuple[str, str], list[float]] = {}  # server CPU microseconds per request
     with worktree(args.base) as base_tree, served_from(base_tree, args.io, args.gc_pacing) as base, \
@@ -76,6 +100,7 @@ def main() -> None:
         base_cost, new_cost = (statistics.median(costs[(workload, name)]) for name in ("base", "new"))
         print(f"| {workload} | {base_rate:,.0f} | {new_rate:,.0f} | {new_rate / base_rate:.3f} "
               f"| {base_cost:.0f} | {new_cost:.0f} | {new_cost / base_cost:.3f} |")
+    scripts.cleanup()
 
 
 if __name__ == "__main__":
