@@ -17,6 +17,7 @@ from typing import Any
 
 from .assertions import BackendAssertions
 from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to_json
+from .server.loopback import DIRECT, is_loopback
 from .sim.codecs import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
 from .sim.config import ConfigError, SimConfig
 from .sim.faults import Fault, FaultError
@@ -24,11 +25,6 @@ from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
 
 __all__ = ["RemoteBackend", "RemoteError"]
-
-# A backend on this machine is never reached through the proxy HTTP_PROXY names (a CI machine behind a
-# corporate proxy often leaves loopback out of NO_PROXY, and the proxy cannot reach our loopback anyway).
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class RemoteError(RuntimeError):
@@ -49,8 +45,8 @@ class RemoteBackend(BackendAssertions):
         self._timeout = timeout
         parsed = urllib.parse.urlsplit(self._root)
         self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 80
-        loopback = self._host in _LOOPBACK_HOSTS or self._host.startswith("127.")
-        self._open = _DIRECT.open if loopback else urllib.request.urlopen  # elsewhere: the environment's proxies
+        # On this machine: never through a proxy; elsewhere: the environment's proxies.
+        self._open = DIRECT.open if is_loopback(self._host) else urllib.request.urlopen
         self._tls: bool | None = None  # whether the backend serves HTTPS (tls = true); asked when first needed
 
     # --- transport ---

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import tracemalloc
 from collections.abc import Callable
 
 import pytest
@@ -207,8 +208,6 @@ def test_short_repeated_texts_are_bounded_by_the_memory_they_hold(tokenizer: Tok
     """A short text seen twice (an embeddings input repeated in one request) moves to the long store. Bounded
     by characters, 1 MiB of such texts held ~420 bytes per 22-character text (its tuple and int objects): the
     mixed soak's RSS crept ~20-30 bytes per request for a million requests. The bound is the memory held."""
-    import tracemalloc
-
     fresh = Tokenizer(tokenizer.encoding)
     fresh.encode("warm up")
     tracemalloc.start()

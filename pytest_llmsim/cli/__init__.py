@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import ipaddress
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware
 from ..calibration.report import render_csv, render_json
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
+from ..server.loopback import is_loopback
 from ..server.wsgi import gevent_patched
 from ..sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from ..sim.faults import Fault, FaultError
@@ -65,16 +65,6 @@ def _host(text: str) -> str:
         raise argparse.ArgumentTypeError("the host must not be empty (an empty host listens on every "
                                          "interface; say 0.0.0.0 if that is what you want)")
     return text
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _fault(text: str) -> tuple[str, dict[str, Any]]:
@@ -349,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = SimConfig().replace(**{**file_settings, **flags})  # flags win over the file
     except ConfigError as error:
         parser.error(f"--config {args.config}: {error}")
-    if not _is_loopback(args.host) and args.control_token is None and not args.allow_remote_control:
+    if not is_loopback(args.host) and args.control_token is None and not args.allow_remote_control:
         parser.error(f"--host {args.host} serves the control API (/llmsim/v1/...) beyond this machine: set "
                      f"--control-token TOKEN, or say --allow-remote-control to serve it to anyone who can reach "
                      f"the port")

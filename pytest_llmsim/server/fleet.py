@@ -15,18 +15,18 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from .loopback import DIRECT
+
 __all__ = ["fleet_metrics", "sum_metrics"]
 
 #: Seconds to wait for one replica's answer (a replica being restarted answers nothing).
 REPLICA_TIMEOUT = 2.0
-# The replicas are on this machine: never through a proxy that HTTP_PROXY names.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _fetch(url: str, token: str | None) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     request = urllib.request.Request(url.rstrip("/") + "/llmsim/v1/metrics", headers=headers)
-    with _DIRECT.open(request, timeout=REPLICA_TIMEOUT) as answer:
+    with DIRECT.open(request, timeout=REPLICA_TIMEOUT) as answer:  # the replicas are on this machine
         body: dict[str, Any] = json.loads(answer.read())
         return body
 
