@@ -1,9 +1,13 @@
 // Closed-loop streaming client (its own process): CONCURRENCY workers, each sending its next
-// request as soon as one ends, for SECONDS. Distinct prompts of PROMPT_TOKENS token ids (no
-// prefix-cache hits, like vllm bench serve's random prompts), MAX_TOKENS generated, streamed
-// completions. Prints JSON: time to first token and inter-chunk gaps (seconds), completed
-// requests and the measuring window. Each worker's first request warms up and is not measured.
-// Usage: node closed_loop_client.mjs ROOT_URL CONCURRENCY SECONDS PROMPT_TOKENS MAX_TOKENS [SEED]
+// request as soon as one ends. Distinct prompts of PROMPT_TOKENS token ids (no prefix-cache hits,
+// like vllm bench serve's random prompts), MAX_TOKENS generated, streamed completions. Prints JSON:
+// time to first token and inter-chunk gaps (seconds), completed requests and the measuring window.
+// Two ways to count:
+// - NUM_PROMPTS absent or 0: for SECONDS; each worker's first request warms up and is not measured.
+// - NUM_PROMPTS > 0: as `vllm bench serve --max-concurrency` and guidellm count, exactly NUM_PROMPTS
+//   requests from a cold start, every one measured, the window from the first send to the last
+//   answer (SECONDS is then ignored).
+// Usage: node closed_loop_client.mjs ROOT_URL CONCURRENCY SECONDS PROMPT_TOKENS MAX_TOKENS [SEED [NUM_PROMPTS]]
 // (prompts are pseudo-random token ids from SEED: runs with different seeds share no prefix)
 import http from "node:http";
 
@@ -13,6 +17,7 @@ const [root, concurrency, seconds, promptTokens, maxTokens] = [
   process.argv[2], Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]),
   Number(process.argv[6])];
 const seed = Number(process.argv[7] || 1);
+const numPrompts = Number(process.argv[8] || 0);
 const target = new URL("/v1/completions", root);
 // Idle sockets are dropped after 4 s, before the server's 5 s keep-alive timeout closes them: as a
 // gateway sets its pool's idle expiry below its upstream's, lest it reuse a socket the server is closing.
@@ -32,18 +37,33 @@ function oneRequest() {
 
 const ttfts = [], gaps = [];
 let completed = 0, windowStart = null, windowEnd = 0;
-const deadline = Date.now() + seconds * 1000;
-async function worker() {
+
+function measure(arrivals) {
+  if (arrivals.length) ttfts.push(arrivals[0]);
+  for (let i = 1; i < arrivals.length; i++) gaps.push(arrivals[i] - arrivals[i - 1]);
+  completed++;
+  windowEnd = Date.now();
+}
+
+async function timedWorker() {
+  const deadline = Date.now() + seconds * 1000;
   let first = true;
   while (Date.now() < deadline) {
     const arrivals = await oneRequest();
     if (first) { first = false; if (windowStart === null || Date.now() > windowStart) windowStart = Date.now(); continue; }
-    if (arrivals.length) ttfts.push(arrivals[0]);
-    for (let i = 1; i < arrivals.length; i++) gaps.push(arrivals[i] - arrivals[i - 1]);
-    completed++;
-    windowEnd = Date.now();
+    measure(arrivals);
   }
 }
-await Promise.all(Array.from({ length: concurrency }, worker));
+
+let issued = 0;
+async function countedWorker() {
+  while (issued < numPrompts) {
+    issued++;
+    measure(await oneRequest());
+  }
+}
+
+if (numPrompts > 0) windowStart = Date.now();
+await Promise.all(Array.from({ length: concurrency }, numPrompts > 0 ? countedWorker : timedWorker));
 process.stdout.write(JSON.stringify({ ttfts, gaps, completed, window: (windowEnd - windowStart) / 1000 }));
 agent.destroy();

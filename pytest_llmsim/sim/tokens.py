@@ -146,8 +146,9 @@ def load_encoding(model: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(OFFLINE_ENCODING)
 
 
-# One thread scans a vocabulary for its unassigned ids (~75 ms under the GIL); a burst of first
-# requests that need them waits for that answer instead of each running the scan at once.
+# Where an encoding does not say which ids it assigns, one thread scans the vocabulary for them
+# (~75 ms under the GIL); a burst of first requests that need it waits for that answer instead of each
+# running the scan at once.
 _UNASSIGNED_SCAN = threading.Lock()
 
 
@@ -155,8 +156,16 @@ _UNASSIGNED_SCAN = threading.Lock()
 def _unassigned_ids(encoding: tiktoken.Encoding) -> frozenset[int]:
     """Ids below ``n_vocab`` that name no token (cl100k_base: 100256, 100261-100275).
 
-    Call it holding ``_UNASSIGNED_SCAN`` (``lru_cache`` lets concurrent first calls all compute).
+    Read off the encoding's rank tables (tiktoken keeps its mergeable and special tokens' ranks),
+    a few milliseconds; an encoding without them is scanned token by token. Call it holding
+    ``_UNASSIGNED_SCAN`` (``lru_cache`` lets concurrent first calls all compute).
     """
+    ranks = getattr(encoding, "_mergeable_ranks", None)
+    special = getattr(encoding, "_special_tokens", None)
+    if isinstance(ranks, dict) and isinstance(special, dict):
+        ordinary = len(ranks)
+        if ordinary and max(ranks.values()) == ordinary - 1:  # ranks are unique: exactly 0 .. ordinary - 1
+            return frozenset(set(range(ordinary, encoding.n_vocab)) - set(special.values()))
     missing = set()
     for token in range(encoding.n_vocab):
         try:
@@ -191,7 +200,8 @@ class Tokenizer:
         self._seen_bytes = 0
         self._probation: dict[str, tuple[int, ...]] = {}
         self._probation_bytes = 0
-        self._unassigned: frozenset[int] | None = None  # found on first need (see valid_token_id)
+        # Known before any request, so a first token-id prompt does not pay to find them (see valid_token_id).
+        self._unassigned: frozenset[int] = self._find_unassigned()
 
     @property
     def name(self) -> str:
@@ -289,13 +299,11 @@ class Tokenizer:
 
     def valid_token_id(self, token: int) -> bool:
         """True for an id the encoding can decode (in range and assigned)."""
-        unassigned = self._unassigned if self._unassigned is not None else self._find_unassigned()
-        return 0 <= token < self.encoding.n_vocab and token not in unassigned
+        return 0 <= token < self.encoding.n_vocab and token not in self._unassigned
 
     def _find_unassigned(self) -> frozenset[int]:
         with _UNASSIGNED_SCAN:
-            self._unassigned = _unassigned_ids(self.encoding)
-        return self._unassigned
+            return _unassigned_ids(self.encoding)
 
     # --- output ---
 
