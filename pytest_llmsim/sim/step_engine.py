@@ -23,7 +23,9 @@ the last two are linear costs (older profiles use them alone).
 graph for a decode-only step and runs a step with prefill in it piecewise.
 At the step's end every decode in it emits its token, and a sequence whose
 last prefill chunk was in it emits its first token. A request that arrives
-while a step runs joins at the next one, so its first token waits for the
+while a step runs joins at the next one (one back-dated to before the step
+in flight started is in it, while its budget has room: the server hands a
+request over once its handler has parsed it), so its first token waits for the
 step in flight. Before it reaches the scheduler a request spends
 ``request_serial`` in the API server's one event loop, in turn with the
 requests sent before it (so requests sent together arrive one after
@@ -77,6 +79,11 @@ class StepEngine(Engine):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._step_end: float | None = None  # when the step in flight ends
+        # The step in flight's start, the context its decodes attend and its jitter (the factor its cost was
+        # drawn with): what a late arrival that joins it needs to cost it again (see _join_step_in_flight).
+        self._step_start = 0.0
+        self._step_kv_tokens = 0
+        self._step_jitter = 1.0
         self._decoding: list[SimSequence] = []  # the step in flight's composition
         self._prefilling: list[tuple[SimSequence, int]] = []
         self._ending = False  # inside _end_step: admissions wait for the next step
@@ -124,6 +131,8 @@ class StepEngine(Engine):
         self._prefills[seq] = None  # admitted last: last in admission order
         if resumed:
             assert seq.last_token_at is not None
+        elif self._step_end is not None and not self._ending and at <= self._step_start:
+            self._join_step_in_flight(seq)
         if self._step_end is None and not self._ending and not self._start_pending:
             # Not composed at once: requests arriving at this same instant join the same step.
             self._start_pending = True
@@ -174,24 +183,50 @@ class StepEngine(Engine):
         if not decoding and not prefilling:
             self._step_end = None
             return
-        # The roofline: a step reads the weights and the KV it attends (memory) and computes its tokens; it
-        # takes the longer of the two, so decode steps stay flat until the batch's compute catches up.
-        memory = config.step_base + config.step_per_kv_token * kv_tokens
-        compute = config.step_compute_per_token * (prefill_tokens + len(decoding))
-        duration = (max(memory, compute) + (config.step_prefill_base if prefilling else 0.0)
-                    + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * len(decoding))
-        duration = self.latency._jittered(duration)
+        raw = self._step_cost(len(decoding), kv_tokens, prefill_tokens, bool(prefilling))
+        duration = self.latency._jittered(raw)
         self._decoding, self._prefilling = decoding, prefilling
+        self._step_start, self._step_kv_tokens = start, kv_tokens
+        self._step_jitter = duration / raw if raw > 0 else 1.0
         self._step_end = max(self.now, start + duration)
         self.steps += 1
         if self.steps % _TRIM_EVERY == 0:
             self._trim_timeline()
         self._push(self._step_end, _BATCH_STEP, self._decoding[0] if decoding else prefilling[0][0])
 
+    def _step_cost(self, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
+        """A step's duration before jitter, from its composition."""
+        config = self.config
+        # The roofline: a step reads the weights and the KV it attends (memory) and computes its tokens; it
+        # takes the longer of the two, so decode steps stay flat until the batch's compute catches up.
+        memory = config.step_base + config.step_per_kv_token * kv_tokens
+        compute = config.step_compute_per_token * (prefill_tokens + decodes)
+        return (max(memory, compute) + (config.step_prefill_base if prefilling else 0.0)
+                + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * decodes)
+
+    def _join_step_in_flight(self, seq: SimSequence) -> None:
+        """``seq`` arrived before the step in flight started, but reached the engine after (the server
+        hands a request over once its handler has parsed it, back-dated to its receive time): it is in
+        that step, as it would have been, as far as the step's token budget has room; the step ends later.
+        Its tokens are not out yet (a step's come at its end), so nobody has seen the shorter step."""
+        prefilling = self._prefilling
+        prefill_tokens = sum(chunk for _, chunk in prefilling)
+        room = self.config.max_num_batched_tokens - len(self._decoding) - prefill_tokens
+        if room <= 0:
+            return
+        prefilling.append((seq, min(seq.prefill_left, room)))
+        prefill_tokens += prefilling[-1][1]
+        cost = self._step_cost(len(self._decoding), self._step_kv_tokens, prefill_tokens, True)
+        end = max(self.now, self._step_start + cost * self._step_jitter)
+        if self._step_end is not None and end > self._step_end:
+            self._step_end = end
+            self._push(end, _BATCH_STEP, seq)  # the earlier end's event is stale now (see _on_event)
+
     def _on_event(self, kind: int) -> None:
         """The base loop runs arrivals; the batch's step events come here."""
         if kind == _BATCH_STEP:
-            self._end_step()
+            if self.now == self._step_end:  # else a step a late arrival joined: it ends later
+                self._end_step()
         elif kind == _STEP_START:
             self._start_pending = False
             if self._step_end is None:
