@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_right
 from itertools import islice
 
 from .engine import Engine, SeqState, SimSequence
@@ -88,7 +89,9 @@ class StepEngine(Engine):
         self._prefilling: list[tuple[SimSequence, int]] = []
         self._ending = False  # inside _end_step: admissions wait for the next step
         self._start_pending = False
-        self._front_end_free = -math.inf  # when the API server's event loop is done with the last request
+        # The API server's turns, by send time: each request's send and when its turn ends (see _front_end_turn).
+        self._front_sent: list[float] = []
+        self._front_done: list[float] = []
         self.steps = 0
         # The running batch split by phase, each in admission order (what a step is composed from), and the
         # context the decoders attend in all: kept as sequences change phase, so composing a step does not
@@ -111,11 +114,32 @@ class StepEngine(Engine):
         config = self.config
         at = sent
         if config.request_serial > 0:
-            at = max(at, self._front_end_free) + config.request_serial
-            self._front_end_free = at
+            at = self._front_end_turn(sent, config.request_serial)
         at += config.request_overhead
         seq.arrival = sent
         return super().submit(seq, at)
+
+    def _front_end_turn(self, sent: float, serial: float) -> float:
+        """When the API server is done with a request sent at ``sent``: its turn follows those sent before.
+
+        Requests are handed over in send order in virtual time; over HTTP, handler threads hand them over in
+        whatever order they get the GIL, each back-dated to when it was received. One sent earlier than the
+        last handed over takes its place among them (the turns of those already handed over stay as they
+        were charged; the turns after it are replayed for the requests still to come).
+        """
+        sents, dones = self._front_sent, self._front_done
+        place = bisect_right(sents, sent)
+        done = max(sent, dones[place - 1] if place else -math.inf) + serial
+        sents.insert(place, sent)
+        dones.insert(place, done)
+        for later in range(place + 1, len(dones)):  # only after a late hand-over: none in virtual time
+            replayed = max(sents[later], dones[later - 1]) + serial
+            if replayed <= dones[later]:
+                break
+            dones[later] = replayed
+        if len(sents) > _FRONT_END_MEMORY:  # requests sent this long before matter no more
+            del sents[:_FRONT_END_MEMORY // 2], dones[:_FRONT_END_MEMORY // 2]
+        return done
 
     def _arrive(self, seq: SimSequence, at: float) -> bool:
         sent = seq.arrival
@@ -332,6 +356,9 @@ class StepEngine(Engine):
             del self._step_gaps[:drop]
             self._first_step += drop
 
+
+#: Turns of the API server kept (by send time) for requests handed over late.
+_FRONT_END_MEMORY = 1024
 
 #: Steps between two trims of the step timeline (each walks the running batch once).
 _TRIM_EVERY = 4096
