@@ -14,7 +14,10 @@ The fixture tests/data/guidellm-0.8.1-sweep.json was made by guidellm 0.8.1 itse
     python benchmarks/guidellm_fixture.py report.json tests/data/guidellm-0.8.1-sweep.json
 
 tests/data/guidellm-0.8.1-concurrent-16-64.json the same way, with ``--profile kind=concurrent --override
-profile.streams 16,64 --constraint kind=max_requests,count=320`` (no duration constraint).
+profile.streams 16,64 --constraint kind=max_requests,count=320`` (no duration constraint), and
+tests/data/guidellm-0.8.1-constant-rates.json with ``--profile kind=constant --override profile.rate
+2,4,8,16,24,32 --constraint kind=max_requests,count=160`` (no duration constraint; 4.5 minutes).
+TOKENIZER_DIR is written by ``python benchmarks/guidellm_tokenizer.py TOKENIZER_DIR``.
 """
 
 from __future__ import annotations
