@@ -38,6 +38,9 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
         {"role": "system", "content": SYSTEM_PROMPT}, CHAT["messages"][1]]}),
     "chat, streamed": ("/v1/chat/completions", {**CHAT, "stream": True}),
     "completions": ("/v1/completions", {"model": "llmsim", "prompt": "Say hello", "max_tokens": 16}),
+    # vllm bench serve's random dataset: token ids, as its --dataset-name random sends them
+    "completions, 256 token ids": ("/v1/completions", {"model": "llmsim", "prompt": [
+        1000 + (i * 7919) % 90000 for i in range(256)], "max_tokens": 16}),
     "anthropic messages": ("/v1/messages", {"model": "llmsim", "max_tokens": 16,
                                             "messages": [{"role": "user", "content": "Say hello"}]}),
     "responses": ("/v1/responses", {"model": "llmsim", "input": "Say hello", "max_output_tokens": 16,

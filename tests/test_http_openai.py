@@ -112,6 +112,17 @@ def test_completions_shape_stream_and_token_prompts(client: openai.OpenAI) -> No
     assert batch.usage.completion_tokens == 8
 
 
+def test_a_token_id_prompt_is_echoed_as_its_text(client: openai.OpenAI, llm_backend: LLMBackend) -> None:
+    """A token-id prompt's text is decoded where an answer shows it (``echo``, ``output="echo"``), and only
+    there: the other requests of ``vllm bench serve``'s random dataset need only the ids."""
+    ids = ENC.encode("Once upon a time there was")
+    echoed = client.completions.create(model="llmsim", prompt=ids, max_tokens=2, echo=True)
+    assert echoed.choices[0].text.startswith("Once upon a time there was")
+    llm_backend.configure(output="echo")
+    mirrored = client.completions.create(model="llmsim", prompt=ids, max_tokens=3)
+    assert mirrored.choices[0].text == ENC.decode(ids[:3])
+
+
 def test_async_client_chat_and_completion(llm_backend: LLMBackend) -> None:
     async def run() -> tuple[str, list[str]]:
         async with openai.AsyncOpenAI(base_url=llm_backend.base_url, api_key="sk") as client:

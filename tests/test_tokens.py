@@ -10,6 +10,7 @@ import pytest
 import tiktoken
 import tiktoken.load
 
+from pytest_llmsim.api.validation import all_ints
 from pytest_llmsim.sim.tokens import (
     PROBATION_STORE_BYTES,
     SEEN_STORE_BYTES,
@@ -245,3 +246,20 @@ def test_short_repeated_texts_are_bounded_by_the_memory_they_hold(tokenizer: Tok
     assert held <= budget, f"{held:,} bytes held, over the {budget:,}-byte budget"
     kept = fresh.held_bytes()
     assert 0 < kept["long"] <= SEEN_STORE_BYTES and kept["probation"] <= PROBATION_STORE_BYTES
+
+
+def test_a_token_id_prompt_is_checked_whole(tokenizer: Tokenizer) -> None:
+    """The first id the encoding cannot decode, in prompt order, as one call per id would find it (a
+    256-id prompt cost ~80 µs checked one id at a time), and the types of a token-id array likewise."""
+    assert tokenizer.first_invalid_id([]) is None
+    assert tokenizer.first_invalid_id([0, 5, 100255, 100257]) is None
+    assert tokenizer.first_invalid_id([1, 100261, -3, 100256]) == 100261  # unassigned, then out of range
+    assert tokenizer.first_invalid_id([1, 2, -3, 100256]) == -3
+    assert tokenizer.first_invalid_id([7, 10**30]) == 10**30
+    assert all_ints([]) and all_ints([0, 1, 2**70])
+    assert not all_ints([1, True]) and not all_ints([1, 2.0]) and not all_ints([None])
+
+    class Id(int):
+        pass
+
+    assert all_ints([1, Id(2)])  # an int subclass is an int (is_int's answer), a bool is not

@@ -22,7 +22,7 @@ from .openai_common import (
     envelope,
     generation_usage,
 )
-from .validation import expect_object, is_int, optional
+from .validation import all_ints, expect_object, optional
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
@@ -55,10 +55,10 @@ def parse_completion(body: Any) -> GenerationRequest:
         prompts = [DEFAULT_PROMPT]
     elif isinstance(prompt, str):
         prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(is_int(t) for t in prompt):
+    elif isinstance(prompt, list) and prompt and all_ints(prompt):
         prompts = [list(prompt)]
     elif (isinstance(prompt, list) and prompt
-          and all(isinstance(p, str) or (isinstance(p, list) and p and all(is_int(t) for t in p))
+          and all(isinstance(p, str) or (isinstance(p, list) and p and all_ints(p))
                   for p in prompt)):
         prompts = list(prompt)
     else:

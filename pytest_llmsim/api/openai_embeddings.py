@@ -19,7 +19,7 @@ from ..sim import GenerationRequest, invalid
 from .base import NO_TARGET, RequestTarget
 from .field_policy import FieldPolicy
 from .openai_common import OpenAIErrors, model_field
-from .validation import describe, expect_object, is_int, optional
+from .validation import all_ints, describe, expect_object, is_int, optional
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
@@ -33,10 +33,10 @@ ENCODING_FORMATS = ("float", "base64")
 def _inputs(value: Any) -> list[str | list[int]]:
     if isinstance(value, str):
         inputs: list[str | list[int]] = [value]
-    elif isinstance(value, list) and value and all(is_int(t) for t in value):
+    elif isinstance(value, list) and value and all_ints(value):
         inputs = [list(value)]
     elif isinstance(value, list) and value and all(
-            isinstance(item, str) or (isinstance(item, list) and item and all(is_int(t) for t in item))
+            isinstance(item, str) or (isinstance(item, list) and item and all_ints(item))
             for item in value):
         inputs = list(value)
     else:

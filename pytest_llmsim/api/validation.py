@@ -86,6 +86,19 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def all_ints(values: list[Any]) -> bool:
+    """Whether every item is an int, not a bool (True for none), as ``all(is_int(v) for v in values)``.
+
+    A token-id prompt is thousands of them: their types are collected in one pass in C (~50x faster per
+    item than a Python call each); only a list with another type (an int subclass) is looked at one by one.
+    """
+    types = set(map(type, values))
+    return types <= _JUST_INT or all(is_int(value) for value in values)
+
+
+_JUST_INT = {int}
+
+
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..sim import ChatMessage, SimError, invalid
 from .openai_chat import chat_message
-from .validation import describe, expect_object, is_int
+from .validation import all_ints, describe, expect_object
 
 __all__ = ["detokenize_body", "detokenize_tokens", "lora_answer", "lora_fields", "tokenize_body",
            "tokenize_fields", "unknown_token"]
@@ -43,7 +43,7 @@ def tokenize_fields(body: Any) -> tuple[str | None, list[ChatMessage] | None, bo
 def detokenize_tokens(body: Any) -> list[int]:
     """The ``tokens`` of a ``/detokenize`` body."""
     tokens = expect_object(body).get("tokens")
-    if not isinstance(tokens, list) or not all(is_int(t) for t in tokens):
+    if not isinstance(tokens, list) or not all_ints(tokens):
         raise invalid("Invalid 'tokens': expected an array of token ids.", "tokens", "invalid_type")
     return list(tokens)
 

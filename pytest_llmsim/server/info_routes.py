@@ -250,7 +250,7 @@ class InfoRoutes:
         try:
             body, _ = read_json(request, self.simulator)
             tokens = detokenize_tokens(body)
-            bad = next((t for t in tokens if not tokenizer.valid_token_id(t)), None)
+            bad = tokenizer.first_invalid_id(tokens)
             if bad is not None:
                 raise unknown_token(bad, tokenizer.name)
         except SimError as error:

@@ -202,6 +202,7 @@ class Tokenizer:
         self._probation_bytes = 0
         # Known before any request, so a first token-id prompt does not pay to find them (see valid_token_id).
         self._unassigned: frozenset[int] = self._find_unassigned()
+        self._n_vocab = encoding.n_vocab  # a property that calls into tiktoken: read once
 
     @property
     def name(self) -> str:
@@ -299,7 +300,14 @@ class Tokenizer:
 
     def valid_token_id(self, token: int) -> bool:
         """True for an id the encoding can decode (in range and assigned)."""
-        return 0 <= token < self.encoding.n_vocab and token not in self._unassigned
+        return 0 <= token < self._n_vocab and token not in self._unassigned
+
+    def first_invalid_id(self, ids: Sequence[int]) -> int | None:
+        """The first id of ``ids`` the encoding cannot decode, or None: a token-id prompt is checked in a
+        few passes in C (its range, then the unassigned ids), one call per id only when one is bad."""
+        if not ids or (min(ids) >= 0 and max(ids) < self._n_vocab and self._unassigned.isdisjoint(ids)):
+            return None
+        return next(token for token in ids if not self.valid_token_id(token))
 
     def _find_unassigned(self) -> frozenset[int]:
         with _UNASSIGNED_SCAN:
