@@ -123,6 +123,26 @@ def test_a_token_id_prompt_is_echoed_as_its_text(client: openai.OpenAI, llm_back
     assert mirrored.choices[0].text == ENC.decode(ids[:3])
 
 
+def test_token_id_prompts_are_checked_whole_and_refused_by_the_id_in_error(
+        client: openai.OpenAI, llm_backend: LLMBackend) -> None:
+    """Token-id prompts through the SDK (completions and embeddings): accepted and counted when every id is a
+    token, refused naming the first id that is not (an unassigned one, one past the vocabulary, a negative
+    one), and a bool among the ids is not an id; the server keeps serving."""
+    ids = ENC.encode("the quick brown fox")
+    embedded = client.embeddings.create(model="text-embedding-3-small", input=[ids, ids[:2]])
+    assert len(embedded.data) == 2 and embedded.usage.prompt_tokens == len(ids) + 2
+    for bad in (100256, ENC.n_vocab, -1):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model="llmsim", prompt=[*ids, bad, 100261], max_tokens=2)
+        error = refused.value.body
+        assert isinstance(error, dict) and error["param"] == "prompt" and f"token id {bad} " in error["message"]
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model="text-embedding-3-small", input=[[*ids, bad]])
+    not_ids = httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m", "prompt": [1, True]})
+    assert not_ids.status_code == 400 and not_ids.json()["error"]["param"] == "prompt"
+    assert client.completions.create(model="llmsim", prompt=ids, max_tokens=2).usage.prompt_tokens == len(ids)
+
+
 def test_async_client_chat_and_completion(llm_backend: LLMBackend) -> None:
     async def run() -> tuple[str, list[str]]:
         async with openai.AsyncOpenAI(base_url=llm_backend.base_url, api_key="sk") as client:
