@@ -96,7 +96,7 @@ def all_ints(values: list[Any]) -> bool:
     return types <= _JUST_INT or all(is_int(value) for value in values)
 
 
-_JUST_INT = {int}
+_JUST_INT = frozenset({int})
 
 
 def is_number(value: Any) -> bool:
