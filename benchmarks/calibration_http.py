@@ -18,6 +18,7 @@ is asked for that same count, so both include the first wave. With
 worker's first request (steady state), which ``predict`` does not model.
 
     python benchmarks/calibration_http.py [--num-prompts 10 | --seconds 10] [--concurrency 1,8,32]
+        [--io threads|gevent|loop]
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.0,
                         help="instead: runs of this long, each worker's first request left out")
     parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="threads", help="llmsim serve --io")
     parser.add_argument("--repeat", type=int, default=3, help="runs per concurrency (the table shows their median)")
     args = parser.parse_args()
     measured = {row.concurrency: row for row in read_sweep(PROFILES_DIR / f"{PROFILE}.csv")}
     config = SimConfig().replace(profile=PROFILE)
     print("| concurrency | TTFT p50 ms: client / real (error) / predict (error) | ITL p50 ms: client / real (error) / "
           "predict (error) | req/s: client / predict (error) | requests |\n|---|---|---|---|---|")
-    with server_process(llmsim_argv("--profile", PROFILE, "--speed", "1", "--max-batch-size", "256")) as (_, url):
+    served = llmsim_argv("--profile", PROFILE, "--speed", "1", "--max-batch-size", "256", "--io", args.io)
+    with server_process(served) as (_, url):
         wait_ready()
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             ttfts, itls, rates, completed = [], [], [], 0

@@ -9,7 +9,7 @@ stream count, the client's TTFT p50 against ``ttft`` and its gap p50/p99
 against ``itl`` (issue 11's targets: at 64 streams TTFT p50 within 2.5 % and
 gap p99 within 1.6x itl; at 256, 5 % and 2x).
 
-    python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8] [--io threads|gevent]
+    python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8] [--io threads|gevent|loop]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--streams", default="64,256")
     parser.add_argument("--seconds", type=float, default=8)
-    parser.add_argument("--io", choices=["threads", "gevent"], default="threads", help="llmsim serve --io")
+    parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="threads", help="llmsim serve --io")
     args = parser.parse_args()
     print("| streams | requests | TTFT p50 ms (vs 100) | gap p50 ms | gap p99 ms (x itl) |\n|---|---|---|---|---|")
     for streams in (int(s) for s in args.streams.split(",")):

@@ -37,6 +37,18 @@ API_KINDS = {"Responses": "responses", "Anthropic Messages": "anthropic messages
              "Gemini generateContent": "gemini generateContent", "Bedrock Converse": "bedrock converse"}
 
 
+def http_workloads(directory: str, apis: bool) -> dict[str, tuple[str, str]]:
+    """label -> (path, wrk script): the chat and ``GET /health``, and with ``apis`` one request per API
+    (scripts written into ``directory``)."""
+    workloads = {"chat": ("/v1/chat/completions", os.path.join(HERE, "post_chat.lua")),
+                 "GET /health": ("/health", GET_SCRIPT)}
+    if apis:
+        for label, kind in API_KINDS.items():
+            path, body = KINDS[kind]
+            workloads[label] = (path, post_script(directory, kind, body))
+    return workloads
+
+
 def post_script(directory: str, name: str, body: dict[str, object]) -> str:
     """A wrk Lua script in ``directory`` that POSTs ``body`` as JSON; its path."""
     path = os.path.join(directory, name.replace(" ", "_") + ".lua")
@@ -68,13 +80,8 @@ def main() -> None:
                         help="passed to both servers (off: the collector left alone, as in the embedded server)")
     parser.add_argument("--apis", action="store_true", help="also one request per API (the CPU column per API)")
     args = parser.parse_args()
-    workloads = {"chat": ("/v1/chat/completions", os.path.join(HERE, "post_chat.lua")),
-                 "GET /health": ("/health", GET_SCRIPT)}
     scripts = tempfile.TemporaryDirectory()
-    if args.apis:
-        for label, kind in API_KINDS.items():
-            path, body = KINDS[kind]
-            workloads[label] = (path, post_script(scripts.name, kind, body))
+    workloads = http_workloads(scripts.name, args.apis)
     rates: dict[tuple[str, str], list[float]] = {}
     costs: dict[tuple[str, str], list[float]] = {}  # server CPU microseconds per request
     with worktree(args.base) as base_tree, served_from(base_tree, args.io, args.gc_pacing) as base, \

@@ -332,12 +332,14 @@ def test_replicas_exit_quietly_when_their_parent_is_killed(tmp_path: Any) -> Non
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreads connections, reads /proc")
-@pytest.mark.parametrize("io", ["threads", "gevent"])
+@pytest.mark.parametrize("io", ["threads", "gevent", "loop"])
 def test_a_fleet_on_one_shared_port_spreads_connections_and_heals(tmp_path: Any, io: str) -> None:
     """``--replicas 2 --shared-port``: both listen on one port (the kernel spreads new connections across
     them) and each on its own; each counts what it served; a killed replica comes back on both."""
-    if io == "gevent":
+    if io != "threads":
         pytest.importorskip("gevent")
+    if io == "loop":
+        pytest.importorskip("httptools")
     errors = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - closed below
     process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "2",
                                 "--shared-port", "--speed", "inf", "--io", io], stdout=subprocess.PIPE, stderr=errors,
@@ -377,10 +379,15 @@ def test_replicas_are_checked() -> None:
         build_parser().parse_args(["serve", "--replicas", "0"])
 
 
-def test_serve_io_gevent_serves_waits_and_streams_without_threads() -> None:
-    """``--io gevent``: the same process (it execs itself under gevent), no thread per connection
-    however many wait, streams and non-streamed answers on time, a hang-up noticed, Ctrl-C stops it."""
-    process, root = _serve("--io", "gevent", "--ttft", "0.2", "--itl", "0.01", "--speed", "1", "--model", "g-m")
+@pytest.mark.parametrize("io", ["gevent", "loop"])
+def test_serve_io_gevent_serves_waits_and_streams_without_threads(io: str) -> None:
+    """``--io gevent`` and ``--io loop`` (the event-loop core): the same process (it execs itself under
+    gevent), no thread per connection however many wait, streams and non-streamed answers on time, a
+    hang-up noticed, Ctrl-C stops it."""
+    pytest.importorskip("gevent")
+    if io == "loop":
+        pytest.importorskip("httptools")
+    process, root = _serve("--io", io, "--ttft", "0.2", "--itl", "0.01", "--speed", "1", "--model", "g-m")
     try:
         body = {"model": "g-m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
         with httpx.Client(base_url=root, timeout=10) as client:

@@ -152,13 +152,14 @@ def _alive(pid: int) -> bool:
 
 HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_http_responses.py", "test_faults.py",
                "test_bad_input.py", "test_http_timing.py", "test_http_tools.py", "test_http_models.py",
-               "test_keepalive.py"]
+               "test_keepalive.py", "test_wsgi_server.py"]
 
 
-@pytest.mark.parametrize("isolation", ["process", "process-gevent"])
+@pytest.mark.parametrize("isolation", ["process", "process-gevent", "process-loop"])
 def test_the_http_level_suites_pass_in_process_mode(isolation: str) -> None:
     """The same HTTP-level tests, each backend an `llmsim serve` subprocess instead of a thread: served
-    with a thread per connection, and with `--io gevent` (one thread, a greenlet per connection)."""
+    with a thread per connection, with `--io gevent` (one thread, a greenlet per connection), and with
+    `--io loop` (the event-loop core: gevent's loop, httptools' parser)."""
     here = Path(__file__).parent
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "-W",

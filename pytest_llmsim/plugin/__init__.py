@@ -173,10 +173,13 @@ def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0,
         if pacer is not None:
             backend.on_request_done(pacer.request_done)
         return backend.start()
-    if isolation == "process-gevent" and importlib.util.find_spec("gevent") is None:
-        raise pytest.UsageError("--llmsim-isolation=process-gevent needs gevent: "
-                                "pip install 'pytest-llmsim[gevent]'")
-    return spawn_backend(config, host, io="gevent" if isolation == "process-gevent" else "threads", port=port)
+    io = {"process-gevent": "gevent", "process-loop": "loop"}.get(isolation, "threads")
+    for package in (("gevent",) if io == "gevent" else ("gevent", "httptools") if io == "loop" else ()):
+        if importlib.util.find_spec(package) is None:
+            extra = "gevent" if io == "gevent" else "serve"
+            raise pytest.UsageError(f"--llmsim-isolation={isolation} needs {package}: "
+                                    f"pip install 'pytest-llmsim[{extra}]'")
+    return spawn_backend(config, host, io=io, port=port)
 
 
 @pytest.fixture(scope="session")
@@ -241,7 +244,8 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
     (explicit arguments win over markers; ``llm_fault`` markers arm every
     backend), and is stopped when the test ends. For primary/fallback and
     load-balancing tests. ``isolation="process"`` runs one as an ``llmsim
-    serve`` subprocess, ``"process-gevent"`` as one served with ``--io gevent``
+    serve`` subprocess, ``"process-gevent"`` as one served with ``--io gevent``, ``"process-loop"``
+    with ``--io loop``
     (the default follows ``--llmsim-isolation``).
     """
     started: list[AnyBackend] = []

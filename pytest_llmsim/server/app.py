@@ -102,7 +102,10 @@ class SimulatorServer(HTTPServer):
         # server also listens on a port of its own (its metrics and control API, reached for certain).
         self.reuse_port = False
         self.own_port: int | None = None
-        self._own_server: PooledWSGIServer | None = None
+        self._own_server: Any = None  # a PooledWSGIServer, or the event-loop core's LoopServer
+        # How connections are served: werkzeug's threaded server, or "loop", the event-loop core
+        # (llmsim serve --io loop; only in a process gevent has patched)
+        self.serving_core = "threads"
         self.simulator = simulator
         self.no_handler_status_code = 404
         self.background = BackgroundJobs()  # the Responses API's background: true
@@ -191,14 +194,19 @@ class SimulatorServer(HTTPServer):
                                               daemon=True)
         self.server_thread.start()
 
-    def _listen(self, port: int, reuse_port: bool) -> PooledWSGIServer:
+    def _listen(self, port: int, reuse_port: bool) -> Any:
         simulator = self.simulator
-        server = PooledWSGIServer(self.host, port, Request.application(self.application),
-                                  request_timeout=lambda: simulator.config.keepalive_timeout,
-                                  keepalive_policy=lambda: KeepAlivePolicy(
-                                      simulator.config.keepalive, simulator.config.keepalive_max_requests),
-                                  error_body=self.protocol_error_body, tls_context=self.tls_context,
-                                  reuse_port=reuse_port)
+        app = Request.application(self.application)
+        settings: dict[str, Any] = dict(
+            request_timeout=lambda: simulator.config.keepalive_timeout,
+            keepalive_policy=lambda: KeepAlivePolicy(simulator.config.keepalive,
+                                                     simulator.config.keepalive_max_requests),
+            error_body=self.protocol_error_body, tls_context=self.tls_context, reuse_port=reuse_port)
+        if self.serving_core == "loop":
+            from .loop_server import LoopServer  # gevent and httptools: imported only where they serve
+
+            return LoopServer(self.host, port, app, **settings)
+        server = PooledWSGIServer(self.host, port, app, **settings)
         server.worker_idle_seconds = self._worker_idle_seconds
         return server
 

@@ -7,6 +7,7 @@ a small request's cost; most requests are a plain ``/path?query``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -15,7 +16,7 @@ from werkzeug.serving import WSGIRequestHandler
 
 from .chunked import ChunkedBody
 
-__all__ = ["origin_form_environ"]
+__all__ = ["origin_form_environ", "request_environ"]
 
 
 def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
@@ -29,6 +30,23 @@ def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
     if (not target.startswith("/") or "#" in target or handler.server.ssl_context is not None
             or not isinstance(address, tuple) or not address):
         return None
+    return request_environ(
+        target, handler.command, handler.request_version, handler.headers.items(), handler.rfile,
+        handler.connection, address, handler.server.server_address, handler.server_version,
+        multithread=handler.server.multithread, multiprocess=handler.server.multiprocess)
+
+
+def request_environ(target: str, method: str, version: str, headers: Iterable[tuple[str, str]], body: Any,
+                    connection: Any, address: tuple[Any, ...], server_address: tuple[Any, ...],
+                    software: str, multithread: bool = True, multiprocess: bool = False,
+                    decoded: bool = False) -> dict[str, Any]:
+    """The WSGI environ (werkzeug's keys and values) of a request whose target is a plain ``/path?query``.
+
+    Shared by both serving cores: werkzeug's handler (:func:`origin_form_environ`) and the event-loop
+    core (:mod:`.loop_connection`), so an application sees the same environ from either. ``body`` is
+    the ``wsgi.input`` stream; a chunked body is decoded by :class:`ChunkedBody` over it, unless
+    ``decoded`` (the server's parser has taken the chunk framing off already).
+    """
     # The target came as latin-1 of its bytes: WSGI's convention already, raw UTF-8 included
     # (werkzeug encodes it once more, and a raw "/café" read as "/cafÃ©"); %-escapes become bytes.
     path, _, query = target.partition("?")
@@ -37,14 +55,14 @@ def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
     environ: dict[str, Any] = {
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": "http",
-        "wsgi.input": handler.rfile,
+        "wsgi.input": body,
         "wsgi.errors": sys.stderr,
-        "wsgi.multithread": handler.server.multithread,
-        "wsgi.multiprocess": handler.server.multiprocess,
+        "wsgi.multithread": multithread,
+        "wsgi.multiprocess": multiprocess,
         "wsgi.run_once": False,
-        "werkzeug.socket": handler.connection,
-        "SERVER_SOFTWARE": handler.server_version,
-        "REQUEST_METHOD": handler.command,
+        "werkzeug.socket": connection,
+        "SERVER_SOFTWARE": software,
+        "REQUEST_METHOD": method,
         "SCRIPT_NAME": "",
         "PATH_INFO": path,
         "QUERY_STRING": query,
@@ -52,11 +70,11 @@ def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
         "RAW_URI": target,
         "REMOTE_ADDR": address[0],
         "REMOTE_PORT": address[1],
-        "SERVER_NAME": handler.server.server_address[0],
-        "SERVER_PORT": str(handler.server.server_address[1]),
-        "SERVER_PROTOCOL": handler.request_version,
+        "SERVER_NAME": server_address[0],
+        "SERVER_PORT": str(server_address[1]),
+        "SERVER_PROTOCOL": version,
     }
-    for key, value in handler.headers.items():
+    for key, value in headers:
         if "_" in key:
             continue  # werkzeug drops these: HTTP_X_A would be ambiguous between X-A and X_A
         key = key.upper().replace("-", "_")
@@ -69,5 +87,6 @@ def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
     encoding = environ.get("HTTP_TRANSFER_ENCODING")
     if encoding is not None and "chunked" in parse_set_header(encoding):
         environ["wsgi.input_terminated"] = True
-        environ["wsgi.input"] = ChunkedBody(environ["wsgi.input"])
+        if not decoded:
+            environ["wsgi.input"] = ChunkedBody(body)
     return environ

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from werkzeug.wrappers import Request
 
 __all__ = ["SO_TIMESTAMP", "CoalescingWriter", "PrefixedSocketReader", "blocking_socket", "client_gone",
-           "drop_connection", "nonblocking_socket"]
+           "drop_connection", "nonblocking_socket", "stamp_time"]
 
 # Linux stamps each received packet with the kernel's receive time when asked
 # (SO_TIMESTAMP; Python names neither constant). The stamp of a request's first
@@ -60,14 +60,14 @@ class PrefixedSocketReader(io.RawIOBase):
         finally:
             self.waiting = False
         self._prefix = memoryview(data)
-        self._received_at = _received_at(ancillary)
+        self._received_at = stamp_time(ancillary)
 
     @property
     def received_at(self) -> float | None:
         """``time.monotonic()`` when the first read since :meth:`forget_stamp` came in; None without
         a stamp (or before that read)."""
         if self._ancillary:
-            self._received_at = _received_at(self._ancillary)
+            self._received_at = stamp_time(self._ancillary)
             self._ancillary = []
         return self._received_at
 
@@ -98,7 +98,7 @@ class PrefixedSocketReader(io.RawIOBase):
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
-def _received_at(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+def stamp_time(ancillary: list[tuple[int, int, bytes]]) -> float | None:
     """The ``time.monotonic()`` at which the kernel received the data ``ancillary`` (recvmsg's) came with."""
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:

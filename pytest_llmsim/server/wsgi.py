@@ -32,7 +32,8 @@ from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonbl
 from .tls import TLSRelay, opens_tls
 from .workers import HeadWatchdog, WorkerPool
 
-__all__ = ["ACCEPTED_AT", "PooledWSGIServer", "QuietRequestHandler", "gevent_patched", "nonblocking_socket"]
+__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "PooledWSGIServer", "QuietRequestHandler", "gevent_patched", "http_date",
+           "nonblocking_socket"]
 
 
 # WSGI environ key: time.monotonic() when the request reached the server.
@@ -45,7 +46,7 @@ _accepted = threading.local()  # the accept time of the connection this thread h
 _date_header: tuple[int, str] = (0, "")
 
 
-def _http_date() -> str:
+def http_date() -> str:
     """The ``Date`` header's value, formatted once per second (``email.utils`` is slow for every response)."""
     global _date_header
     second = int(time.time())
@@ -219,7 +220,7 @@ class QuietRequestHandler(KeepAliveHandler):
             super().write_head(code, message, headers)
             return
         lines = [f"{self.protocol_version} {code} {message}\r\nServer: {self.version_string()}\r\n"
-                 f"Date: {_http_date()}\r\n"]
+                 f"Date: {http_date()}\r\n"]
         lines.extend(f"{key}: {value}\r\n" for key, value in headers)
         lines.append("\r\n")
         self.wfile.write("".join(lines).encode("latin-1"))

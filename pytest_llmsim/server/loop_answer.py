@@ -1,0 +1,113 @@
+"""One response of the event-loop core on the wire: the WSGI ``start_response`` and ``write``.
+
+The head goes out with the first write, as one piece with the status line,
+``Server`` and ``Date``; a body without a length is framed as HTTP/1.1 chunks
+(or ends with the connection, for HTTP/1.0). Whether the connection stays
+open is decided as the threaded server decides it (``keepalive.run_wsgi``):
+the client's wish, the application's ``Connection: close``, a body too large
+to drop unread.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from werkzeug.serving import WSGIRequestHandler
+
+from .sockets import CoalescingWriter
+from .wsgi import http_date
+
+__all__ = ["SERVER_HEADER", "Answer"]
+
+SERVER_HEADER = f"Werkzeug/{importlib.metadata.version('werkzeug')} {WSGIRequestHandler.sys_version}"  # as werkzeug's
+
+
+class Answer:
+    """One response on the wire: the head with the first write, chunked framing when it has no length."""
+
+    __slots__ = ("_body_can_finish", "_head_only", "_version", "_writer", "chunked", "headers", "keep", "sent",
+                 "status")
+
+    def __init__(self, writer: CoalescingWriter, head_only: bool, version: str,
+                 body_can_finish: Callable[[], bool], keep: bool) -> None:
+        self._writer = writer
+        self._head_only = head_only
+        self._version = version
+        self._body_can_finish = body_can_finish
+        self.status = ""
+        self.headers: list[tuple[str, str]] = []
+        self.sent = self.chunked = False
+        self.keep = keep  # False: the head says Connection: close
+
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
+        if exc_info and self.sent:
+            raise exc_info[1].with_traceback(exc_info[2])
+        self.status, self.headers = status, headers
+        return self.write
+
+    def _head(self) -> bytes:
+        self.sent = True
+        code_text, _, reason = self.status.partition(" ")
+        code = int(code_text)
+        headers = self.headers
+        keys = {key.lower() for key, _ in headers}
+        if not self._body_can_finish() or ("connection" in keys and any(
+                key.lower() == "connection" and "close" in value.lower() for key, value in headers)):
+            self.keep = False  # a large unread body, or the application says so: say it now
+        no_body = self._head_only or 100 <= code < 200 or code in (204, 304)
+        extra = []
+        if "content-length" not in keys and not no_body:
+            if self._version == "HTTP/1.1":
+                self.chunked = True
+                extra.append("Transfer-Encoding: chunked\r\n")
+            else:
+                self.keep = False  # the body ends when the connection does
+        if not self.keep and "connection" not in keys:
+            extra.append("Connection: close\r\n")
+        lines = [f"HTTP/1.1 {code} {reason}\r\nServer: {SERVER_HEADER}\r\nDate: {http_date()}\r\n"]
+        lines.extend(f"{key}: {value}\r\n" for key, value in headers)
+        lines.extend(extra)
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1")
+
+    def write(self, data: bytes, flush: bool = True) -> None:
+        writer = self._writer
+        if not self.sent:
+            writer.write(self._head())
+        if data:
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data)
+        if flush:
+            writer.flush()
+
+    def run(self, app: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> None:
+        """Call ``app`` and write what it returns: a list at once, an iterator piece by piece."""
+        body = app(environ, self.start_response)
+        try:
+            if isinstance(body, (list, tuple)):
+                for data in body:
+                    self.write(data, flush=False)
+                if not self.sent:
+                    self.write(b"", flush=False)
+            else:
+                for data in body:
+                    self.write(data)  # each piece now: a stream's `yield b""` sends the head on admission
+                if not self.sent:
+                    self.write(b"", flush=False)
+            if self.chunked:
+                self._writer.write(b"0\r\n\r\n")  # sends what is held with it
+            self._writer.flush()
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
+    def fail(self) -> None:
+        """The application raised: a bare 500 if nothing went out yet."""
+        if not self.sent:
+            self.status, self.headers = "500 Internal Server Error", [("Content-Length", "0")]
+            try:
+                self.write(b"")
+            except OSError:
+                pass

@@ -1,0 +1,430 @@
+"""One connection of the event-loop core: requests parsed by httptools, answered by the WSGI app.
+
+``llmsim serve --io loop`` runs in a process gevent has patched, a greenlet per
+connection, so the application's waits (a ticket, a stall, the runtime's lock)
+yield to the loop as they do under ``--io gevent``. What differs is the HTTP
+layer: httptools' C parser (llhttp, Node's) instead of http.server's line
+reads, one send per answer, and no handler object per request. The
+connection keeps the threaded server's wire behaviour: kernel receive stamps
+as arrival times, a deadline for each request head and body, keep-alive and
+pipelining, the silent closes keep-alive settings ask for, JSON bodies for
+protocol errors, ``Expect: 100-continue``, and the socket in the environ
+(``werkzeug.socket``) for the faults that drop a connection and the hang-up check.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any, Protocol
+
+import httptools
+
+from .chunked import transfer_coding_problem
+from .environ import request_environ
+from .keepalive import DISCARD_LIMIT, KeepAlivePolicy, drain_before_close
+from .loop_answer import SERVER_HEADER, Answer
+from .sockets import SO_TIMESTAMP, CoalescingWriter, stamp_time
+from .wsgi import ACCEPTED_AT, BODY_DEADLINE
+
+__all__ = ["ConnectionOwner", "LoopConnection"]
+
+MAX_TARGET = 65536  # http.server's request-line limit: a longer target is a 414
+MAX_HEADER_LINE = 65536  # http.client's limits: a longer header line, or more headers, is a 431
+MAX_HEADERS = 100
+# The most a request head may take before it is complete: what the threaded server's line limits allow.
+# httptools holds a header's bytes until its line ends, so without this an endless line would grow it.
+MAX_HEAD_BYTES = MAX_TARGET + MAX_HEADERS * MAX_HEADER_LINE
+RECEIVE_SIZE = 65536
+_STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs of the server that accepted it (:class:`~.loop_server.LoopServer`)."""
+
+    app: Callable[..., Any]
+    server_address: tuple[str, int]
+    cooperative: bool
+    request_timeout: Callable[[], float]
+    keepalive_policy: Callable[[], KeepAlivePolicy]
+    error_body: Callable[[int, str, str | None], bytes]
+
+    def forget(self, sock: socket.socket) -> None:
+        """``sock``'s connection is closing."""
+
+
+class _Refused(Exception):
+    """A request head the server will not take (stops the parser); the answer is ``status``, ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class _Message:
+    """One request as the parser delivers it: its head, then its body's pieces as they arrive."""
+
+    __slots__ = ("body_deadline", "complete", "consumed", "early", "has_body", "headers", "length", "method",
+                 "parts", "problem", "received_at", "target", "version")
+
+    def __init__(self, received_at: float | None, early: bool) -> None:
+        self.received_at = received_at
+        self.early = early  # parsed while an earlier request was being answered: pipelined behind it
+        self.target = bytearray()
+        self.headers: list[tuple[str, str]] = []
+        self.method = self.version = ""
+        self.parts: deque[bytes] = deque()
+        self.complete = False
+        self.has_body = False
+        self.length: int | None = None
+        self.consumed = 0
+        self.body_deadline: float | None = None
+        self.problem: _Refused | None = None
+
+
+class _Body(io.RawIOBase):
+    """``wsgi.input``: the request's body as the parser decodes it, read from the socket on demand.
+
+    A read past the body's deadline (or after the client stopped sending) ends short, as a read
+    from a socket whose reading side the threaded server's watchdog shut does.
+    """
+
+    def __init__(self, connection: LoopConnection, message: _Message) -> None:
+        super().__init__()
+        self._connection = connection
+        self._message = message
+        self.error: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        message = self._message
+        while not message.parts and not message.complete:
+            if not self._connection.fill(message.body_deadline):
+                break
+        if self._connection.body_error is not None:  # bad chunking: the application answers 400
+            raise OSError(self._connection.body_error)
+        parts = message.parts
+        if size is None or size < 0:
+            data = b"".join(parts)
+            parts.clear()
+        elif not parts:
+            return b""
+        else:
+            data = parts.popleft()
+            if len(data) > size:
+                data, rest = data[:size], data[size:]
+                parts.appendleft(rest)
+        message.consumed += len(data)
+        return data
+
+
+class LoopConnection:
+    """Serves one client connection until it closes (``serve``); the parser's callbacks are methods."""
+
+    def __init__(self, server: ConnectionOwner, sock: socket.socket, address: Any, accepted_at: float,
+                 tls: bool = False) -> None:
+        self.server = server
+        self.sock = sock
+        self.address = address if isinstance(address, tuple) and address else ("", 0)
+        self.tls = tls
+        self._raw = getattr(sock, "_sock", sock)  # gevent's socket wraps the plain one
+        self._parser = httptools.HttpRequestParser(self)
+        # RFC 9112 §7.1.1 allows whitespace before a chunk's extensions; llhttp only when told
+        self._parser.set_dangerous_leniencies(lenient_spaces_after_chunk_size=True)
+        self._raw_target: bytes | None = None  # a request line's target as sent, before escaping (see _escaped)
+        self._head_bytes = 0  # received since the request head in progress began
+        self._ready: deque[_Message] = deque()  # heads parsed and waiting their turn
+        self._parsing: _Message | None = None
+        self._stamp: float | None = accepted_at
+        self._answering = False
+        self._eof = False
+        self.body_error: str | None = None
+        self._served = 0
+        self._writer = CoalescingWriter(sock)
+
+    # --- reading ---
+
+    def fill(self, deadline: float | None) -> bool:
+        """Receive once (waiting at most until ``deadline``) and parse it; False at the end of input."""
+        if self._eof:
+            return False
+        sock = self.sock
+        try:
+            sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if SO_TIMESTAMP is not None:
+                data, ancillary, _, _ = sock.recvmsg(RECEIVE_SIZE, _STAMP_SPACE)
+                stamp = stamp_time(ancillary)
+                if stamp is not None:
+                    self._stamp = stamp
+            else:
+                data = sock.recv(RECEIVE_SIZE)
+                self._stamp = time.monotonic()
+        except (OSError, ValueError):  # the deadline (socket.timeout is an OSError), a reset, closed
+            self._eof = True
+            return False
+        if not data:
+            self._eof = True
+            return False
+        if self._parsing is None:  # a new request's first bytes
+            if data[:1] in (b"\r", b"\n"):  # http.server's answer to an empty request line, not llhttp's skip
+                self._refuse_parsing(_Refused(400, "Bad request line (empty)"))
+                return True
+            if not data.isascii():
+                data = self._escaped(data)
+            self._head_bytes = len(data)
+        elif not self._parsing.method:  # still in its head
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse_parsing(_Refused(431, f"Request head too large: more than {MAX_HEAD_BYTES:,} bytes"))
+                return True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError:
+            pass  # a _Refused head: its message carries the answer
+        except httptools.HttpParserUpgrade:
+            self._refuse_parsing(_Refused(400, "Protocol upgrades are not served"))
+        except httptools.HttpParserError as error:
+            reason = str(error) or type(error).__name__
+            if self._parsing is not None and self._parsing.method:  # in a body: the application's 400
+                self.body_error = f"malformed chunked body ({reason})"
+            else:
+                self._refuse_parsing(_Refused(400, f"Bad request ({reason})"))
+            self._eof = True
+        return True
+
+    def _escaped(self, data: bytes) -> bytes:
+        """``data`` with the raw bytes of its request line's target %-escaped (llhttp refuses raw
+        UTF-8 there; werkzeug and real servers take it), the target as sent kept for the environ."""
+        end = data.find(b"\n")
+        line = data if end < 0 else data[:end]
+        words = line.split(b" ")
+        if len(words) < 2 or words[1].isascii():
+            return data
+        self._raw_target = words[1]
+        words[1] = b"".join(b"%%%02X" % byte if byte >= 0x80 else bytes((byte,)) for byte in words[1])
+        return b" ".join(words) + data[len(line):]
+
+    def _refuse_parsing(self, refusal: _Refused) -> None:
+        message = self._parsing or _Message(self._stamp, self._answering)
+        if message.problem is None:
+            message.problem = refusal
+        if message not in self._ready:
+            self._ready.append(message)
+        self._eof = True
+
+    # --- httptools' callbacks ---
+
+    def on_message_begin(self) -> None:
+        self._parsing = _Message(self._stamp, self._answering)
+
+    def on_url(self, url: bytes) -> None:
+        message = self._parsing
+        assert message is not None
+        message.target += url
+        if len(message.target) > MAX_TARGET:
+            self._stop(message, _Refused(414, "URI Too Long"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        message = self._parsing
+        assert message is not None
+        if len(name) + len(value) > MAX_HEADER_LINE:
+            self._stop(message, _Refused(431, "Line too long"))
+        if len(message.headers) >= MAX_HEADERS:
+            self._stop(message, _Refused(431, f"Too many headers: got more than {MAX_HEADERS} headers"))
+        text = value.decode("iso-8859-1").rstrip(" \t")  # llhttp keeps a value's trailing whitespace
+        if "\x00" in text or "\r" in text or "\n" in text:
+            self._stop(message, _Refused(400, f"Bad header: invalid character in the value of header "
+                                              f"{name.decode('iso-8859-1')!r}"))
+        message.headers.append((name.decode("iso-8859-1"), text))
+
+    def _stop(self, message: _Message, refusal: _Refused) -> None:
+        message.problem = refusal
+        self._ready.append(message)
+        self._eof = True
+        raise refusal  # httptools stops and raises HttpParserCallbackError
+
+    def on_headers_complete(self) -> None:
+        message = self._parsing
+        assert message is not None
+        parser = self._parser
+        message.method = parser.get_method().decode("ascii", "replace")
+        message.version = "HTTP/" + parser.get_http_version()
+        if self._raw_target is not None:
+            message.target, self._raw_target = bytearray(self._raw_target), None
+        length = coding = None
+        hosts = 0
+        for name, value in message.headers:
+            lowered = name.lower()
+            if lowered == "content-length":
+                length = value
+            elif lowered == "transfer-encoding":
+                coding = value if coding is None else f"{coding}, {value}"
+            elif lowered == "host":
+                hosts += 1
+        message.problem = self._framing_problem(message, hosts, length, coding)
+        if length is not None and length.isdigit():
+            message.length = int(length)
+        message.has_body = bool(message.length) or coding is not None
+        if message.has_body:
+            message.body_deadline = time.monotonic() + self.server.request_timeout()
+        self._ready.append(message)
+        if message.problem is not None:
+            self._eof = True
+            raise message.problem
+
+    @staticmethod
+    def _framing_problem(message: _Message, hosts: int, length: str | None,
+                         coding: str | None) -> _Refused | None:
+        """What RFC 9112 says to refuse in a head (as the threaded server does): HTTP/2 and later on
+        this port, HTTP/1.1 without exactly one Host, a coding this server cannot decode, a coding
+        beside a length."""
+        if message.version < "HTTP/1.0":  # a request line without a version (llhttp reads HTTP/0.9)
+            return _Refused(400, f"Bad request syntax ({message.method} {message.target.decode('iso-8859-1')!r} "
+                                 f"without an HTTP version)")
+        if message.version >= "HTTP/2":
+            return _Refused(505, f"Invalid HTTP version ({message.version[5:]})")
+        if message.version == "HTTP/1.1" and hosts != 1:
+            return _Refused(400, "An HTTP/1.1 request needs exactly one Host header")
+        if coding is not None:
+            if length is not None:
+                return _Refused(400, "Transfer-Encoding and Content-Length together")
+            problem = transfer_coding_problem([coding])
+            if problem is not None:
+                return _Refused(*problem)
+        return None
+
+    def on_body(self, body: bytes) -> None:
+        assert self._parsing is not None
+        self._parsing.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        assert self._parsing is not None
+        self._parsing.complete = True
+        self._parsing = None
+
+    # --- serving ---
+
+    def serve(self) -> None:
+        """Answer requests until the client closes, a deadline passes or keep-alive ends; then close."""
+        linger = False
+        try:
+            while True:
+                message = self._next_message()
+                if message is None:
+                    return
+                if message.problem is not None:
+                    self._send_error(message)
+                    return
+                keep, linger = self._answer(message)
+                if not keep:
+                    return
+        finally:
+            self.server.forget(self.sock)
+            if linger:
+                drain_before_close(self.sock)
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def _next_message(self) -> _Message | None:
+        """The next request's head: waits for it within the head deadline (``keepalive_timeout``)."""
+        if self._served and self.server.cooperative:
+            # A client that sends its next request at once never lets this greenlet block: let the
+            # other connections have a turn first (as under --io gevent).
+            time.sleep(0)
+        deadline = time.monotonic() + self.server.request_timeout()
+        while not self._ready:
+            if not self.fill(deadline):
+                return self._ready.popleft() if self._ready else None
+        return self._ready.popleft()
+
+    def _send_error(self, message: _Message) -> None:
+        """A protocol-level error (bad request line, target or headers too long): JSON, never HTML."""
+        problem = message.problem
+        assert problem is not None
+        status = HTTPStatus(problem.status)
+        target = message.target.decode("iso-8859-1") if message.target else None
+        body = self.server.error_body(problem.status, problem.message, target)
+        head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
+        try:
+            self._writer.write(head + (b"" if message.method == "HEAD" else body))
+            self._writer.flush()
+        except OSError:
+            pass  # the client is gone
+
+    def _environ(self, message: _Message, body: _Body) -> dict[str, Any]:
+        target = message.target.decode("iso-8859-1")
+        if not target.startswith("/"):  # absolute form (a proxy's request): the path and query of its URL
+            url = httptools.parse_url(message.target)
+            target = (url.path or b"/").decode("iso-8859-1")
+            if url.query:
+                target += "?" + url.query.decode("iso-8859-1")
+        if target.startswith("//"):
+            target = "/" + target.lstrip("/")
+        server = self.server
+        environ = request_environ(target, message.method, message.version, message.headers, body, self.sock,
+                                  self.address, server.server_address, SERVER_HEADER, multithread=False,
+                                  decoded=True)
+        if self.tls:
+            environ["wsgi.url_scheme"] = "https"
+        return environ
+
+    def _answer(self, message: _Message) -> tuple[bool, bool]:
+        """Run the application for ``message`` and write its answer; (keep the connection, linger at close)."""
+        self._served += 1
+        self._answering = True
+        body = _Body(self, message)
+        environ = self._environ(message, body)
+        stamp = message.received_at
+        environ[ACCEPTED_AT] = time.monotonic() if message.early or stamp is None else stamp
+        environ[BODY_DEADLINE] = message.body_deadline
+        policy = self.server.keepalive_policy()
+        connection_header = (environ.get("HTTP_CONNECTION") or "").lower()
+        keep = policy.enabled and message.version == "HTTP/1.1" and "close" not in connection_header
+        silent_close = policy.max_requests is not None and self._served >= policy.max_requests
+        if (environ.get("HTTP_EXPECT") or "").lower().strip(" \t") == "100-continue":
+            self._writer.write(CONTINUE)
+        answer = Answer(self._writer, environ["REQUEST_METHOD"] == "HEAD", message.version,
+                         lambda: self._body_can_finish(message), keep)
+        try:
+            answer.run(self.server.app, environ)
+            keep = keep and answer.keep
+        except OSError:  # the client is gone (or a fault dropped it)
+            keep = False
+        except Exception:
+            keep = False
+            answer.fail()
+        finally:
+            self._answering = False
+        if keep and not silent_close:
+            return self._finish_body(message), False
+        return False, message.has_body and not message.complete
+
+    def _body_can_finish(self, message: _Message) -> bool:
+        """Whether what is left of the body is small enough to read and drop after the answer."""
+        if message.complete:
+            return True
+        return message.length is not None and message.length - message.consumed <= DISCARD_LIMIT
+
+    def _finish_body(self, message: _Message) -> bool:
+        """Read and drop a small unread rest of the body so the connection can take the next request."""
+        while not message.complete:
+            message.parts.clear()
+            if not self.fill(message.body_deadline):
+                return False
+        message.parts.clear()
+        return self.body_error is None
