@@ -8,7 +8,7 @@ of the fleet's requests (read from its own port's counters), wrk's p99 latency a
 The issue's targets: fleet >= 1.8x one replica, no replica below 40 %, no timeouts, p99 <= 3x the mean
 (connections / requests per second).
 
-    python benchmarks/shared_port.py [--rounds 3] [--seconds 5] [--connections 16,64,256] [--io threads,gevent]
+    python benchmarks/shared_port.py [--rounds 3] [--seconds 5] [--connections 16,64,256] [--io threads,gevent,loop]
 """
 
 from __future__ import annotations
