@@ -32,7 +32,7 @@ import subprocess
 from common import HERE, llmsim_argv, server_process, wait_ready
 
 from pytest_llmsim import SimConfig
-from pytest_llmsim.calibration import SweepRow, predict_row, read_sweep
+from pytest_llmsim.calibration import EVERY_PROMPT, SweepRow, predict_row, read_sweep
 from pytest_llmsim.sim.config import PROFILES_DIR
 
 PROFILE = "qwen2.5-0.5b-l4"
@@ -69,7 +69,8 @@ def main() -> None:
                 completed += result["completed"]
             ttft, itl, rate = statistics.median(ttfts), statistics.median(itls), statistics.median(rates)
             real = measured.get(concurrency)  # a concurrency the table lacks: client against predict only
-            guess = predict_row(config, SweepRow(concurrency, None, 256, 128, num_prompts=prompts or None))
+            guess = predict_row(config, SweepRow(concurrency, None, 256, 128, num_prompts=prompts or None),
+                                waves=EVERY_PROMPT)  # as llmsim predict: every prompt
             assert guess.ttft_p50_ms and guess.itl_p50_ms and guess.req_per_s
             real_ttft = (f"{real.ttft_p50_ms:g} ({ttft / real.ttft_p50_ms - 1:+.1%})"
                          if real is not None and real.ttft_p50_ms else "-")

@@ -21,8 +21,9 @@ from .formats import read_sweep, read_sweeps
 from .priors import GPUS, Hardware
 from .report import render_csv, render_json, render_profile, render_svg, render_table
 from .sweep import METRICS, SweepRow
-from .workload import errors, predict, predict_row
+from .workload import EVERY_PROMPT, errors, predict, predict_row
 
-__all__ = ["BUDGETS", "FINALISTS", "FITTED", "FULL_SEARCH", "GPUS", "METRICS", "PRIORS", "SHORT_SEARCH", "Fit",
-           "Hardware", "SweepRow", "calibrate", "errors", "levenberg_marquardt", "predict", "predict_row", "read_sweep",
-           "read_sweeps", "render_csv", "render_json", "render_profile", "render_svg", "render_table"]
+__all__ = ["BUDGETS", "EVERY_PROMPT", "FINALISTS", "FITTED", "FULL_SEARCH", "GPUS", "METRICS", "PRIORS",
+           "SHORT_SEARCH", "Fit", "Hardware", "SweepRow", "calibrate", "errors", "levenberg_marquardt", "predict",
+           "predict_row", "read_sweep", "read_sweeps", "render_csv", "render_json", "render_profile", "render_svg",
+           "render_table"]

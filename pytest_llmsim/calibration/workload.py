@@ -10,9 +10,10 @@ lengths are the row's mean, or spread around it as answers that end at EOS
 are (``spread``: lengths uniform within ``mean * (1 +- spread)``, so
 clients drift apart instead of moving in waves).
 
-Simulating every prompt of a long benchmark costs time where the statistic
-has long settled. At fixed concurrency at most ``SETTLED_WAVES`` waves
-are simulated after the first: requests after the first wave are weighted
+Simulating every prompt of a long benchmark costs a fit time where the
+statistic has long settled. ``llmsim predict`` simulates every prompt
+(``EVERY_PROMPT``); a fit, at fixed concurrency, at most ``SETTLED_WAVES`` waves
+after the first: requests after the first wave are weighted
 so they stand for all the benchmark's later ones (the medians are weighted
 medians), and the run's duration is the simulated one plus the remaining
 requests at the steady rate the last waves had. At a fixed rate every
@@ -33,13 +34,16 @@ from ..sim.engine import Engine, SeqState, SimSequence
 from ..sim.step_engine import StepEngine
 from .sweep import METRICS, SweepRow
 
-__all__ = ["MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES", "errors", "predict", "predict_row",
-           "prompts_of"]
+__all__ = ["EVERY_PROMPT", "MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES", "errors", "predict",
+           "predict_row", "prompts_of"]
 
 #: Waves of a closed loop simulated after the first (at least 2: the last is the drain); later requests are
 #: weighted to stand for the rest. On the shipped sweep's rows the medians come within 10 % of simulating every
 #: prompt (tests/test_calibration_inputs.py); each wave more costs as much time as the first.
 SETTLED_WAVES = 4
+#: ``waves`` that simulates every prompt of a closed loop (``llmsim predict``: one workload, where simulating all
+#: of it costs a fraction of a second; the fit, which runs thousands, keeps ``SETTLED_WAVES``).
+EVERY_PROMPT = 1 << 30
 #: An open-loop row without its own prompt count runs this many simulated seconds of arrivals ...
 OPEN_LOOP_SECONDS = 60.0
 #: ... and at most this many (and at least 64).

@@ -21,7 +21,16 @@ from types import FrameType
 from typing import Any
 
 from ..backend import LLMBackend
-from ..calibration import BUDGETS, SweepRow, calibrate, read_sweeps, render_profile, render_svg, render_table
+from ..calibration import (
+    BUDGETS,
+    EVERY_PROMPT,
+    SweepRow,
+    calibrate,
+    read_sweeps,
+    render_profile,
+    render_svg,
+    render_table,
+)
 from ..calibration import predict as predict_sweep
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware
 from ..calibration.report import render_csv, render_json
@@ -291,7 +300,7 @@ def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         rows = compare
     else:
         parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
-    predicted = predict_sweep(config, rows, args.output_spread)
+    predicted = predict_sweep(config, rows, args.output_spread, waves=EVERY_PROMPT)  # every prompt, as counted
     measured = None
     if compare is not None:
         by_load = {(r.concurrency, r.rate): r for r in compare}
