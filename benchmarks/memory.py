@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--round-seconds", type=float, default=30)
     parser.add_argument("--clients", type=int, default=4, help="Client processes, 8 closed-loop clients each")
     parser.add_argument("--plain", action="store_true", help="wrk with non-streamed chats only")
-    parser.add_argument("--io", choices=["threads", "gevent"], default="threads", help="llmsim serve --io")
+    parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="threads", help="llmsim serve --io")
     parser.add_argument("--serve-flags", default="", metavar="FLAGS",
                         help="more llmsim serve flags, e.g. '--max-trace-requests 0' (to tell what a store costs)")
     args = parser.parse_args()
