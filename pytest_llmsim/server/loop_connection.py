@@ -192,7 +192,8 @@ class LoopConnection:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError:
-            pass  # a _Refused head: its message carries the answer
+            if not self._eof:  # not one of ours (a _Refused head carries its answer): never parse on after it
+                self._refuse_parsing(_Refused(400, "Bad request"))
         except httptools.HttpParserUpgrade:
             self._refuse_parsing(_Refused(400, "Protocol upgrades are not served"))
         except httptools.HttpParserError as error:
