@@ -8,7 +8,6 @@ SIGTERM) stops it cleanly within about a second; a second Ctrl-C exits at once.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -36,6 +35,7 @@ from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware
 from ..calibration.report import render_csv, render_json
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
+from ..server.cores import IO_REQUIREMENTS, missing_for_io
 from ..server.loopback import is_loopback
 from ..server.wsgi import gevent_patched
 from ..sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
@@ -198,10 +198,9 @@ def _exec_under_gevent(argv: Sequence[str], parser: argparse.ArgumentParser, io:
     :mod:`pytest_llmsim.gevent_serve`; the PID stays (a parent's handle and
     a parent-death signal still apply).
     """
-    if importlib.util.find_spec("gevent") is None:
-        parser.error(f"--io {io} needs gevent: pip install 'pytest-llmsim[{'gevent' if io == 'gevent' else 'serve'}]'")
-    if io == "loop" and importlib.util.find_spec("httptools") is None:
-        parser.error("--io loop needs httptools: pip install 'pytest-llmsim[serve]'")
+    missing = missing_for_io(io)
+    if missing is not None:
+        parser.error(f"--io {io} {missing}")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "pytest_llmsim.gevent_serve", *argv])
@@ -331,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _calibrate(args, parser)
     if args.command == "predict":
         return _predict(args, parser)
-    if args.io in ("gevent", "loop") and not gevent_patched():
+    if args.io in IO_REQUIREMENTS and not gevent_patched():
         _exec_under_gevent(argv, parser, args.io)
     file_settings: dict[str, Any] = {}
     file_faults: list[tuple[str, dict[str, Any]]] = []

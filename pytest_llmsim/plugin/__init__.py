@@ -13,7 +13,6 @@ reset *before* each test and then set from the test's markers.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from ..gc_pacing import CollectionPacer, PauseWatch, freeze_startup
 from ..isolation import ProcessBackend, spawn_backend
 from ..pool import BackendPool
 from ..report import Reporter, summary_row, warn_if_lagging
+from ..server.cores import missing_for_io
 from ..sim.config import SimConfig
 from ..trace_files import TraceFiles, attach_to_html_report, keep_report
 from .markers import MARKERS, faults_from_markers, replies_from_markers, settings_from_markers
@@ -174,11 +174,9 @@ def _new_backend(config: SimConfig, host: str, isolation: str, port: int = 0,
             backend.on_request_done(pacer.request_done)
         return backend.start()
     io = {"process-gevent": "gevent", "process-loop": "loop"}.get(isolation, "threads")
-    for package in (("gevent",) if io == "gevent" else ("gevent", "httptools") if io == "loop" else ()):
-        if importlib.util.find_spec(package) is None:
-            extra = "gevent" if io == "gevent" else "serve"
-            raise pytest.UsageError(f"--llmsim-isolation={isolation} needs {package}: "
-                                    f"pip install 'pytest-llmsim[{extra}]'")
+    missing = missing_for_io(io)
+    if missing is not None:
+        raise pytest.UsageError(f"--llmsim-isolation={isolation} {missing}")
     return spawn_backend(config, host, io=io, port=port)
 
 

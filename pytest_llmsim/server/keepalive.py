@@ -23,7 +23,7 @@ from typing import Any
 
 from werkzeug.serving import WSGIRequestHandler
 
-__all__ = ["KeepAliveHandler", "KeepAlivePolicy", "drain_before_close"]
+__all__ = ["KeepAliveHandler", "KeepAlivePolicy", "drain_before_close", "response_framing"]
 
 # A request body the application left unread is discarded up to this size to keep
 # the connection; a larger rest closes it instead.
@@ -52,6 +52,33 @@ def drain_before_close(sock: socket.socket) -> None:
                 return  # the client closed
     except OSError:  # a pause (timeout), a reset, or already closed
         pass
+
+
+def response_framing(code: int, headers: list[tuple[str, str]], *, head_only: bool, version: str,
+                     body_can_finish: bool, keep: bool) -> tuple[bool, bool, list[tuple[str, str]]]:
+    """How a response goes on the wire, the same in both serving cores: (chunked, keep the connection,
+    headers to add).
+
+    ``keep`` is what the client and the settings allow; it is dropped for a request body too large to
+    discard unread (``body_can_finish`` False), an application's ``Connection: close``, or a body
+    without a length on HTTP/1.0 (it ends with the connection). A closing response says so.
+    """
+    keys = {key.lower() for key, _ in headers}
+    if not body_can_finish or ("connection" in keys and any(
+            key.lower() == "connection" and "close" in value.lower() for key, value in headers)):
+        keep = False  # a chunked or large unread body, or the application says so: say it now
+    no_body = head_only or 100 <= code < 200 or code in (204, 304)
+    chunked = False
+    extra: list[tuple[str, str]] = []
+    if "content-length" not in keys and not no_body:
+        if version == "HTTP/1.1":
+            chunked = True
+            extra.append(("Transfer-Encoding", "chunked"))
+        else:
+            keep = False  # the body ends when the connection does
+    if not keep and "connection" not in keys:
+        extra.append(("Connection", "close"))
+    return chunked, keep, extra
 
 
 class KeepAlivePolicy:
@@ -186,21 +213,12 @@ class KeepAliveHandler(WSGIRequestHandler):
                 state["sent"] = True
                 code_text, _, message = str(state["status"]).partition(" ")
                 code = int(code_text)
-                headers = list(state["headers"])
-                keys = {key.lower() for key, _ in headers}
-                if not self._body_can_finish() or ("connection" in keys and any(
-                        key.lower() == "connection" and "close" in value.lower() for key, value in headers)):
-                    keep = False  # a chunked or large unread body, or the application says so: say it now
-                no_body = environ["REQUEST_METHOD"] == "HEAD" or 100 <= code < 200 or code in (204, 304)
-                if "content-length" not in keys and not no_body:
-                    if self.protocol_version >= "HTTP/1.1" and self.request_version == "HTTP/1.1":
-                        state["chunked"] = True
-                        headers.append(("Transfer-Encoding", "chunked"))
-                    else:
-                        keep = False  # the body ends when the connection does
-                if not keep and "connection" not in keys:
-                    headers.append(("Connection", "close"))
-                self.write_head(code, message, headers)
+                headers = state["headers"]
+                version = self.request_version if self.protocol_version >= "HTTP/1.1" else "HTTP/1.0"
+                state["chunked"], keep, extra = response_framing(
+                    code, headers, head_only=environ["REQUEST_METHOD"] == "HEAD", version=version,
+                    body_can_finish=self._body_can_finish(), keep=keep)
+                self.write_head(code, message, [*headers, *extra])
             if data:
                 if state["chunked"]:
                     self.wfile.write(b"%x\r\n" % len(data))

@@ -16,8 +16,9 @@ from typing import Any
 
 from werkzeug.serving import WSGIRequestHandler
 
+from .keepalive import response_framing
 from .sockets import CoalescingWriter
-from .wsgi import http_date
+from .wire import response_head
 
 __all__ = ["SERVER_HEADER", "Answer"]
 
@@ -51,26 +52,10 @@ class Answer:
         self.sent = True
         code_text, _, reason = self.status.partition(" ")
         code = int(code_text)
-        headers = self.headers
-        keys = {key.lower() for key, _ in headers}
-        if not self._body_can_finish() or ("connection" in keys and any(
-                key.lower() == "connection" and "close" in value.lower() for key, value in headers)):
-            self.keep = False  # a large unread body, or the application says so: say it now
-        no_body = self._head_only or 100 <= code < 200 or code in (204, 304)
-        extra = []
-        if "content-length" not in keys and not no_body:
-            if self._version == "HTTP/1.1":
-                self.chunked = True
-                extra.append("Transfer-Encoding: chunked\r\n")
-            else:
-                self.keep = False  # the body ends when the connection does
-        if not self.keep and "connection" not in keys:
-            extra.append("Connection: close\r\n")
-        lines = [f"HTTP/1.1 {code} {reason}\r\nServer: {SERVER_HEADER}\r\nDate: {http_date()}\r\n"]
-        lines.extend(f"{key}: {value}\r\n" for key, value in headers)
-        lines.extend(extra)
-        lines.append("\r\n")
-        return "".join(lines).encode("latin-1")
+        self.chunked, self.keep, extra = response_framing(
+            code, self.headers, head_only=self._head_only, version=self._version,
+            body_can_finish=self._body_can_finish(), keep=self.keep)
+        return response_head("HTTP/1.1", code, reason, SERVER_HEADER, [*self.headers, *extra])
 
     def write(self, data: bytes, flush: bool = True) -> None:
         writer = self._writer

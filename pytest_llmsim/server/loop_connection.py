@@ -19,7 +19,6 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from http import HTTPStatus
 from typing import Any, Protocol
 
 import httptools
@@ -28,7 +27,8 @@ from .chunked import transfer_coding_problem
 from .environ import request_environ
 from .keepalive import DISCARD_LIMIT, KeepAlivePolicy, drain_before_close
 from .loop_answer import SERVER_HEADER, Answer
-from .sockets import SO_TIMESTAMP, CoalescingWriter, stamp_time
+from .sockets import SO_TIMESTAMP, CoalescingWriter, receive_stamped
+from .wire import error_response
 from .wsgi import ACCEPTED_AT, BODY_DEADLINE
 
 __all__ = ["ConnectionOwner", "LoopConnection"]
@@ -40,7 +40,6 @@ MAX_HEADERS = 100
 # httptools holds a header's bytes until its line ends, so without this an endless line would grow it.
 MAX_HEAD_BYTES = MAX_TARGET + MAX_HEADERS * MAX_HEADER_LINE
 RECEIVE_SIZE = 65536
-_STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -98,7 +97,6 @@ class _Body(io.RawIOBase):
         super().__init__()
         self._connection = connection
         self._message = message
-        self.error: str | None = None
 
     def readable(self) -> bool:
         return True
@@ -163,13 +161,10 @@ class LoopConnection:
         sock = self.sock
         try:
             sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if SO_TIMESTAMP is not None:
-                data, ancillary, _, _ = sock.recvmsg(RECEIVE_SIZE, _STAMP_SPACE)
-                stamp = stamp_time(ancillary)
-                if stamp is not None:
-                    self._stamp = stamp
-            else:
-                data = sock.recv(RECEIVE_SIZE)
+            data, stamp = receive_stamped(sock, RECEIVE_SIZE)
+            if stamp is not None:
+                self._stamp = stamp
+            elif SO_TIMESTAMP is None:  # no stamps here at all: the time it was read
                 self._stamp = time.monotonic()
         except (OSError, ValueError):  # the deadline (socket.timeout is an OSError), a reset, closed
             self._eof = True
@@ -356,13 +351,10 @@ class LoopConnection:
         """A protocol-level error (bad request line, target or headers too long): JSON, never HTML."""
         problem = message.problem
         assert problem is not None
-        status = HTTPStatus(problem.status)
         target = message.target.decode("iso-8859-1") if message.target else None
         body = self.server.error_body(problem.status, problem.message, target)
-        head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
         try:
-            self._writer.write(head + (b"" if message.method == "HEAD" else body))
+            self._writer.write(error_response(problem.status, body, head_only=message.method == "HEAD"))
             self._writer.flush()
         except OSError:
             pass  # the client is gone

@@ -11,8 +11,6 @@ patched: there the application's waits yield to the loop.
 
 from __future__ import annotations
 
-import errno
-import json
 import socket
 import ssl
 import threading
@@ -26,12 +24,11 @@ from .keepalive import KeepAlivePolicy
 from .loop_connection import LoopConnection
 from .sockets import SO_TIMESTAMP
 from .tls import TLSRelay, opens_tls
-from .wsgi import ACCEPT_BACKOFF, gevent_patched
+from .wsgi import ACCEPT_BACKOFF, ACCEPT_BACKOFF_ERRORS, default_error_body, gevent_patched
 
 __all__ = ["LoopServer"]
 
 BACKLOG = 4096  # as the threaded server's: a burst of a thousand clients connects at once
-_ACCEPT_BACKOFF_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class LoopServer:
@@ -51,7 +48,7 @@ class LoopServer:
         self.app = app
         self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
         self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
-        self.error_body = error_body or _default_error_body
+        self.error_body = error_body or default_error_body
         self.tls_context: Callable[[], ssl.SSLContext | None] = tls_context or (lambda: None)
         self.cooperative = True
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -96,7 +93,7 @@ class LoopServer:
                 except OSError as error:
                     if self._closed:
                         return
-                    if error.errno in _ACCEPT_BACKOFF_ERRORS:
+                    if error.errno in ACCEPT_BACKOFF_ERRORS:
                         time.sleep(ACCEPT_BACKOFF)  # out of descriptors: let finishing connections free some
                     continue
                 gevent.spawn(self._serve, sock, address, time.monotonic())
@@ -154,7 +151,3 @@ class LoopServer:
                 pass
         for relay in list(self._relays):
             relay.cut()
-
-
-def _default_error_body(status: int, message: str, path: str | None) -> bytes:
-    return json.dumps({"error": {"message": message, "code": status}}).encode()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from werkzeug.wrappers import Request
 
 __all__ = ["SO_TIMESTAMP", "CoalescingWriter", "PrefixedSocketReader", "blocking_socket", "client_gone",
-           "drop_connection", "nonblocking_socket", "stamp_time"]
+           "drop_connection", "nonblocking_socket", "receive_stamped", "stamp_time"]
 
 # Linux stamps each received packet with the kernel's receive time when asked
 # (SO_TIMESTAMP; Python names neither constant). The stamp of a request's first
@@ -54,13 +54,12 @@ class PrefixedSocketReader(io.RawIOBase):
         """Wait for the connection's first bytes (and their stamp) and put them in front."""
         self.waiting = True
         try:
-            data, ancillary, _, _ = self._sock.recvmsg(65536, _STAMP_SPACE)
+            data, self._received_at = receive_stamped(self._sock, 65536)
         except OSError:  # idle past the deadline, or gone: the head reads as empty, the connection ends
-            data, ancillary = b"", []
+            data, self._received_at = b"", None
         finally:
             self.waiting = False
         self._prefix = memoryview(data)
-        self._received_at = stamp_time(ancillary)
 
     @property
     def received_at(self) -> float | None:
@@ -96,6 +95,15 @@ class PrefixedSocketReader(io.RawIOBase):
 
 
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+def receive_stamped(sock: socket.socket, size: int) -> tuple[bytes, float | None]:
+    """Up to ``size`` bytes from ``sock`` and the ``time.monotonic()`` the kernel received them (None
+    without a stamp: ``SO_TIMESTAMP`` off, or a platform without it). Raises as ``recv`` does."""
+    if SO_TIMESTAMP is None:
+        return sock.recv(size), None
+    data, ancillary, _, _ = sock.recvmsg(size, _STAMP_SPACE)
+    return data, stamp_time(ancillary)
 
 
 def stamp_time(ancillary: list[tuple[int, int, bytes]]) -> float | None:

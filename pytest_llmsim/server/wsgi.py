@@ -8,7 +8,6 @@ only when none is idle, so concurrency stays unbounded like werkzeug's.
 
 from __future__ import annotations
 
-import email.utils
 import errno
 import http.client
 import io
@@ -30,10 +29,11 @@ from .headers import BadHeader, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
 from .tls import TLSRelay, opens_tls
+from .wire import error_response, response_head
 from .workers import HeadWatchdog, WorkerPool
 
-__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "PooledWSGIServer", "QuietRequestHandler", "gevent_patched", "http_date",
-           "nonblocking_socket"]
+__all__ = ["ACCEPTED_AT", "ACCEPT_BACKOFF_ERRORS", "BODY_DEADLINE", "PooledWSGIServer", "QuietRequestHandler",
+           "default_error_body", "gevent_patched", "nonblocking_socket"]
 
 
 # WSGI environ key: time.monotonic() when the request reached the server.
@@ -42,18 +42,6 @@ ACCEPTED_AT = "llmsim.accepted_at"
 # PooledWSGIServer.watch_body); a body read that ends short after it is a 408, not a 400.
 BODY_DEADLINE = "llmsim.body_deadline"
 _accepted = threading.local()  # the accept time of the connection this thread handles, and whether it is TLS
-
-_date_header: tuple[int, str] = (0, "")
-
-
-def http_date() -> str:
-    """The ``Date`` header's value, formatted once per second (``email.utils`` is slow for every response)."""
-    global _date_header
-    second = int(time.time())
-    if _date_header[0] != second:
-        _date_header = (second, email.utils.formatdate(second, usegmt=True))
-    return _date_header[1]
-
 
 class QuietRequestHandler(KeepAliveHandler):
     """No access log; one packet per flushed write, sent at once (Nagle off); keep-alive."""
@@ -106,14 +94,11 @@ class QuietRequestHandler(KeepAliveHandler):
         Always with a status line, whatever the request line said, and
         ``Connection: close``; the body is the server's ``error_body`` shape.
         """
-        status = HTTPStatus(code)
         path = self.path if isinstance(getattr(self, "path", None), str) else None
-        body = self.server.error_body(code, message or status.phrase, path)
-        head = (f"HTTP/1.1 {code} {status.phrase}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
+        body = self.server.error_body(code, message or HTTPStatus(code).phrase, path)
         self.close_connection = True
         try:
-            self.wfile.write(head + (b"" if getattr(self, "command", None) == "HEAD" else body))
+            self.wfile.write(error_response(code, body, head_only=getattr(self, "command", None) == "HEAD"))
             self.wfile.flush()
         except OSError:
             pass  # the client is gone
@@ -219,11 +204,7 @@ class QuietRequestHandler(KeepAliveHandler):
         if self.request_version == "HTTP/0.9":
             super().write_head(code, message, headers)
             return
-        lines = [f"{self.protocol_version} {code} {message}\r\nServer: {self.version_string()}\r\n"
-                 f"Date: {http_date()}\r\n"]
-        lines.extend(f"{key}: {value}\r\n" for key, value in headers)
-        lines.append("\r\n")
-        self.wfile.write("".join(lines).encode("latin-1"))
+        self.wfile.write(response_head(self.protocol_version, code, message, self.version_string(), headers))
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass  # a test session's output is no place for an access log
@@ -234,7 +215,7 @@ class QuietRequestHandler(KeepAliveHandler):
 
 # accept() errors that mean "out of resources", not "this client": back off instead
 # of spinning, as nginx does, and let finishing connections free descriptors.
-_ACCEPT_BACKOFF_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_BACKOFF_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 ACCEPT_BACKOFF = 0.05
 
 
@@ -252,7 +233,8 @@ class _BindFailed(Exception):
         self.error = error
 
 
-def _default_error_body(status: int, message: str, path: str | None) -> bytes:
+def default_error_body(status: int, message: str, path: str | None) -> bytes:
+    """A protocol error's body when the server is given no ``error_body`` (both cores)."""
     return json.dumps({"error": {"message": message, "code": status}}).encode()
 
 
@@ -290,7 +272,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
         self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
         self._watchdog = HeadWatchdog()
-        self.error_body = error_body or _default_error_body
+        self.error_body = error_body or default_error_body
         self.cooperative = gevent_patched()  # llmsim serve --io gevent: connections are greenlets
         try:
             super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
@@ -318,7 +300,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         try:
             return super().get_request()
         except OSError as error:
-            if error.errno in _ACCEPT_BACKOFF_ERRORS:
+            if error.errno in ACCEPT_BACKOFF_ERRORS:
                 time.sleep(ACCEPT_BACKOFF)  # the listening socket stays readable: do not spin
             raise
 
