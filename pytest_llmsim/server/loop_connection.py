@@ -73,7 +73,7 @@ class _Message:
 
     def __init__(self, received_at: float | None, early: bool) -> None:
         self.received_at = received_at
-        self.early = early  # parsed while an earlier request was being answered: pipelined behind it
+        self.early = early  # pipelined behind an earlier request: it arrives when it is taken
         self.target = bytearray()
         self.headers: list[tuple[str, str]] = []
         self.method = self.version = ""
@@ -223,7 +223,9 @@ class LoopConnection:
     # --- httptools' callbacks ---
 
     def on_message_begin(self) -> None:
-        self._parsing = _Message(self._stamp, self._answering)
+        # Pipelined: it came behind a request not yet answered (being answered, or parsed from the same
+        # bytes and waiting its turn); it arrives when it is taken, as the threaded server counts it.
+        self._parsing = _Message(self._stamp, self._answering or bool(self._ready))
 
     def on_url(self, url: bytes) -> None:
         message = self._parsing
