@@ -6,7 +6,8 @@ microseconds per request for a few request kinds: the ceiling any HTTP
 server in front of it can reach is ``1e6 / µs`` requests per second on one
 core. ``--profile`` prints cProfile's top functions for the chat request.
 
-    python benchmarks/request_cost.py [--requests 20000] [--rounds 5] [--profile [--sort cumulative]]
+    python benchmarks/request_cost.py [--requests 20000] [--rounds 5] [--kinds chat,responses]
+        [--profile [--sort cumulative]]
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kinds", type=lambda text: text.split(","), default=list(KINDS),
+                        help=f"comma-separated request kinds (default all: {', '.join(KINDS)})")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--sort", choices=["tottime", "cumulative"], default="tottime",
                         help="order of the profile: own time, or time including callees")
@@ -102,7 +105,11 @@ def main() -> None:
     server = backend._server  # the app, never started as a server
     app = Request.application(server.application)
     print("| request | µs per request (median of rounds) | rounds |\n|---|---|---|")
-    for kind, (path, body) in KINDS.items():
+    unknown = set(args.kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
+    for kind in args.kinds:
+        path, body = KINDS[kind]
         make = environ_factory(path, body)
         run(app, make, min(2000, args.requests))  # warm caches (tokenizer, schema, filler)
         rounds = []

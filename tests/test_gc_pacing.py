@@ -95,3 +95,19 @@ def test_the_pause_watch_sees_a_collection_and_answers_by_time() -> None:
         watch.uninstall()
         watch.uninstall()
     assert watch._on_gc not in gc.callbacks
+
+
+@pytest.mark.parametrize("cap", [0, 1, 3, 50])
+def test_recent_samples_keep_the_newest_values_whatever_the_counts(cap: int) -> None:
+    """A histogram's recent samples: the newest ``cap`` values, a run of ``count`` equal values counting
+    ``count`` times (a count of 0 adds nothing)."""
+    import random
+
+    from pytest_llmsim.sim.metrics import _RecentValues
+    rng = random.Random(cap)
+    recent, kept = _RecentValues(cap), []
+    for step in range(400):
+        count = rng.choice([1, 1, 2, 5, 0, 60])
+        recent.add(float(step), count)
+        kept = (kept + [float(step)] * count)[-cap:] if cap else []
+        assert sorted(recent) == sorted(kept)

@@ -258,3 +258,24 @@ def test_a_trace_directory_that_cannot_be_written_is_one_usage_error(pytester: p
     result = pytester.runpytest("-p", "no:cacheprovider", f"--llmsim-trace={target}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR  # each test's teardown errored before
     result.stderr.fnmatch_lines([f"*--llmsim-trace:*{target}*"])
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 10])
+def test_batch_samples_keep_the_newest_rows_with_the_last_change_at_each_instant(capacity: int) -> None:
+    """The recording keeps the newest ``capacity`` samples, one per instant (the last change made then),
+    in order, whether the newest row is still open or already stored."""
+    import random
+
+    from pytest_llmsim.sim.trace import _Rows
+    rng = random.Random(capacity)
+    rows, kept = _Rows(3, capacity), []
+    for step in range(200):
+        row = (float(step // 3), float(rng.randint(0, 5)), float(rng.randint(0, 5)))
+        if kept and rows.newest_first == row[0]:
+            rows.replace_last(row)
+            kept[-1] = row
+        else:
+            rows.append(row)
+            kept.append(row)
+        assert rows.rows() == kept[-capacity:]
+    assert _Rows(3, 0).rows() == []

@@ -61,6 +61,10 @@ def _message_text(content: Any, param: str) -> str:
 
 def chat_message(i: int, message: Any) -> ChatMessage:
     """One chat message checked and reduced to role, text and name (``i`` is its place, for errors)."""
+    if type(message) is dict:  # the usual message: a system or user text (its field path only for errors)
+        content, name = message.get("content"), message.get("name")
+        if type(content) is str and name is None and message.get("role") in CHAT_ROLES:
+            return ChatMessage(message["role"], content, None)
     param = f"messages[{i}]"
     if not isinstance(message, dict):
         raise invalid(f"Invalid type for '{param}': expected an object.", param, "invalid_type")

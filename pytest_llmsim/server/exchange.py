@@ -22,6 +22,7 @@ from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .request_body import read_json_body
 from .responder import json_response
+from .trusted_headers import TrustedHeaders
 
 __all__ = ["RECORD_KEY", "ROUTE_KEY", "answer_error", "headers_of", "new_record", "read_json", "read_logged_json",
            "untokenizable"]
@@ -29,36 +30,6 @@ __all__ = ["RECORD_KEY", "ROUTE_KEY", "answer_error", "headers_of", "new_record"
 ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
 RECORD_KEY = "llmsim.record"  # WSGI environ key: the request's log record, once made
 UNKNOWN_ROUTE = "unknown"
-
-
-class _ReceivedHeaders(Headers):
-    """werkzeug's ``Headers`` over pairs the HTTP server already parsed and checked.
-
-    ``Headers(pairs)`` re-validates every value one call at a time (about 5 %
-    of a non-streamed request); these values came from the server's header
-    parser, so the list is taken as it is. Everything else is ``Headers``.
-    """
-
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        super().__init__()
-        self._list = pairs  # werkzeug's storage: a list of (name, value) pairs
-
-    def get(self, key: Any, default: Any = None, type: Any = None) -> Any:  # type: ignore[override]  # same answers, one signature
-        """``Headers.get``; a missing name costs no exception (werkzeug raises and catches
-        ``BadRequestKeyError``, a few µs, and every request misses the fault header)."""
-        if type is not None or not isinstance(key, str):
-            return super().get(key, default, type)
-        wanted = key.lower()
-        for name, value in self._list:
-            if name.lower() == wanted:
-                return value
-        return default
-
-    def __contains__(self, key: Any) -> bool:
-        return self.get(key, _MISSING) is not _MISSING if isinstance(key, str) else super().__contains__(key)
-
-
-_MISSING = object()
 
 
 @functools.lru_cache(maxsize=256)
@@ -73,7 +44,7 @@ def headers_of(environ: dict[str, Any]) -> Headers:
     for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
         if environ.get(key):
             pairs.append((_header_name(key), environ[key]))
-    return _ReceivedHeaders(pairs)
+    return TrustedHeaders(pairs)
 
 
 def new_record(request: Request) -> RequestRecord:

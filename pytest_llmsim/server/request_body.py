@@ -9,14 +9,13 @@ here ends as :class:`BodyTimeout`, a 408, instead of holding a handler for good.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
-from ..sim import SimError
+from ..sim import SimError, wire_json
 from .wsgi import BODY_DEADLINE
 
 __all__ = ["BodyTimeout", "read_body", "read_json_body"]
@@ -118,7 +117,7 @@ def read_json_body(environ: dict[str, Any], limit: int, limit_name: str, timeout
     if not data and empty is not ...:
         return empty, data
     try:
-        body = json.loads(data)
+        body = wire_json.loads(data)
     except (ValueError, RecursionError):
         raise SimError(400, "We could not parse the JSON body of your request. The API expects "
                             "a JSON payload, but what was sent was not valid JSON.", code="invalid_json") from None

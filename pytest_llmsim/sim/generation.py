@@ -138,6 +138,14 @@ class Generation:
         # The client waited for the model to load too: it is in TTFT and e2e (not in queue_time).
         load = self.load_time
         record.load_time = load or None
+        if len(seqs) == 1:  # the usual request: one sequence, its own figures (no lists to build)
+            seq = seqs[0]
+            ttft, end, record.queue_time = seq.ttft, seq.e2e, seq.queue_time
+            record.ttft = None if ttft is None else ttft + load
+            record.e2e = None if end is None else end + load
+            gap_count = seq.gaps.count
+            record.itl = seq.gaps.total() / gap_count if gap_count else None
+            return
         ttfts = [t for t in (s.ttft for s in seqs) if t is not None]
         record.ttft = min(ttfts) + load if ttfts else None
         ends = [t for t in (s.e2e for s in seqs) if t is not None]

@@ -165,11 +165,14 @@ class _RecentValues:
     def add(self, value: float, count: int = 1) -> None:
         data, cap = self._data, self.cap
         count = min(count, cap)
-        room = cap - len(data)
+        if count == 1 and len(data) == cap:  # the usual case once full: one slot, no array built
+            data[self._next] = value
+            self._next = (self._next + 1) % cap
+            return
+        room = min(cap - len(data), count)
         if room > 0:
-            taken = min(room, count)
-            data.extend(array("d", (value,)) * taken if taken > 1 else (value,))
-            count -= taken
+            data.extend(array("d", (value,)) * room)
+            count -= room
         while count > 0:  # overwrite the oldest slots, wrapping at most once
             start = self._next
             run = min(count, cap - start)
@@ -281,10 +284,13 @@ class Metrics:
                     reason = reason or "abort"
                     stats.success[reason] = stats.success.get(reason, 0) + 1
             histograms = stats.histograms
-            for name in ("ttft", "e2e", "queue_time"):
-                value = getattr(record, name)
-                if value is not None:
-                    histograms[name].observe(value)
+            ttft, e2e, queue_time = record.ttft, record.e2e, record.queue_time
+            if ttft is not None:
+                histograms["ttft"].observe(ttft)
+            if e2e is not None:
+                histograms["e2e"].observe(e2e)
+            if queue_time is not None:
+                histograms["queue_time"].observe(queue_time)
             if gaps:
                 histograms["itl"].observe_runs(gaps)
             for lag in lags or ():

@@ -82,42 +82,53 @@ class _Rows:
     A row is kept as numbers, not as an object: a recording that grows to
     its bound (eight samples per kept request) holds nothing the garbage
     collector tracks, so it neither sets off young collections while it
-    grows nor adds to what every full collection scans.
+    grows nor adds to what every full collection scans. The newest row is
+    the exception, a tuple until a newer one comes: the batch's counts change
+    twice at one instant for every request of an instantaneous backend, and
+    replacing a tuple costs one store where rewriting the row took a loop.
     """
 
-    __slots__ = ("_data", "_oldest", "capacity", "count", "newest_first", "width")
+    __slots__ = ("_data", "_newest", "_oldest", "capacity", "count", "newest_first", "width")
 
     def __init__(self, width: int, capacity: int) -> None:
-        self._data = array("d")
-        self._oldest = 0  # row index of the oldest row, once the buffer is full
+        self._data = array("d")  # the rows before the newest: at most capacity - 1
+        self._newest: tuple[float, ...] | None = None
+        self._oldest = 0  # row index of the oldest row in _data, once it is full
         self.width = width
         self.capacity = max(capacity, 0)
-        self.count = 0
+        self.count = 0  # rows in _data
         self.newest_first: float | None = None  # the newest row's first number (a sample's time)
 
     def append(self, row: tuple[float, ...]) -> None:
-        self.newest_first = row[0] if self.capacity else None
-        if self.count < self.capacity:
-            self._data.extend(row)
-            self.count += 1
-        elif self.capacity:
-            self._put(self._oldest, row)
-            self._oldest = (self._oldest + 1) % self.capacity
+        if not self.capacity:
+            return
+        newest = self._newest
+        if newest is not None:
+            self._store(newest)
+        self._newest, self.newest_first = row, row[0]
 
     def replace_last(self, row: tuple[float, ...]) -> None:
-        self.newest_first = row[0]
-        self._put((self._oldest + self.count - 1) % self.count, row)
+        self._newest, self.newest_first = row, row[0]
 
     def rows(self) -> list[tuple[float, ...]]:
         """Every row, oldest first."""
         data, width = self._data, self.width
         order = [*range(self._oldest, self.count), *range(self._oldest)]
-        return [tuple(data[i * width:(i + 1) * width]) for i in order]
+        out = [tuple(data[i * width:(i + 1) * width]) for i in order]
+        if self._newest is not None:
+            out.append(tuple(map(float, self._newest)))
+        return out
 
-    def _put(self, index: int, row: tuple[float, ...]) -> None:
-        start = index * self.width
-        for offset, value in enumerate(row):
-            self._data[start + offset] = value
+    def _store(self, row: tuple[float, ...]) -> None:
+        """Keep ``row`` in the array, over the oldest once it holds ``capacity - 1`` (the newest is apart)."""
+        room = self.capacity - 1
+        if self.count < room:
+            self._data.extend(row)
+            self.count += 1
+        elif room > 0:
+            start = self._oldest * self.width
+            self._data[start:start + self.width] = array("d", row)
+            self._oldest = (self._oldest + 1) % room
 
 
 @dataclass

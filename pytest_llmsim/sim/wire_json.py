@@ -8,6 +8,9 @@ back bytes, which is what goes out. The output is compact and UTF-8 (no
 encode a value (an integer beyond 64 bits a client sent and the answer
 echoes) or is not installed (an interpreter without its wheels), the
 standard library writes the same JSON.
+
+Request bodies are read the same way (:func:`loads`): orjson where it reads
+a body exactly as ``json.loads`` would, the standard library for the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - orjson is a dependency; an interpreter without its wheels
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "loads"]
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS if orjson is not None else 0  # as json.dumps: int keys become strings
 
@@ -33,3 +36,25 @@ def dumps(value: Any) -> bytes:
         except TypeError:  # orjson.JSONEncodeError: a value it does not take (e.g. a 65-bit integer)
             pass
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# orjson reads an integer past 64 bits as a float, the standard library as the integer the client sent: a
+# body with a run of 19 digits anywhere (a number, or a string of digits) is read by the standard library.
+# Found by mapping every digit to "0" and looking for 19 of them (C speed; a regex took 4-15x as long).
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else byte for byte in range(256))
+_LONG_DIGITS = b"0" * 19
+
+
+def loads(data: bytes) -> Any:
+    """The JSON text ``data`` as Python values, exactly as ``json.loads`` reads it (and raising as it does).
+
+    orjson reads strict RFC 8259 JSON in UTF-8, several times faster; what it refuses (``NaN``, a byte-order
+    mark, UTF-16, a lone surrogate escape, nesting past 1,024 levels, or not JSON at all) goes to the
+    standard library, which accepts it or raises its own error.
+    """
+    if orjson is not None and _LONG_DIGITS not in data.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
