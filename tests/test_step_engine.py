@@ -13,7 +13,7 @@ import pytest
 from engine_helpers import Recorder, gaps, make_engine, prompt
 
 from pytest_llmsim import ConfigError, LLMBackend, SimConfig
-from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep
+from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep, search
 from pytest_llmsim.calibration import fit as calibration
 from pytest_llmsim.cli import main
 from pytest_llmsim.sim.config import PROFILES_DIR
@@ -349,8 +349,36 @@ def test_the_fit_runs_in_this_process_where_no_pool_can_start(monkeypatch: pytes
 
     rows = predict(SimConfig().replace(**COSTS), [SweepRow(c, None, 64, 8) for c in (1, 4)])
     alone = calibrate(rows, budgets=(512, 1024), workers=1)
-    monkeypatch.setattr(calibration, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(search, "ProcessPoolExecutor", no_pool)
     assert calibrate(rows, budgets=(512, 1024), workers=2).config == alone.config
+
+
+def test_a_sequence_preempted_and_readmitted_within_a_step_emits_nothing_in_it() -> None:
+    """A decoder preempted for another's new block and admitted again in the same step (a third one finished
+    and freed blocks) is recomputing: it must not emit that step's token, nor count in the context the next
+    step attends. Found by search: sequence 5 is preempted by an older one's new block, sequence 1 finishes
+    later in the same step, and 5 is back in the batch before the step's walk reaches it."""
+
+    class TokensWhilePrefilling(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.while_prefilling: list[int] = []
+
+        def on_token(self, seq: SimSequence, now: float) -> None:
+            super().on_token(seq, now)
+            if seq.prefill_left:
+                self.while_prefilling.append(seq.index)
+
+    listener = TokensWhilePrefilling()
+    eng = StepEngine(SimConfig(scheduler="step", block_size=4, kv_cache_blocks=15, step_base=0.01,
+                               max_num_batched_tokens=64, max_batch_size=8), listener)
+    specs = [(6, 6, 0.007), (11, 2, 0.017), (8, 11, 0.004), (9, 11, 0.035), (12, 8, 0.008), (8, 13, 0.021)]
+    for i, (length, output, at) in enumerate(specs):
+        eng.submit(SimSequence(prompt(length, 1000 * i), output, index=i), at=at)
+    eng.run_until_idle()
+    assert eng.preemptions > 0
+    assert listener.while_prefilling == []
+    assert all(state is SeqState.FINISHED for _, state, _ in listener.finished)
 
 
 @pytest.mark.parametrize("trim_every", [4096, 7, 1])

@@ -16,10 +16,11 @@ to a measured sweep.
 
 from __future__ import annotations
 
-from .fit import BUDGETS, FINALISTS, FITTED, FULL_SEARCH, PRIORS, SHORT_SEARCH, Fit, calibrate, levenberg_marquardt
+from .fit import BUDGETS, FINALISTS, FITTED, FULL_SEARCH, PRIORS, SHORT_SEARCH, Fit, calibrate
 from .formats import read_sweep, read_sweeps
 from .priors import GPUS, Hardware
 from .report import render_csv, render_json, render_profile, render_svg, render_table
+from .search import levenberg_marquardt
 from .sweep import METRICS, SweepRow
 from .workload import EVERY_PROMPT, errors, predict, predict_row
 

@@ -9,19 +9,17 @@ stays at its prior (:data:`~pytest_llmsim.calibration.fit.PRIORS`).
 from __future__ import annotations
 
 import math
-import multiprocessing
 import statistics
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..sim.config import SimConfig
 from .priors import Hardware
+from .search import Evaluate, SearchSteps, evaluator, levenberg_marquardt_steps, run_together
 from .sweep import METRICS, SweepRow
 from .workload import errors, predict
 
-__all__ = ["BUDGETS", "FITTED", "PRIORS", "Fit", "calibrate", "levenberg_marquardt"]
+__all__ = ["BUDGETS", "FITTED", "PRIORS", "Fit", "calibrate"]
 
 #: The step costs a sweep identifies, fitted by :func:`~pytest_llmsim.calibration.calibrate` (and
 #: ``max_num_batched_tokens``).
@@ -111,66 +109,6 @@ def _initial(rows: Sequence[SweepRow]) -> dict[str, float]:
             "request_overhead": max(ttft - itl, 1e-4) / 3, "request_serial": 0.05 * ttft}
 
 
-def levenberg_marquardt(residuals: Callable[[list[float]], list[float]], start: list[float],
-                        iterations: int = 14, step: float = 0.05,
-                        tolerance: float = 1e-4) -> tuple[list[float], float, int]:
-    """Minimise the sum of squares of ``residuals`` from ``start``: Levenberg-Marquardt with a forward-difference
-    Jacobian (``step`` wide: a simulation is piecewise, too fine a step sees its steps). Returns the point, its
-    cost and the evaluations used. A sweep's residuals are log-ratios, nearly linear in log costs: a handful of
-    iterations converge where a simplex search needs hundreds of evaluations."""
-    point = list(start)
-    current = residuals(point)
-    cost = sum(r * r for r in current)
-    used, damping, size = 1, 1e-2, len(point)
-    for _ in range(iterations):
-        columns = []
-        for j in range(size):
-            moved = point[:]
-            moved[j] += step
-            columns.append([(after - before) / step for after, before in zip(residuals(moved), current)])
-        used += size
-        normal = [[sum(a * b for a, b in zip(columns[i], columns[j])) for j in range(size)] for i in range(size)]
-        gradient = [sum(a * r for a, r in zip(columns[i], current)) for i in range(size)]
-        improved = False
-        for _ in range(4):  # raise the damping until a step lowers the cost
-            damped = [[normal[i][j] * (1 + damping if i == j else 1) + (1e-9 if i == j else 0.0)
-                       for j in range(size)] for i in range(size)]
-            delta = _solve(damped, [-g for g in gradient])
-            candidate = [x + min(max(d, -2.0), 2.0) for x, d in zip(point, delta)]  # at most e^2 per step
-            trial = residuals(candidate)
-            used += 1
-            trial_cost = sum(r * r for r in trial)
-            if trial_cost < cost:
-                improved = cost - trial_cost > tolerance * max(cost, 1e-12)
-                point, current, cost = candidate, trial, trial_cost
-                damping = max(damping / 3, 1e-6)
-                break
-            damping *= 8
-        if not improved:
-            break
-    return point, cost, used
-
-
-def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """``matrix x = vector`` by Gaussian elimination with partial pivoting (a small, dense system)."""
-    size = len(vector)
-    rows = [[*row, value] for row, value in zip(matrix, vector)]
-    for col in range(size):
-        pivot = max(range(col, size), key=lambda r: abs(rows[r][col]))
-        rows[col], rows[pivot] = rows[pivot], rows[col]
-        if abs(rows[col][col]) < 1e-300:
-            continue
-        for r in range(col + 1, size):
-            factor = rows[r][col] / rows[col][col]
-            for c in range(col, size + 1):
-                rows[r][c] -= factor * rows[col][c]
-    out = [0.0] * size
-    for r in reversed(range(size)):
-        if abs(rows[r][r]) >= 1e-300:
-            out[r] = (rows[r][size] - sum(rows[r][c] * out[c] for c in range(r + 1, size))) / rows[r][r]
-    return out
-
-
 def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: float = 0.0,
               budgets: Sequence[int] = BUDGETS, workers: int = 1, hardware: Hardware | None = None) -> Fit:
     """Fit :data:`~pytest_llmsim.calibration.fit.FITTED` step costs and ``max_num_batched_tokens`` (one of
@@ -178,12 +116,12 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     ``base``). Returns the :class:`Fit`.
 
     Each budget gets a short search; the two best (``FINALISTS``) are then searched to convergence and
-    the lower loss wins. The searches are independent: with ``workers`` above 1 they run in that many
-    processes (``llmsim calibrate`` uses one per core), started by ``forkserver`` or ``spawn``, so a
-    script calling this needs the usual ``if __name__ == "__main__":`` guard. The result does not
-    depend on ``workers``. With ``hardware`` (a :class:`~pytest_llmsim.calibration.Hardware`) the
-    roofline's three costs come from the device and the model, and the search fits their two efficiencies
-    instead: one or two rows are enough.
+    the lower loss wins. The searches of a stage step together: with ``workers`` above 1 every evaluation
+    they wait for is spread over that many processes (``llmsim calibrate`` uses one per core), started by
+    ``forkserver`` or ``spawn``, so a script calling this needs the usual ``if __name__ == "__main__":``
+    guard. The result does not depend on ``workers``. With ``hardware`` (a
+    :class:`~pytest_llmsim.calibration.Hardware`) the roofline's three costs come from the device and the
+    model, and the search fits their two efficiencies instead: one or two rows are enough.
     """
     if not rows:
         raise ValueError("a sweep needs at least one row")
@@ -191,12 +129,12 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     space = _Space(hardware)
     start = space.start(rows)
     rows = list(rows)
-    with _searcher(workers, len(budgets)) as run:
-        short = dict(zip(budgets, run([_Search(base, rows, spread, budget, SHORT_SEARCH, start, space, RANKING_WAVES)
-                                        for budget in budgets])))
+    with evaluator(min(workers, len(budgets) * len(space.names))) as evaluate:
+        short = dict(zip(budgets, _run([_Search(base, rows, spread, budget, SHORT_SEARCH, start, space, RANKING_WAVES)
+                                        for budget in budgets], evaluate)))
         finalists = sorted(short, key=lambda budget: short[budget][0])[:FINALISTS]
-        final = dict(zip(finalists, run([_Search(base, rows, spread, budget, FULL_SEARCH, short[budget][1], space)
-                                          for budget in finalists])))
+        final = dict(zip(finalists, _run([_Search(base, rows, spread, budget, FULL_SEARCH, short[budget][1], space)
+                                          for budget in finalists], evaluate)))
     best = min(final, key=lambda budget: final[budget][0])
     config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
     losses = {budget: (final if budget in final else short)[budget][0] for budget in budgets}
@@ -220,7 +158,7 @@ SearchResult = tuple[float, list[float], int]
 
 @dataclass(frozen=True)
 class _Search:
-    """One least-squares search at a fixed budget: picklable, so a worker process can run it."""
+    """One least-squares search at a fixed budget; its evaluations are :class:`_Evaluation` tasks."""
 
     base: SimConfig
     rows: list[SweepRow]
@@ -231,39 +169,49 @@ class _Search:
     space: _Space
     waves: int | None = None
 
-    def __call__(self) -> SearchResult:
+    def steps(self) -> SearchSteps:
+        return levenberg_marquardt_steps(self.start, iterations=self.iterations,
+                                         tolerance=1e-3 if self.waves else 1e-4)
+
+    def task(self, point: list[float]) -> _Evaluation:
         budgeted = self.base.replace(max_num_batched_tokens=self.budget)
-
-        def residuals(candidate: list[float]) -> list[float]:
-            return _residuals(self.space.config(budgeted, candidate), self.rows, self.spread, self.waves)
-
-        found, cost, used = levenberg_marquardt(residuals, self.start, iterations=self.iterations,
-                                                tolerance=1e-3 if self.waves else 1e-4)
-        return cost, found, used
+        return _Evaluation(self.space.config(budgeted, point), self.rows, self.spread, self.waves)
 
 
-def _run_search(search: _Search) -> SearchResult:
-    return search()
+@dataclass(frozen=True)
+class _Evaluation:
+    """The residuals of one candidate profile: picklable, so a worker process can compute them."""
+
+    config: SimConfig
+    rows: list[SweepRow]
+    spread: float
+    waves: int | None
+
+    def __call__(self) -> list[float]:
+        return _residuals(self.config, self.rows, self.spread, self.waves)
+
+    def per_row(self) -> list[_Evaluation]:
+        """The same residuals as one task per row (each row is simulated on its own: they concatenate)."""
+        return [_Evaluation(self.config, [row], self.spread, self.waves) for row in self.rows]
 
 
-@contextmanager
-def _searcher(workers: int, most: int) -> Iterator[Callable[[list[_Search]], list[SearchResult]]]:
-    """A function running searches: in a process pool when more than one worker would be busy and the
-    platform can start one (no POSIX semaphores, as in some containers: in this process instead)."""
-    count = min(workers, most)
-    pool = None
-    if count > 1:
-        # forkserver: never fork a process that may be running threads (an embedded server, say)
-        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        try:
-            pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context(method))
-        except (OSError, ImportError, NotImplementedError):
-            pool = None
-    if pool is None:
-        yield lambda searches: [search() for search in searches]
-        return
-    with pool:
-        yield lambda searches: list(pool.map(_run_search, searches))
+def _by_row(evaluate: Evaluate) -> Evaluate:
+    """``evaluate`` given every evaluation's rows as tasks of their own: a pool then stays busy to the end of a
+    round however few points it has (the last search's single trial point used one core of two)."""
+
+    def evaluate_rows(tasks: list[_Evaluation]) -> list[list[float]]:
+        split = [task.per_row() for task in tasks]
+        answers = iter(evaluate([row for rows in split for row in rows]))
+        return [[value for _ in rows for value in next(answers)] for rows in split]
+
+    return evaluate_rows
+
+
+def _run(searches: list[_Search], evaluate: Evaluate) -> list[SearchResult]:
+    """Run ``searches`` together (their evaluations spread over ``evaluate``'s processes): (loss, point, used)."""
+    found = run_together([search.steps() for search in searches], [search.task for search in searches],
+                         _by_row(evaluate))
+    return [(cost, point, used) for point, cost, used in found]
 
 
 @dataclass(frozen=True)

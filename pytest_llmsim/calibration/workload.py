@@ -90,6 +90,15 @@ def _weighted_median(values: Sequence[tuple[float, float]]) -> float:
     return ordered[-1][0]
 
 
+def _uncached(config: SimConfig) -> SimConfig:
+    """``config`` with nothing ever cached when that is what it would find: a prediction's prompts are distinct,
+    and without a KV capacity none is preempted (so none looks for its own blocks again). A forced hit rate of
+    0 skips the prefix cache's ledger, and the KV ledger counts the same blocks, all private."""
+    if config.kv_cache_blocks is None and config.cache_hit_rate is None:
+        return config.replace(cache_hit_rate=0.0)
+    return config
+
+
 def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0,
                 waves: int | None = None) -> SweepRow:
     """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts
@@ -103,15 +112,22 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     lengths = _lengths(row.output_tokens, spread, simulated, random.Random(f"lengths:{seed}"))
     config = config.replace(max_batch_size=max(config.max_batch_size, clients), max_waiting=max(
         config.max_waiting, 100_000), max_model_len=max(config.max_model_len, row.input_tokens + max(lengths) + 1))
+    config = _uncached(config)
     recorder = _Recorder()
     engine: Engine = (StepEngine if config.scheduler == "step" else Engine)(
         config, recorder, random.Random(f"latency:{config.seed}"))
     started: list[SimSequence] = []
+    blocks_per_prompt = row.input_tokens // config.block_size if config.cache_hit_rate is None else 0
 
     def send(at: float) -> None:
         k = len(started)
         seq = SimSequence(range(10_000_000 + k * row.input_tokens, 10_000_000 + (k + 1) * row.input_tokens),
                           lengths[k], index=k)
+        # Distinct prompts share no block: each block's name can be a number of its own instead of a chained
+        # hash of its tokens (a 1,024-token prompt took 64 tuple hashes, a tenth of a prediction). The prefix
+        # cache and the KV ledger see the same blocks as before (a preempted request still finds its own).
+        if blocks_per_prompt:
+            seq.block_hashes = list(range(k * blocks_per_prompt, (k + 1) * blocks_per_prompt))
         started.append(seq)
         engine.submit(seq, at)
 
@@ -126,7 +142,7 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     seen = 0
     last_send = 0.0
     while engine.next_event_time() is not None:
-        engine.advance(engine.next_event_time() or 0.0, max_events=1)
+        engine.advance(math.inf, max_events=1)  # one event (the engine may end quiet steps after it)
         if closed:
             for _ in recorder.finished[seen:]:
                 if len(started) < simulated:

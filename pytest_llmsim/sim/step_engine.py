@@ -56,17 +56,24 @@ get them as one slice when its run of consecutive steps ends (it finishes,
 is preempted or cancelled, or misses a step): not one call per token. A
 step is composed from the decoders and the prefills, kept apart as
 sequences change phase, not by walking the batch. A sweep's prediction
-takes about half the time for both (``docs/simulation.md``).
+takes about half the time for both (``docs/simulation.md``). For a
+listener that wants no tokens (``wants_tokens = False``, the calibration's;
+read once, at construction) decoders ride (:mod:`.riders`: visited only when
+due), and a step in which only riders decode, none is due and nothing else
+happens first ends without an event of its own.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_right
 from itertools import islice
+from operator import attrgetter
 
+from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
+from .front_end import FrontEndTurns
+from .riders import Riders
 
 __all__ = ["StepEngine"]
 
@@ -89,9 +96,7 @@ class StepEngine(Engine):
         self._prefilling: list[tuple[SimSequence, int]] = []
         self._ending = False  # inside _end_step: admissions wait for the next step
         self._start_pending = False
-        # The API server's turns, by send time: each request's send and when its turn ends (see _front_end_turn).
-        self._front_sent: list[float] = []
-        self._front_done: list[float] = []
+        self._front_end = FrontEndTurns()  # the API server's turns (request_serial)
         self.steps = 0
         # The running batch split by phase, each in admission order (what a step is composed from), and the
         # context the decoders attend in all: kept as sequences change phase, so composing a step does not
@@ -106,6 +111,25 @@ class StepEngine(Engine):
         self._step_gaps = array("d")
         self._first_step = 0
         self._last_end = 0.0
+        # Riders (see .riders) and the other decoders, visited every step (slow sequences, those a token
+        # budget left out of a step): the context the latter attend is _decoder_context.
+        self._lazy = not getattr(self.listener, "wants_tokens", True)
+        self._riders = Riders(self.kv)
+        self._eager: dict[SimSequence, None] = {}
+        self._horizon = math.inf  # the time the running advance() stops at: no quiet step ends after it
+        # The listener was told of a finish or a first token in this event: it may answer (a closed-loop client
+        # sends its next request), so the next step ends as an event of its own, not as a quiet step.
+        self._told = False
+        self._step_decodes = 0
+
+    def advance(self, to: float, max_events: int | None = None) -> bool:
+        self._horizon = to
+        return super().advance(to, max_events)
+
+    def reconfigure(self, config: SimConfig) -> None:
+        for seq in self._riders.members():
+            self._settle(seq)  # when a rider is due depends on the KV cache's capacity
+        super().reconfigure(config)
 
     # --- arrivals: after the API server's own time ---
 
@@ -114,32 +138,10 @@ class StepEngine(Engine):
         config = self.config
         at = sent
         if config.request_serial > 0:
-            at = self._front_end_turn(sent, config.request_serial)
+            at = self._front_end.turn(sent, config.request_serial)
         at += config.request_overhead
         seq.arrival = sent
         return super().submit(seq, at)
-
-    def _front_end_turn(self, sent: float, serial: float) -> float:
-        """When the API server is done with a request sent at ``sent``: its turn follows those sent before.
-
-        Requests are handed over in send order in virtual time; over HTTP, handler threads hand them over in
-        whatever order they get the GIL, each back-dated to when it was received. One sent earlier than the
-        last handed over takes its place among them (the turns of those already handed over stay as they
-        were charged; the turns after it are replayed for the requests still to come).
-        """
-        sents, dones = self._front_sent, self._front_done
-        place = bisect_right(sents, sent)
-        done = max(sent, dones[place - 1] if place else -math.inf) + serial
-        sents.insert(place, sent)
-        dones.insert(place, done)
-        for later in range(place + 1, len(dones)):  # only after a late hand-over: none in virtual time
-            replayed = max(sents[later], dones[later - 1]) + serial
-            if replayed <= dones[later]:
-                break
-            dones[later] = replayed
-        if len(sents) > _FRONT_END_MEMORY:  # requests sent this long before matter no more
-            del sents[:_FRONT_END_MEMORY // 2], dones[:_FRONT_END_MEMORY // 2]
-        return done
 
     def _arrive(self, seq: SimSequence, at: float) -> bool:
         sent = seq.arrival
@@ -173,27 +175,86 @@ class StepEngine(Engine):
             self._decoders = dict.fromkeys(sorted(decoders, key=lambda each: each.admission))
         else:
             decoders[seq] = None
+        if self._lazy:
+            self._eager[seq] = None
         self._decoder_context += len(seq.prompt_tokens) + seq.emitted
 
     def _leave_batch(self, seq: SimSequence) -> None:
         """``seq`` leaves the running batch (finished, cancelled, preempted): out of its phase's list."""
+        self._settle(seq)
         if seq in self._decoders:
             del self._decoders[seq]
+            self._eager.pop(seq, None)
             self._decoder_context -= len(seq.prompt_tokens) + seq.emitted
         else:
             self._prefills.pop(seq, None)
+
+    # --- riders ---
+
+    def _ride(self, seq: SimSequence) -> None:
+        """The eager decoder ``seq``, current to the latest step, rides from the next step on."""
+        del self._eager[seq]
+        self._decoder_context -= len(seq.prompt_tokens) + seq.emitted
+        self._riders.join(seq)
+
+    def _ride_quiet_steps(self) -> None:
+        """End the step in flight, and those after it, while only riders decode, none is due and nothing else
+        happens first (no event, the end of the ``advance`` asked for): without an event and a walk each.
+        Each is costed and jittered as a step of its own; the last one not quiet is left in flight."""
+        events = self._events
+        limit = min(events[0][0] if events else math.inf, self._horizon)
+        riders = self._riders
+        due = riders.next_due()
+        gaps = self._step_gaps
+        end = self._step_end
+        assert end is not None
+        count, config, jittered = len(riders), self.config, self.latency._jittered
+        # _step_cost of a decode-only step, inlined (the same sums in the same order): this loop is most steps
+        compute = config.step_compute_per_token * count
+        per_decode = config.step_per_decode_seq * count
+        while end < limit and riders.through + 1 < due:
+            gaps.append(end - self._last_end)
+            self._last_end = riders.through_end = self.now = end
+            riders.through += 1
+            kv_tokens = self._decoder_context + riders.context()
+            raw = max(config.step_base + config.step_per_kv_token * kv_tokens, compute) + per_decode
+            duration = jittered(raw)
+            self._step_start, self._step_kv_tokens = end, kv_tokens
+            self._step_jitter = duration / raw if raw > 0 else 1.0
+            end = self._step_end = end + duration
+            self.steps += 1
+            if self.steps % _TRIM_EVERY == 0:
+                self._trim_timeline()
+
+    def _settle(self, seq: SimSequence) -> None:
+        """If ``seq`` rides: advanced, and an eager decoder again (before anything reads or changes it)."""
+        if seq in self._riders:
+            self._riders.leave(seq)
+            self._eager[seq] = None
+            self._decoder_context += len(seq.prompt_tokens) + seq.emitted
+
+    def _ride_again(self, visited: list[SimSequence], step: int) -> None:
+        """Each visited decoder that emitted in ``step`` at the shared pace rides on."""
+        eager = self._eager
+        for seq in visited:
+            if seq in eager and seq.last_step == step and seq.latency_scale == 1.0:
+                self._ride(seq)
 
     def _begin_step(self, start: float) -> None:
         config = self.config
         budget = config.max_num_batched_tokens
         decoders = self._decoders
         if len(decoders) <= budget:  # every decode fits the token budget (the usual case)
-            decoding = list(decoders)
-            kv_tokens = self._decoder_context
+            decoding = list(self._eager) if self._lazy else list(decoders)  # riders are visited when due
+            kv_tokens = self._decoder_context + self._riders.context()
+            decodes = len(decoders)
         else:  # the oldest admitted first
+            for seq in self._riders.members():
+                self._settle(seq)  # every decoder visited while some are left out
             decoding = list(islice(decoders, budget))
             kv_tokens = sum(len(seq.prompt_tokens) + seq.emitted for seq in decoding)
-        budget -= len(decoding)
+            decodes = budget
+        budget -= decodes
         prefilling = []
         prefill_tokens = 0
         if budget > 0:
@@ -204,19 +265,21 @@ class StepEngine(Engine):
                 budget -= chunk
                 if budget <= 0:
                     break
-        if not decoding and not prefilling:
+        if not decodes and not prefilling:
             self._step_end = None
             return
-        raw = self._step_cost(len(decoding), kv_tokens, prefill_tokens, bool(prefilling))
+        raw = self._step_cost(decodes, kv_tokens, prefill_tokens, bool(prefilling))
         duration = self.latency._jittered(raw)
-        self._decoding, self._prefilling = decoding, prefilling
+        self._decoding, self._prefilling, self._step_decodes = decoding, prefilling, decodes
         self._step_start, self._step_kv_tokens = start, kv_tokens
         self._step_jitter = duration / raw if raw > 0 else 1.0
         self._step_end = max(self.now, start + duration)
         self.steps += 1
         if self.steps % _TRIM_EVERY == 0:
             self._trim_timeline()
-        self._push(self._step_end, _BATCH_STEP, self._decoding[0] if decoding else prefilling[0][0])
+        if self._lazy and not decoding and not prefilling and not self._told:
+            self._ride_quiet_steps()
+        self._push(self._step_end, _BATCH_STEP, next(iter(decoders)) if decoders else prefilling[0][0])
 
     def _step_cost(self, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
         """A step's duration before jitter, from its composition."""
@@ -235,12 +298,12 @@ class StepEngine(Engine):
         Its tokens are not out yet (a step's come at its end), so nobody has seen the shorter step."""
         prefilling = self._prefilling
         prefill_tokens = sum(chunk for _, chunk in prefilling)
-        room = self.config.max_num_batched_tokens - len(self._decoding) - prefill_tokens
+        room = self.config.max_num_batched_tokens - self._step_decodes - prefill_tokens
         if room <= 0:
             return
         prefilling.append((seq, min(seq.prefill_left, room)))
         prefill_tokens += prefilling[-1][1]
-        cost = self._step_cost(len(self._decoding), self._step_kv_tokens, prefill_tokens, True)
+        cost = self._step_cost(self._step_decodes, self._step_kv_tokens, prefill_tokens, True)
         end = max(self.now, self._step_start + cost * self._step_jitter)
         if self._step_end is not None and end > self._step_end:
             self._step_end = end
@@ -270,10 +333,21 @@ class StepEngine(Engine):
         self._step_gaps.append(now - self._last_end)  # the gap of a decode whose last token was the last step's
         self._last_end = now
         previous = step - 1
+        decoding = self._decoding
+        self._told = False
+        due = self._riders.due_at(step) if self._lazy else None
+        if due:  # riders due now are visited with the eager decoders
+            for seq in due:
+                self._settle(seq)
+            decoding = decoding + due
+        if self._lazy and len(decoding) > 1:
+            decoding.sort(key=_ADMISSION)  # oldest admitted first, as the batch is walked
+        new_decoders = []
         try:
-            for seq in self._decoding:
-                if seq.state is not running:
-                    continue  # cancelled or preempted while the step ran
+            for seq in decoding:
+                if seq.state is not running or seq.prefill_left:
+                    # cancelled or preempted while the step ran (and maybe admitted again: recomputing)
+                    continue
                 if seq.latency_scale != 1.0:
                     seq.step_credit += 1.0 / seq.latency_scale
                     if seq.step_credit < 1.0 - 1e-9:
@@ -299,6 +373,7 @@ class StepEngine(Engine):
                     on_token(seq, now)
                 if seq.emitted >= seq.output_length:
                     self._finish(seq, SeqState.FINISHED)
+            self._riders.through, self._riders.through_end = step, now  # the unvisited riders emitted in it
             for seq, chunk in self._prefilling:
                 if seq.state is not SeqState.RUNNING:
                     continue
@@ -306,6 +381,7 @@ class StepEngine(Engine):
                 if seq.prefill_left > 0:
                     continue
                 self._start_decoding(seq)
+                new_decoders.append(seq)
                 if seq.first_token_at is None:
                     self._prefill_done(seq, now)
                     assert seq.admitted_at is not None
@@ -317,6 +393,7 @@ class StepEngine(Engine):
                     self._decoder_context += 1
                     seq.last_token_at = now
                     seq.last_step = seq.run_from = step
+                    self._told = True
                     self.listener.on_token(seq, now)
                     if seq.emitted >= seq.output_length:
                         self._finish(seq, SeqState.FINISHED)
@@ -324,6 +401,9 @@ class StepEngine(Engine):
                     continue
         finally:
             self._ending = False
+        if self._lazy:
+            self._ride_again(decoding, step)
+            self._ride_again(new_decoders, step)
         self._begin_step(now)
 
     # --- the step timeline ---
@@ -336,6 +416,8 @@ class StepEngine(Engine):
         seq.run_from = seq.last_step
 
     def _finish(self, seq: SimSequence, state: SeqState) -> None:
+        self._told = True
+        self._settle(seq)
         self._flush_run(seq)  # complete before anyone reads them
         if seq.state is SeqState.RUNNING:
             self._leave_batch(seq)
@@ -343,12 +425,14 @@ class StepEngine(Engine):
 
     def _preempt(self, requester: SimSequence) -> bool:
         victim = next(reversed(self._running))
+        self._settle(victim)  # a rider not yet visited in this step: it has not emitted in it
         self._flush_run(victim)  # its run ends here
         self._leave_batch(victim)
         return super()._preempt(requester)
 
     def _trim_timeline(self) -> None:
         """Drop the steps no pending run starts before."""
+        self._riders.advance_all()
         keep_from = min((seq.run_from for seq in self._running if seq.last_step > seq.run_from >= 0),
                         default=self._first_step + len(self._step_gaps) - 1)
         drop = keep_from + 1 - self._first_step
@@ -357,8 +441,7 @@ class StepEngine(Engine):
             self._first_step += drop
 
 
-#: Turns of the API server kept (by send time) for requests handed over late.
-_FRONT_END_MEMORY = 1024
+_ADMISSION = attrgetter("admission")
 
 #: Steps between two trims of the step timeline (each walks the running batch once).
 _TRIM_EVERY = 4096

@@ -1,0 +1,96 @@
+"""The fit's least-squares search, searches stepped together, and the prediction's shortcuts being exact."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import pytest
+
+from pytest_llmsim import SimConfig
+from pytest_llmsim.calibration import SweepRow, levenberg_marquardt, predict_row, workload
+from pytest_llmsim.calibration.search import evaluator, levenberg_marquardt_steps, run_together
+from pytest_llmsim.sim.sequence import SimSequence
+
+
+def _exponential_residuals(point: list[float], scale: float = 1.0) -> list[float]:
+    """Residuals of ``a * exp(b * x)`` (log a, b = point) against samples of ``scale * 2 exp(0.3 x)``."""
+    log_a, b = point
+    return [math.exp(log_a + b * x) - scale * 2.0 * math.exp(0.3 * x) for x in (0.0, 1.0, 2.0, 3.0, 4.0)]
+
+
+def test_levenberg_marquardt_finds_a_nonlinear_least_squares_minimum() -> None:
+    point, cost, used = levenberg_marquardt(_exponential_residuals, [0.0, 0.0], iterations=30, step=1e-4,
+                                            tolerance=1e-12)
+    assert point == pytest.approx([math.log(2.0), 0.3], abs=1e-4)
+    assert cost < 1e-8
+    assert 3 < used < 30 * 6  # the start, two Jacobian columns and at least one trial per iteration
+
+
+class _Task:
+    """A picklable evaluation, as the fit's are."""
+
+    def __init__(self, point: list[float], scale: float) -> None:
+        self.point, self.scale = point, scale
+
+    def __call__(self) -> list[float]:
+        return _exponential_residuals(self.point, self.scale)
+
+
+def test_searches_run_together_end_as_each_ends_alone_with_their_points_evaluated_in_one_call() -> None:
+    scales = (1.0, 3.0, 0.5)
+    alone = [levenberg_marquardt(lambda p, s=s: _exponential_residuals(p, s), [0.0, 0.0], step=1e-3)  # type: ignore[misc]
+             for s in scales]
+    batches: list[int] = []
+
+    def evaluate(tasks: list[Any]) -> list[Any]:
+        batches.append(len(tasks))
+        return [task() for task in tasks]
+
+    together = run_together([levenberg_marquardt_steps([0.0, 0.0], step=1e-3) for _ in scales],
+                            [lambda p, s=s: _Task(p, s) for s in scales], evaluate)  # type: ignore[misc]
+    assert together == alone
+    assert batches[0] == len(scales)  # every search's start in the first call
+    assert batches[1] == 2 * len(scales)  # then every search's Jacobian columns at once
+    assert sum(batches) == sum(used for _, _, used in alone)
+
+
+def test_a_process_pool_evaluates_the_same_as_this_process() -> None:
+    tasks = [_Task([0.1 * i, 0.2], 1.0) for i in range(5)]
+    with evaluator(2) as pooled, evaluator(1) as here:
+        assert pooled(tasks) == here(tasks) == [task() for task in tasks]
+
+
+class _HashedSequence(SimSequence):
+    """A sequence that keeps the engine's own block hashing: the prediction's numbered blocks are ignored."""
+
+    made: ClassVar[list[SimSequence]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _HashedSequence.made.append(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "block_hashes" and value is not None and self.state.name == "PENDING" and math.isnan(self.arrival):
+            return  # set before submission: the prediction naming the blocks
+        super().__setattr__(name, value)
+
+
+@pytest.mark.parametrize("kv_cache_blocks", [None, 60])
+def test_numbered_or_uncached_prompts_predict_exactly_what_hashed_tokens_do(monkeypatch: pytest.MonkeyPatch,
+                                                                       kv_cache_blocks: int | None) -> None:
+    """A short KV cache preempts requests, which then find their own blocks again: numbering the distinct
+    prompts' blocks instead of hashing their tokens must change nothing; with room to spare, skipping the
+    prefix cache altogether must not either."""
+    config = SimConfig(scheduler="step", block_size=16, kv_cache_blocks=kv_cache_blocks, step_base=0.004,
+                       step_per_decode_seq=0.0005, step_per_prefill_token=0.00002, max_num_batched_tokens=256)
+    row = SweepRow(8, None, 200, 40)
+    numbered = predict_row(config, row, spread=0.3, waves=3)
+    monkeypatch.setattr(workload, "SimSequence", _HashedSequence)
+    monkeypatch.setattr(workload, "_uncached", lambda config: config)  # the prefix cache consulted after all
+    _HashedSequence.made.clear()
+    hashed = predict_row(config, row, spread=0.3, waves=3)
+    assert numbered == hashed
+    preempted = sum(seq.preemptions for seq in _HashedSequence.made)
+    assert preempted > 0 if kv_cache_blocks else preempted == 0
+    assert numbered.ttft_p50_ms and numbered.itl_p50_ms and numbered.req_per_s

@@ -1,0 +1,81 @@
+"""The step engine's riders: for a listener that wants no tokens, decoders advanced only when visited must end
+exactly as decoders walked every step do (token counts, times, gaps, preemptions, finishes, step costs)."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from engine_helpers import prompt
+
+from pytest_llmsim.sim.config import SimConfig
+from pytest_llmsim.sim.engine import SimSequence
+from pytest_llmsim.sim.step_engine import StepEngine
+
+
+class _Finishes:
+    """Keeps the finishes in order; ``wants_tokens`` chooses the engine's path."""
+
+    def __init__(self, wants_tokens: bool) -> None:
+        self.wants_tokens = wants_tokens
+        self.finished: list[tuple[int, str, float]] = []
+
+    def on_token(self, seq: SimSequence, now: float) -> None:
+        pass
+
+    def on_finish(self, seq: SimSequence, now: float) -> None:
+        self.finished.append((seq.index, seq.state.name, now))
+
+
+def _outcome(seq: SimSequence) -> tuple[Any, ...]:
+    return (seq.index, seq.state.name, seq.emitted, seq.preemptions, seq.arrival, seq.admitted_at, seq.first_token_at,
+            seq.last_token_at, seq.finished_at, seq.prefill_delay, seq.cached_tokens, seq.gaps.runs())
+
+
+def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], list[tuple[int, str, float]], int, int]:
+    rng = random.Random(seed)
+    config = SimConfig(scheduler="step", block_size=rng.choice((4, 16)),
+                       kv_cache_blocks=rng.choice((None, rng.randint(12, 60))),
+                       max_num_batched_tokens=rng.choice((6, 24, 256)), max_batch_size=rng.randint(2, 12),
+                       step_base=0.01, step_per_kv_token=rng.choice((0.0, 1e-5)), step_compute_per_token=2e-5,
+                       step_prefill_base=rng.choice((0.0, 0.003)), step_per_decode_seq=1e-4,
+                       jitter=rng.choice((0.0, 0.2)), seed=seed)
+    listener = _Finishes(wants_tokens)
+    engine = StepEngine(config, listener, random.Random(seed))
+    shared = list(range(50_000, 50_000 + 32))  # some prompts share a prefix
+    sequences = []
+    for i in range(rng.randint(3, 14)):
+        own = prompt(rng.randint(1, 40), 1000 * (i + 1))
+        seq = SimSequence(shared[:rng.choice((0, 16, 32))] + own, rng.randint(1, 60), index=i)
+        if rng.random() < 0.15:
+            seq.latency_scale = rng.choice((2.0, 3.0))  # a slow fault: never rides
+        sequences.append(seq)
+        engine.submit(seq, at=round(rng.uniform(0.0, 0.3), 3))
+    for _ in range(rng.randint(0, 2)):  # clients that leave mid-run
+        engine.advance(rng.uniform(0.05, 0.5))
+        engine.cancel(rng.choice(sequences))
+    seen = len(listener.finished)  # the cancelled clients are gone (a quiet step may run past a cancel's finish)
+    while engine.next_event_time() is not None:  # event by event, as the calibration's closed loop runs
+        engine.advance(math.inf, max_events=1)
+        for _ in listener.finished[seen:]:
+            if len(sequences) < 20 and seed % 2:  # a closed-loop client sends its next request at once
+                sequences.append(SimSequence(prompt(rng.randint(1, 40), 1000 * (len(sequences) + 1)),
+                                             rng.randint(1, 60), index=len(sequences)))
+                engine.submit(sequences[-1], engine.now)
+        seen = len(listener.finished)
+    return [_outcome(seq) for seq in sequences], listener.finished, engine.steps, engine.preemptions
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_riders_end_as_decoders_walked_every_step(seed: int) -> None:
+    assert _scenario(seed, wants_tokens=False) == _scenario(seed, wants_tokens=True)
+
+
+def test_the_scenarios_preempt_cancel_and_leave_decodes_out() -> None:
+    """The comparison above covers what riders must get right: preemptions and runs left out of a step."""
+    outcomes = [_scenario(seed, wants_tokens=False) for seed in range(120)]
+    assert sum(preemptions for *_, preemptions in outcomes) > 20
+    assert any(state == "CANCELLED" for outcome in outcomes for _, state, _ in outcome[1])
+    assert any(len(runs) > 1 for outcome in outcomes for *_, runs in outcome[0])  # a run cut short
