@@ -51,7 +51,7 @@ MOST_ARRIVALS = 2000
 
 
 class _Recorder:
-    wants_tokens = False  # the step engine skips on_token: only finishes matter here
+    wants_tokens = False  # only finishes matter here: the step engine skips on_token and lets decoders ride
 
     def __init__(self) -> None:
         self.finished: list[SimSequence] = []

@@ -42,7 +42,9 @@ class EngineListener(Protocol):
     """Receives what the engine does, in virtual-time order.
 
     A listener with ``wants_tokens = False`` is a hint that only finishes matter: the step-cost engine
-    then does not call :meth:`on_token` (one call per token saved when calibrating).
+    then does not call :meth:`on_token` after first tokens, and lets decoders ride (:mod:`.riders`): a running
+    sequence's ``emitted`` and ``last_token_at`` are current only when it is told of it (its finish), not
+    between events.
     """
 
     def on_token(self, seq: SimSequence, now: float) -> None:
