@@ -15,6 +15,7 @@ import multiprocessing
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 __all__ = ["Evaluate", "SearchSteps", "evaluator", "levenberg_marquardt", "levenberg_marquardt_steps",
@@ -71,15 +72,11 @@ def levenberg_marquardt_steps(start: list[float], iterations: int = 14, step: fl
 def levenberg_marquardt(residuals: Callable[[list[float]], list[float]], start: list[float],
                         iterations: int = 14, step: float = 0.05,
                         tolerance: float = 1e-4) -> tuple[list[float], float, int]:
-    """:func:`levenberg_marquardt_steps` driven here, one point at a time: returns the point, its cost and
-    the evaluations used."""
-    search = levenberg_marquardt_steps(start, iterations, step, tolerance)
-    try:
-        wanted = next(search)
-        while True:
-            wanted = search.send([residuals(point) for point in wanted])
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    """:func:`levenberg_marquardt_steps` driven in this process: returns the point, its cost and the
+    evaluations used."""
+    (found,) = run_together([levenberg_marquardt_steps(start, iterations, step, tolerance)],
+                            [lambda point: partial(residuals, point)], _in_this_process)
+    return found
 
 
 def run_together(searches: Sequence[SearchSteps], task_of: Sequence[Callable[[list[float]], Task]],
@@ -105,6 +102,10 @@ def _call(task: Callable[[], Any]) -> Any:
     return task()
 
 
+def _in_this_process(tasks: list[Any]) -> list[Any]:
+    return [task() for task in tasks]
+
+
 @contextmanager
 def evaluator(workers: int) -> Iterator[Evaluate]:
     """A function that calls a list of picklable zero-argument tasks and returns their results: in a pool
@@ -119,7 +120,7 @@ def evaluator(workers: int) -> Iterator[Evaluate]:
         except (OSError, ImportError, NotImplementedError):
             pool = None
     if pool is None:
-        yield lambda tasks: [task() for task in tasks]
+        yield _in_this_process
         return
     with pool:
         yield lambda tasks: list(pool.map(_call, tasks))

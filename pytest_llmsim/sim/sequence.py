@@ -128,7 +128,7 @@ class SimSequence:
     last_step: int = -1
     run_from: int = -1
     step_serial: int = -1  # serial of its pending step event; older ones are stale
-    due_step: int = -1  # step-cost mode, riding a decode run: the step it must be visited at (see StepEngine)
+    due_step: int = -1  # step-cost mode, riding a decode run: the step it must be visited at (see .riders)
     admission: int = 0  # order of its latest admission
     state: SeqState = SeqState.PENDING
     arrival: float = math.nan

@@ -180,8 +180,7 @@ class StepEngine(Engine):
         self._decoder_context += len(seq.prompt_tokens) + seq.emitted
 
     def _leave_batch(self, seq: SimSequence) -> None:
-        """``seq`` leaves the running batch (finished, cancelled, preempted): out of its phase's list."""
-        self._settle(seq)
+        """``seq`` leaves the running batch (finished, cancelled, preempted; settled): out of its phase's list."""
         if seq in self._decoders:
             del self._decoders[seq]
             self._eager.pop(seq, None)
@@ -197,34 +196,24 @@ class StepEngine(Engine):
         self._decoder_context -= len(seq.prompt_tokens) + seq.emitted
         self._riders.join(seq)
 
-    def _ride_quiet_steps(self) -> None:
-        """End the step in flight, and those after it, while only riders decode, none is due and nothing else
-        happens first (no event, the end of the ``advance`` asked for): without an event and a walk each.
-        Each is costed and jittered as a step of its own; the last one not quiet is left in flight."""
+    def _ride_quiet_steps(self, end: float) -> float:
+        """End the step in flight (ending at ``end``), and those after it, while only riders decode, none is
+        due and nothing else happens first (no event, the end of the ``advance`` asked for): without an event
+        and a walk each. Each is costed and jittered as a step of its own; the last one, not quiet, is left in
+        flight: returns its end."""
         events = self._events
         limit = min(events[0][0] if events else math.inf, self._horizon)
         riders = self._riders
         due = riders.next_due()
         gaps = self._step_gaps
-        end = self._step_end
-        assert end is not None
-        count, config, jittered = len(riders), self.config, self.latency._jittered
-        # _step_cost of a decode-only step, inlined (the same sums in the same order): this loop is most steps
-        compute = config.step_compute_per_token * count
-        per_decode = config.step_per_decode_seq * count
+        count = len(riders)
         while end < limit and riders.through + 1 < due:
             gaps.append(end - self._last_end)
             self._last_end = riders.through_end = self.now = end
             riders.through += 1
             kv_tokens = self._decoder_context + riders.context()
-            raw = max(config.step_base + config.step_per_kv_token * kv_tokens, compute) + per_decode
-            duration = jittered(raw)
-            self._step_start, self._step_kv_tokens = end, kv_tokens
-            self._step_jitter = duration / raw if raw > 0 else 1.0
-            end = self._step_end = end + duration
-            self.steps += 1
-            if self.steps % _TRIM_EVERY == 0:
-                self._trim_timeline()
+            end = self._put_in_flight(end, kv_tokens, self._step_cost(count, kv_tokens, 0, False))
+        return end
 
     def _settle(self, seq: SimSequence) -> None:
         """If ``seq`` rides: advanced, and an eager decoder again (before anything reads or changes it)."""
@@ -268,18 +257,23 @@ class StepEngine(Engine):
         if not decodes and not prefilling:
             self._step_end = None
             return
-        raw = self._step_cost(decodes, kv_tokens, prefill_tokens, bool(prefilling))
-        duration = self.latency._jittered(raw)
         self._decoding, self._prefilling, self._step_decodes = decoding, prefilling, decodes
+        end = self._put_in_flight(start, kv_tokens, self._step_cost(decodes, kv_tokens, prefill_tokens,
+                                                                    bool(prefilling)))
+        if self._lazy and not decoding and not prefilling and not self._told:
+            end = self._ride_quiet_steps(end)
+        self._push(end, _BATCH_STEP, next(iter(decoders)) if decoders else prefilling[0][0])
+
+    def _put_in_flight(self, start: float, kv_tokens: int, raw: float) -> float:
+        """The step composed at ``start`` (``raw``: its cost before jitter) is in flight: returns its end."""
+        duration = self.latency._jittered(raw)
         self._step_start, self._step_kv_tokens = start, kv_tokens
         self._step_jitter = duration / raw if raw > 0 else 1.0
-        self._step_end = max(self.now, start + duration)
+        self._step_end = end = max(self.now, start + duration)
         self.steps += 1
         if self.steps % _TRIM_EVERY == 0:
             self._trim_timeline()
-        if self._lazy and not decoding and not prefilling and not self._told:
-            self._ride_quiet_steps()
-        self._push(self._step_end, _BATCH_STEP, next(iter(decoders)) if decoders else prefilling[0][0])
+        return end
 
     def _step_cost(self, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
         """A step's duration before jitter, from its composition."""
