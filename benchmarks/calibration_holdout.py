@@ -17,6 +17,7 @@ them) and the fit's wall time. The issue's targets: all <= 10 %, ends <= 20 %, l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -25,6 +26,7 @@ from typing import Any
 
 from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, errors, predict, read_sweep
 from pytest_llmsim.calibration.sweep import METRICS
+from pytest_llmsim.sim.config import SimConfig
 
 LABELS = {"ttft_p50_ms": "TTFT", "itl_p50_ms": "ITL", "req_per_s": "req/s", "e2e_p50_ms": "E2E"}
 
@@ -66,13 +68,18 @@ def median_errors(predicted: Sequence[SweepRow], measured: Sequence[SweepRow]) -
     return {name: statistics.median(values) for name, values in per_metric.items()}
 
 
-def evaluate(path: str, jobs: int, spread: float = 0.0, priors: Hardware | None = None) -> list[str]:
+def evaluate(path: str, jobs: int, spread: float = 0.0, priors: Hardware | None = None,
+             experts: tuple[int, int] | None = None) -> list[str]:
     rows = read_sweep(*path.split(","))  # several files of one sweep: joined by commas
     lines = [f"## {path} ({len(rows)} rows)", "", "| split | " + " | ".join(LABELS[m] for m in METRICS) +
              " | fit s |", "|---|" + "---|" * (len(METRICS) + 1)]
+    # a mixture of experts: the free fit fits the routed experts' read time (the priors' costs split the weights)
+    base = SimConfig().replace(expert_share_per_token=experts[1] / experts[0]) if experts else None
+    if priors is not None and experts:
+        priors = dataclasses.replace(priors, experts=experts[0], experts_per_token=experts[1])
     for name, (fit_rows, held_out) in splits(rows, priors is not None).items():
         started = time.perf_counter()
-        fit = calibrate(fit_rows, spread=spread, workers=jobs, hardware=priors)
+        fit = calibrate(fit_rows, base, spread=spread, workers=jobs, hardware=priors)
         took = time.perf_counter() - started
         found = median_errors(predict(fit.config, held_out, spread), held_out)
         cells = [f"{found[m]:.1%}" if m in found else "-" for m in METRICS]
@@ -86,11 +93,17 @@ def main() -> None:
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--priors", metavar="K=V,...", help="hardware and model priors, e.g. "
                         "gpu=gaudi3,tp=8,params=355,active_params=32 (see pytest_llmsim.calibration.Hardware)")
+    parser.add_argument("--experts", type=int, metavar="E", help="a mixture of experts: its routed experts")
+    parser.add_argument("--experts-per-token", type=int, metavar="K", help="... and the experts each token uses")
     parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
                         help="output lengths uniform within mean * (1 +- S), as answers ending at EOS")
     args = parser.parse_args()
+    if (args.experts is None) != (args.experts_per_token is None):
+        parser.error("--experts and --experts-per-token go together")
+    experts = (args.experts, args.experts_per_token) if args.experts else None
     for path in args.sweeps:
-        print("\n".join(evaluate(path, args.jobs, args.output_spread, hardware(args.priors))) + "\n", flush=True)
+        lines = evaluate(path, args.jobs, args.output_spread, hardware(args.priors), experts)
+        print("\n".join(lines) + "\n", flush=True)
 
 
 if __name__ == "__main__":

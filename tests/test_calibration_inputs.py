@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_llmsim import SimConfig
-from pytest_llmsim.calibration import SweepRow, predict_row, read_sweep, read_sweeps, workload
+from pytest_llmsim.calibration import SweepRow, errors, predict_row, read_sweep, read_sweeps, workload
 from pytest_llmsim.cli import main
 from pytest_llmsim.sim.config import PROFILES_DIR
 
@@ -203,7 +204,7 @@ def test_hardware_priors_make_one_row_enough() -> None:
     assert truth.step_base == pytest.approx(16e9 / (3.35e12 * 0.7))  # the weights read once per step
     rows = predict(truth, [SweepRow(c, None, 512, 64, num_prompts=4 * c) for c in (1, 4, 16, 64)])
     fit = calibrate([rows[1]], budgets=(2048,), hardware=device)
-    assert fit.efficiencies.keys() == {"memory_efficiency", "compute_efficiency"}
+    assert fit.efficiencies.keys() == {"memory_efficiency", "compute_efficiency", "step_overhead"}
     for guess, real in zip(predict(fit.config, rows), rows):
         for name in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"):
             assert getattr(guess, name) == pytest.approx(getattr(real, name), rel=0.30), (real.concurrency, name)
@@ -211,6 +212,58 @@ def test_hardware_priors_make_one_row_enough() -> None:
         Hardware(params=8.0, gpu="tpu9")
     with pytest.raises(ValueError, match="--gpu or both --flops and --bandwidth"):
         Hardware(params=8.0)
+
+
+def test_a_mixture_of_experts_is_fitted_with_and_without_priors(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A server that reads only the experts its batch routes to (ITL bending up with load, then flat): the
+    priors split its weights into shared and routed ones; a free fit finds the routed read time; from one row
+    with the priors, or from every row without, the sweep comes within bounds."""
+    from pytest_llmsim.calibration import Hardware, calibrate, predict
+
+    device = Hardware(params=355, gpu="gaudi3", tp=8, active_params=32, experts=160, experts_per_token=8,
+                      kv_bytes_per_token=376832)
+    assert device.expert_params() == pytest.approx((355 - 32) / (1 - 8 / 160))  # 340 B routed, 15 B shared
+    costs = device.costs(0.5, 0.4)
+    assert costs["step_expert_weights"] / (costs["step_base"]) == pytest.approx(340 / 15)
+    assert costs["expert_share_per_token"] == 0.05
+    truth = SimConfig().replace(scheduler="step", **costs, step_prefill_base=0.004, request_overhead=0.02,
+                                request_serial=0.002, max_num_batched_tokens=2048)
+    truth = truth.replace(step_base=truth.step_base + 0.01)  # a fixed cost per step beside the small shared read
+    rows = predict(truth, [SweepRow(c, None, 512, 64, num_prompts=4 * c) for c in (1, 4, 16, 64)])
+    assert rows[-1].itl_p50_ms / rows[0].itl_p50_ms > 1.5  # the bend the experts make
+    fit = calibrate([rows[2]], budgets=(2048,), hardware=device)
+    assert fit.config.expert_share_per_token == 0.05
+    rest = [row for row in rows if row is not rows[2]]
+    found = [errors(guess, real) for guess, real in zip(predict(fit.config, rest), rest)]
+    for name in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"):  # the issue's bound: the median over the rest
+        assert statistics.median(abs(row[name]) for row in found) <= 0.30, (name, found)
+    free = calibrate(rows, SimConfig().replace(expert_share_per_token=0.05), budgets=(2048,))
+    assert all(value <= 0.08 for value in free.median_abs_error().values()), free.median_abs_error()
+    assert free.config.step_expert_weights > 0
+    dense = calibrate(rows, budgets=(2048,)).median_abs_error()  # a linear batch cost cannot bend so
+    assert dense["itl_p50_ms"] > 2 * free.median_abs_error()["itl_p50_ms"], dense
+    with pytest.raises(ValueError, match="both experts and experts per token"):
+        Hardware(params=355, gpu="gaudi3", active_params=32, experts=160)
+    with pytest.raises(ValueError, match="active params below params"):
+        Hardware(params=355, gpu="gaudi3", experts=160, experts_per_token=8)
+    with pytest.raises(ValueError, match="no room for the shared weights"):
+        Hardware(params=100, gpu="gaudi3", active_params=5, experts=8, experts_per_token=1)  # 12.5 B per token
+    sweep = tmp_path / "moe.csv"
+    sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s\n" + "".join(
+        f"{r.concurrency},{r.input_tokens},{r.output_tokens},{r.ttft_p50_ms},{r.itl_p50_ms},{r.req_per_s}\n"
+        for r in rows[:2]))
+    assert main(["calibrate", str(sweep), "--budget", "2048", "--jobs", "1", "--experts", "160",
+                 "--experts-per-token", "8"]) == 0
+    profile = tmp_path / "moe.toml"
+    profile.write_text(capsys.readouterr().out)
+    loaded = SimConfig().replace(profile=str(profile))
+    assert loaded.expert_share_per_token == 0.05 and loaded.step_expert_weights > 0
+    for wrong, message in ((["--experts", "160"], "go together"),
+                           (["--experts", "8", "--experts-per-token", "8"], "below --experts")):
+        with pytest.raises(SystemExit):
+            main(["calibrate", str(sweep), *wrong])
+        assert message in capsys.readouterr().err
 
 
 def test_itl_is_predicted_as_the_source_counts_it(tmp_path: Path) -> None:

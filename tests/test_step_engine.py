@@ -60,6 +60,30 @@ def test_a_roofline_step_takes_the_longer_of_memory_and_compute() -> None:
     assert seq.ttft == pytest.approx(0.2)  # a prefill of 200 tokens is compute-bound
 
 
+def test_a_mixture_of_experts_step_reads_the_experts_its_tokens_route_to() -> None:
+    """A decode step of B tokens reads the shared weights and ``1 - (1 - share)^B`` of the routed experts, so ITL
+    bends up with the batch and flattens once every expert is read; a long prefill reads them all."""
+    moe: dict[str, Any] = {"scheduler": "step", "step_base": 0.002, "step_expert_weights": 0.04,
+                           "expert_share_per_token": 0.05, "max_batch_size": 256}
+
+    def itl(batch: int) -> float:
+        eng, _ = make_engine(StepEngine, **moe)
+        seqs = [SimSequence(prompt(4, 100 * i), 3, index=i) for i in range(batch)]
+        for seq in seqs:
+            eng.submit(seq)
+        eng.run_until_idle()
+        return list(seqs[0].gaps)[-1]
+
+    expected = [0.002 + 0.04 * (1 - 0.95 ** batch) for batch in (1, 8, 64, 200)]
+    assert [itl(b) for b in (1, 8, 64, 200)] == pytest.approx(expected)
+    assert expected[0] == pytest.approx(0.004) and expected[-1] == pytest.approx(0.042, rel=1e-3)
+    eng, _ = make_engine(StepEngine, **moe)
+    seq = SimSequence(prompt(500), 2)
+    eng.submit(seq)
+    eng.run_until_idle()
+    assert seq.ttft == pytest.approx(0.002 + 0.04 * (1 - 0.95 ** 500))  # a 500-token prefill reads every expert
+
+
 def test_arrivals_of_one_instant_share_a_step_and_a_newcomer_waits_for_the_step_in_flight() -> None:
     eng, _ = engine()
     together = [SimSequence(prompt(100, 1000 * i), 3, index=i) for i in range(3)]
@@ -326,6 +350,11 @@ def test_profile_setting_and_preset_over_http() -> None:
         assert config.request_serial > 0 and config.step_prefill_base > 0
         assert record.ttft == pytest.approx(expected)
         assert record.itl == pytest.approx(config.step_base + config.step_per_decode_seq, rel=1e-6)
+    moe = config.replace(step_expert_weights=0.03, expert_share_per_token=0.05)  # a mixture of experts, as served
+    with LLMBackend(moe) as backend:
+        httpx.post(backend.url_for("/v1/completions"), json={"model": "m", "prompt": [1] * 256, "max_tokens": 8})
+        assert backend.requests[-1].itl == pytest.approx(moe.step_base + moe.step_per_decode_seq + 0.03 * 0.05,
+                                                         rel=1e-6)
 
 
 def test_the_fit_is_the_same_in_worker_processes(monkeypatch: pytest.MonkeyPatch) -> None:

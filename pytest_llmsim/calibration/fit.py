@@ -49,7 +49,8 @@ class Fit:
     evaluations: int
     #: Each token budget tried and its loss after a short search (one entry: the budget was given).
     budget_losses: dict[int, float] = field(default_factory=dict)
-    #: With hardware priors: the fitted fractions of peak bandwidth and compute.
+    #: With hardware priors: the fitted fractions of peak bandwidth and compute, and the fixed cost per step
+    #: (``step_overhead``, seconds, in ``step_base`` beside the weights' read).
     efficiencies: dict[str, float] = field(default_factory=dict)
 
     def budget_rivals(self, margin: float = IDENTIFIED_MARGIN) -> list[int]:
@@ -106,7 +107,9 @@ def _initial(rows: Sequence[SweepRow]) -> dict[str, float]:
     context = max(light.input_tokens + light.output_tokens / 2, 1)
     return {"step_base": 0.9 * itl, "step_compute_per_token": max(ttft - itl, 1e-4) / 2 / max(light.input_tokens, 1),
             "step_per_kv_token": 0.05 * itl / context, "step_prefill_base": 0.5 * itl,
-            "request_overhead": max(ttft - itl, 1e-4) / 3, "request_serial": 0.05 * ttft}
+            "request_overhead": max(ttft - itl, 1e-4) / 3, "request_serial": 0.05 * ttft,
+            "step_expert_weights": 0.5 * itl, "step_overhead": 0.45 * itl,
+            "step_per_decode_seq": 0.009 * itl / max(light.concurrency or 1, 1)}
 
 
 def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: float = 0.0,
@@ -121,12 +124,15 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     ``forkserver`` or ``spawn``, so a script calling this needs the usual ``if __name__ == "__main__":``
     guard. The result does not depend on ``workers``. With ``hardware`` (a
     :class:`~pytest_llmsim.calibration.Hardware`) the roofline's three costs come from the device and the
-    model, and the search fits their two efficiencies instead: one or two rows are enough.
+    model, and the search fits their two efficiencies instead (beside a fixed cost per step and a time per
+    decoding sequence): one or two rows are enough. A mixture of experts: a ``base`` with its
+    ``expert_share_per_token`` has ``step_expert_weights`` fitted too (with ``hardware``, give the experts
+    there instead: its weights are split into shared and routed ones).
     """
     if not rows:
         raise ValueError("a sweep needs at least one row")
     base = (base or SimConfig()).replace(scheduler="step", **PRIORS)
-    space = _Space(hardware)
+    space = _Space(hardware, hardware is None and base.expert_share_per_token > 0)
     start = space.start(rows)
     rows = list(rows)
     with evaluator(min(workers, len(budgets) * len(space.names))) as evaluate:
@@ -220,12 +226,17 @@ class _Space:
     the efficiencies the roofline's costs follow from, and the costs no prior gives."""
 
     hardware: Hardware | None = None
+    experts: bool = False  # a free fit of a mixture of experts (the base config has its share per token)
 
     @property
     def names(self) -> tuple[str, ...]:
         if self.hardware is None:
-            return FITTED
-        names = ("memory_efficiency", "compute_efficiency", "step_prefill_base", "request_overhead", "request_serial")
+            return (*FITTED, "step_expert_weights") if self.experts else FITTED
+        # beside the efficiencies, what no datasheet gives: a step's fixed cost (launches, collectives; it dwarfs a
+        # small read such as a mixture of experts' shared weights) and the host's time per decoding sequence
+        # (scheduling, sampling), started small: one row leaves them there, several rows find them
+        names = ("memory_efficiency", "compute_efficiency", "step_overhead", "step_per_decode_seq", "step_prefill_base",
+                 "request_overhead", "request_serial")
         return names if self.hardware.kv_bytes_per_token is not None else (*names, "step_per_kv_token")
 
     def start(self, rows: Sequence[SweepRow]) -> list[float]:
@@ -238,11 +249,14 @@ class _Space:
     def config(self, base: SimConfig, point: list[float]) -> SimConfig:
         values = self.values(point)
         if self.hardware is not None:
+            overhead = values.pop("step_overhead", 0.0)
             values.update(self.hardware.costs(values.pop("memory_efficiency"), values.pop("compute_efficiency")))
+            values["step_base"] += overhead
         return base.replace(**values)
 
     def efficiencies(self, point: list[float]) -> dict[str, float]:
         values = self.values(point)
-        return {name: values[name] for name in ("memory_efficiency", "compute_efficiency") if name in values}
+        return {name: values[name] for name in ("memory_efficiency", "compute_efficiency", "step_overhead")
+                if name in values}
 
 

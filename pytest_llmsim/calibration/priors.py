@@ -11,9 +11,15 @@ enough. The table's figures are the vendors' published dense peaks (no
 sparsity), per device.
 
 A mixture-of-experts model reads only the experts its batch's tokens choose,
-fewer at low batch than the whole model: ``params`` here is what a decode
-step reads (the total is an upper bound; the fitted memory efficiency absorbs
-the difference at one batch size, not its change with load).
+fewer at low batch than the whole model. Given its routed ``experts`` and
+``experts_per_token`` (and ``active_params``), the routed experts' weights
+are ``(params - active_params) / (1 - experts_per_token / experts)``; a step
+reads the shared rest always and of the experts the share ``1 - (1 -
+experts_per_token / experts)^tokens`` (``step_expert_weights``,
+``expert_share_per_token``), so ITL bends up as the batch activates more
+experts. Without them ``params`` is read whole by every step (the fitted
+memory efficiency then absorbs the difference at one batch size, not its
+change with load).
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ class Hardware:
     kv_bytes_per_token: float | None = None
     flops: float | None = None
     bandwidth: float | None = None
+    experts: int | None = None
+    experts_per_token: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpu is not None and self.gpu.lower() not in GPUS:
@@ -74,6 +82,23 @@ class Hardware:
             raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
         if self.params <= 0 or self.tp < 1 or (self.active_params is not None and self.active_params <= 0):
             raise ValueError("params and active params must be positive and tp at least 1")
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError("a mixture of experts needs both experts and experts per token")
+        if self.experts is not None and self.experts_per_token is not None:
+            if not 1 <= self.experts_per_token < self.experts:
+                raise ValueError("experts per token must be at least 1 and fewer than the experts")
+            if self.active_params is None or self.active_params >= self.params:
+                raise ValueError("a mixture of experts needs active params below params")
+            if self.expert_params() > self.params:
+                raise ValueError(f"{self.active_params} B active of {self.params} B with {self.experts_per_token} "
+                                 f"of {self.experts} experts per token leaves no room for the shared weights")
+
+    def expert_params(self) -> float:
+        """The routed experts' parameters (billions): ``params - active = experts' share unused per token``,
+        so ``(params - active) / (1 - experts_per_token / experts)``; 0 for a dense model."""
+        if self.experts is None or self.experts_per_token is None or self.active_params is None:
+            return 0.0
+        return (self.params - self.active_params) / (1 - self.experts_per_token / self.experts)
 
     @property
     def device(self) -> Device:
@@ -86,8 +111,13 @@ class Hardware:
         device = self.device
         bandwidth = self.tp * device.bandwidth * memory_efficiency
         flops = self.tp * device.flops * compute_efficiency
-        costs = {"step_base": self.params * 1e9 * DTYPE_BYTES[self.dtype] / bandwidth,
+        weight_bytes = 1e9 * DTYPE_BYTES[self.dtype]
+        experts = self.expert_params()
+        costs = {"step_base": (self.params - experts) * weight_bytes / bandwidth,
                  "step_compute_per_token": 2 * (self.active_params or self.params) * 1e9 / flops}
+        if experts and self.experts and self.experts_per_token:  # a step reads the experts its tokens route to
+            costs["step_expert_weights"] = experts * weight_bytes / bandwidth
+            costs["expert_share_per_token"] = self.experts_per_token / self.experts
         if self.kv_bytes_per_token is not None:
             costs["step_per_kv_token"] = self.kv_bytes_per_token / bandwidth
         return costs

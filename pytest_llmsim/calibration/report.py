@@ -28,9 +28,10 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
     ``notes`` are comment lines after the source (the priors used, say)."""
     lines = [f"# {source}" if source else "# fitted by llmsim calibrate", *(f"# {note}" for note in notes),
              'scheduler = "step"']
-    for name in (*FITTED, "max_num_batched_tokens", *PRIORS):
+    experts = ("step_expert_weights", "expert_share_per_token") if config.expert_share_per_token else ()
+    for name in (*FITTED, *experts, "max_num_batched_tokens", *PRIORS):
         value = getattr(config, name)
-        note = "  # prior: not identified by one request shape" if name in PRIORS else ""
+        note = "  # prior: not identified by one request shape" if PRIORS.get(name, -1.0) == value else ""
         if name == "max_num_batched_tokens" and budget_note:
             note = f"  # {budget_note}"
         lines.append(f"{name} = {value:.6g}{note}" if isinstance(value, float) else f"{name} = {value}{note}")

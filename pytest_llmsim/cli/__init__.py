@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="KV cache bytes per token, all layers (else step_per_kv_token is fitted)")
     priors.add_argument("--flops", type=float, metavar="FLOP/S", help="a device's peak, instead of --gpu")
     priors.add_argument("--bandwidth", type=float, metavar="BYTES/S", help="a device's memory bandwidth")
+    model = calibrate.add_argument_group("a mixture of experts (with or without priors): a step reads only the "
+                                         "experts its tokens route to, so ITL bends up as the batch grows")
+    model.add_argument("--experts", type=_positive_int, metavar="E", help="routed experts per layer")
+    model.add_argument("--experts-per-token", type=_positive_int, metavar="K",
+                       help="routed experts each token uses (below --experts)")
     calibrate.add_argument("--output-spread", type=float, default=0.0, metavar="S",
                            help="output lengths uniform within mean * (1 +- S), as answers that end at EOS (a "
                                 "sweep without ignore-eos); default 0: every answer the mean")
@@ -257,14 +262,22 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error("--output-spread must be at least 0 and below 1")
     for note in notes:
         print(f"llmsim calibrate: read {note}", file=sys.stderr)
+    if (args.experts is None) != (args.experts_per_token is None):
+        parser.error("--experts and --experts-per-token go together")
+    base = None
+    if args.experts is not None:
+        if args.experts_per_token >= args.experts:
+            parser.error("--experts-per-token must be below --experts")
+        base = SimConfig().replace(expert_share_per_token=args.experts_per_token / args.experts)
     hardware = None
     if args.params is not None or args.gpu is not None:
         try:
             hardware = Hardware(args.params or 0.0, args.gpu, args.tp, args.active_params, args.dtype,
-                                args.kv_bytes_per_token, args.flops, args.bandwidth)
+                                args.kv_bytes_per_token, args.flops, args.bandwidth, args.experts,
+                                args.experts_per_token)
         except ValueError as error:
             parser.error(str(error))
-    fit = calibrate(rows, spread=args.output_spread, budgets=(args.budget,) if args.budget else BUDGETS,
+    fit = calibrate(rows, base, spread=args.output_spread, budgets=(args.budget,) if args.budget else BUDGETS,
                     workers=args.jobs, hardware=hardware)
     notes = [f"priors: {hardware}; fitted {', '.join(f'{k} {v:.3g}' for k, v in fit.efficiencies.items())}"
              ] if hardware is not None else []

@@ -56,6 +56,8 @@ class SimConfig:
     step_per_kv_token: float = 0.0
     step_prefill_base: float = 0.0
     step_compute_per_token: float = 0.0
+    step_expert_weights: float = 0.0
+    expert_share_per_token: float = 0.0
     max_num_batched_tokens: int = 8192
     request_overhead: float = 0.0
     request_serial: float = 0.0
@@ -336,6 +338,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "step_per_kv_token": _number(0.0),
     "step_prefill_base": _number(0.0),
     "step_compute_per_token": _number(0.0),
+    "step_expert_weights": _number(0.0),
+    "expert_share_per_token": _number(0.0, high=1.0),
     "max_num_batched_tokens": _integer(1),
     "request_overhead": _number(0.0),
     "request_serial": _number(0.0),

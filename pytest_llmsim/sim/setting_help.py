@@ -26,6 +26,11 @@ SETTING_HELP: dict[str, str] = {
     "step_compute_per_token": "step mode: compute time per token in the step (prefill and decode alike); the step "
                               "takes the larger of this compute and its memory time (the roofline), simulated "
                               "seconds",
+    "step_expert_weights": "step mode, a mixture of experts: time to read every routed expert's weights once; a "
+                           "step reads the share its tokens route to (memory time), simulated seconds",
+    "expert_share_per_token": "step mode, a mixture of experts: the share of routed experts one token uses "
+                              "(experts per token / routed experts); a step of T tokens reads 1 - (1 - share)^T "
+                              "of step_expert_weights",
     "step_prefill_base": "step mode: extra fixed cost of a step with a prefill chunk in it (vLLM replays a captured "
                          "CUDA graph only for decode-only steps), simulated seconds",
     "max_num_batched_tokens": "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",

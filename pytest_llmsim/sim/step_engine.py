@@ -8,7 +8,8 @@ the token budget ``max_num_batched_tokens`` (a decode counts one token). Its
 duration is a function of that composition::
 
     step = max(step_base + step_per_kv_token * context tokens the decodes attend,   (memory: weights, KV)
-               step_compute_per_token * (prefill tokens + decoding sequences))       (compute)
+               + step_expert_weights * (1 - (1 - expert_share_per_token) ** T),     (the experts T tokens use)
+               step_compute_per_token * (T = prefill tokens + decoding sequences))   (compute)
          + step_prefill_base      if the step has a prefill chunk in it
          + step_per_prefill_token * prefill tokens in the step
          + step_per_decode_seq    * decoding sequences in the step
@@ -280,8 +281,11 @@ class StepEngine(Engine):
         config = self.config
         # The roofline: a step reads the weights and the KV it attends (memory) and computes its tokens; it
         # takes the longer of the two, so decode steps stay flat until the batch's compute catches up.
+        tokens = prefill_tokens + decodes
         memory = config.step_base + config.step_per_kv_token * kv_tokens
-        compute = config.step_compute_per_token * (prefill_tokens + decodes)
+        if config.step_expert_weights:  # a mixture of experts reads only the experts its tokens route to
+            memory += config.step_expert_weights * (1.0 - (1.0 - config.expert_share_per_token) ** tokens)
+        compute = config.step_compute_per_token * tokens
         return (max(memory, compute) + (config.step_prefill_base if prefilling else 0.0)
                 + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * decodes)
 
