@@ -68,9 +68,11 @@ def median_errors(predicted: Sequence[SweepRow], measured: Sequence[SweepRow]) -
     return {name: statistics.median(values) for name, values in per_metric.items()}
 
 
-def evaluate(path: str, jobs: int, spread: float = 0.0, priors: Hardware | None = None,
+def evaluate(path: str, jobs: int, spread: float | None = None, priors: Hardware | None = None,
              experts: tuple[int, int] | None = None) -> list[str]:
     rows = read_sweep(*path.split(","))  # several files of one sweep: joined by commas
+    if spread is not None:  # given: for every row, over what a file measured (as llmsim calibrate does)
+        rows = [dataclasses.replace(row, output_spread=None) for row in rows]
     lines = [f"## {path} ({len(rows)} rows)", "", "| split | " + " | ".join(LABELS[m] for m in METRICS) +
              " | fit s |", "|---|" + "---|" * (len(METRICS) + 1)]
     # a mixture of experts: the free fit fits the routed experts' read time (the priors' costs split the weights)
@@ -79,9 +81,9 @@ def evaluate(path: str, jobs: int, spread: float = 0.0, priors: Hardware | None 
         priors = dataclasses.replace(priors, experts=experts[0], experts_per_token=experts[1])
     for name, (fit_rows, held_out) in splits(rows, priors is not None).items():
         started = time.perf_counter()
-        fit = calibrate(fit_rows, base, spread=spread, workers=jobs, hardware=priors)
+        fit = calibrate(fit_rows, base, spread=spread or 0.0, workers=jobs, hardware=priors)
         took = time.perf_counter() - started
-        found = median_errors(predict(fit.config, held_out, spread), held_out)
+        found = median_errors(predict(fit.config, held_out, spread or 0.0), held_out)
         cells = [f"{found[m]:.1%}" if m in found else "-" for m in METRICS]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {took:.1f} |")
     return lines
@@ -95,7 +97,7 @@ def main() -> None:
                         "gpu=gaudi3,tp=8,params=355,active_params=32 (see pytest_llmsim.calibration.Hardware)")
     parser.add_argument("--experts", type=int, metavar="E", help="a mixture of experts: its routed experts")
     parser.add_argument("--experts-per-token", type=int, metavar="K", help="... and the experts each token uses")
-    parser.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+    parser.add_argument("--output-spread", type=float, default=None, metavar="S",
                         help="output lengths uniform within mean * (1 +- S), as answers ending at EOS")
     args = parser.parse_args()
     if (args.experts is None) != (args.experts_per_token is None):

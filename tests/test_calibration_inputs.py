@@ -150,6 +150,41 @@ def test_output_lengths_spread_around_the_mean() -> None:
     assert workload._lengths(700, 0.0, 3, __import__("random").Random(1)) == [700, 700, 700]
 
 
+def test_a_files_own_output_length_spread_is_read_and_predicted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Per-request lengths (``--save-detailed``'s ``output_lens``) or a standard deviation column give each row
+    the spread of uniform lengths with that deviation; a row's own wins over the caller's, ``--output-spread``
+    over the row's."""
+    lens = [400, 500, 600, 700, 800]  # mean 600, population std 141.4
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({**vllm_run(4, 1.0), "total_output_tokens": 3000, "completed": 5, "output_lens": lens}))
+    table = tmp_path / "table.csv"
+    table.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,std_output_len\n4,256,600,40,141.42\n")
+    (from_run,), notes = read_sweeps([run])
+    (from_table,) = read_sweep(table)
+    assert from_run.output_spread == pytest.approx(3 ** 0.5 * 141.42 / 600, rel=1e-3)  # 0.408
+    assert from_table.output_spread == pytest.approx(from_run.output_spread, rel=1e-3)
+    assert "output_lens -> output spread" in notes[0]
+    row = replace(from_table, num_prompts=40)
+
+    def latencies(predicted: SweepRow) -> tuple[float | None, ...]:
+        return predicted.ttft_p50_ms, predicted.itl_p50_ms, predicted.req_per_s, predicted.e2e_p50_ms
+
+    own = latencies(predict_row(PROFILE, row))
+    assert own == latencies(predict_row(PROFILE, replace(row, output_spread=None), spread=row.output_spread or 0.0))
+    assert own != latencies(predict_row(PROFILE, replace(row, output_spread=None)))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("concurrency,input_tokens,output_tokens,output_spread\n4,256,600,1.5\n")
+    with pytest.raises(ValueError, match=r"bad\.csv, line 2: an output spread is at least 0 and below 1"):
+        read_sweep(bad)
+    assert main(["predict", "--config", "qwen2.5-0.5b-l4", "--compare", str(table), "--format", "json"]) == 0
+    by_file = json.loads(capsys.readouterr().out)[0]
+    assert main(["predict", "--config", "qwen2.5-0.5b-l4", "--compare", str(table), "--format", "json",
+                 "--output-spread", "0"]) == 0
+    fixed = json.loads(capsys.readouterr().out)[0]
+    assert by_file["ttft_p50_ms"] != fixed["ttft_p50_ms"]  # the flag, given, is every row's spread
+
+
 def test_open_loop_rows_run_their_own_count() -> None:
     row = SweepRow(None, 5.0, 64, 16)
     assert workload.prompts_of(row) == 300 and workload.prompts_of(SweepRow(None, 5.0, 64, 16, num_prompts=40)) == 40

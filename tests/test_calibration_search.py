@@ -9,7 +9,7 @@ import pytest
 
 from pytest_llmsim import SimConfig
 from pytest_llmsim.calibration import SweepRow, levenberg_marquardt, predict_row, workload
-from pytest_llmsim.calibration.search import evaluator, levenberg_marquardt_steps, run_together
+from pytest_llmsim.calibration.search import _broyden_update, evaluator, levenberg_marquardt_steps, run_together
 from pytest_llmsim.sim.sequence import SimSequence
 
 
@@ -25,6 +25,30 @@ def test_levenberg_marquardt_finds_a_nonlinear_least_squares_minimum() -> None:
     assert point == pytest.approx([math.log(2.0), 0.3], abs=1e-4)
     assert cost < 1e-8
     assert 3 < used < 30 * 6  # the start, two Jacobian columns and at least one trial per iteration
+
+
+def _curve_residuals(point: list[float]) -> list[float]:
+    """``a exp(b x) + c x + d`` against samples of ``2 exp(0.3 x) - 0.5 x + 1``: four settings."""
+    log_a, b, c, d = point
+    return [math.exp(log_a + b * x) + c * x + d - (2.0 * math.exp(0.3 * x) - 0.5 * x + 1.0)
+            for x in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)]
+
+
+def test_a_secant_jacobian_every_other_iteration_reaches_the_same_minimum_with_fewer_evaluations() -> None:
+    start = [0.0, 0.1, 0.0, 0.0]  # (from [0, 0, 0, 0] the secant search takes another valley: not a cure-all)
+    measured = levenberg_marquardt(_curve_residuals, start, iterations=40, step=1e-5, tolerance=1e-12)
+    secant = levenberg_marquardt(_curve_residuals, start, iterations=40, step=1e-5, tolerance=1e-12, secant=True)
+    for point, cost, _ in (measured, secant):
+        assert point == pytest.approx([math.log(2.0), 0.3, -0.5, 1.0], abs=1e-3)
+        assert cost < 1e-8
+    assert secant[2] < measured[2], (secant[2], measured[2])
+
+
+def test_broydens_update_makes_the_jacobian_agree_with_the_step_taken() -> None:
+    columns = [[1.0, 0.0, 2.0], [0.5, 1.0, 0.0]]  # a 3 x 2 Jacobian, by columns
+    moved, change = [0.2, -0.1], [0.3, 0.05, -0.4]
+    _broyden_update(columns, moved, change)
+    assert [sum(column[i] * d for column, d in zip(columns, moved)) for i in range(3)] == pytest.approx(change)
 
 
 class _Task:

@@ -156,6 +156,8 @@ SHORT_SEARCH, FULL_SEARCH = 3, 14
 RANKING_WAVES = 2
 #: How many of the best-ranked budgets are searched to convergence.
 FINALISTS = 2
+#: Every other Jacobian a Broyden update of the last measured one (see ``levenberg_marquardt_steps``).
+SECANT = True
 
 
 #: What a search returns: the loss reached, the point (log costs) and the evaluations used.
@@ -177,7 +179,7 @@ class _Search:
 
     def steps(self) -> SearchSteps:
         return levenberg_marquardt_steps(self.start, iterations=self.iterations,
-                                         tolerance=1e-3 if self.waves else 1e-4)
+                                         tolerance=1e-3 if self.waves else 1e-4, secant=SECANT)
 
     def task(self, point: list[float]) -> _Evaluation:
         budgeted = self.base.replace(max_num_batched_tokens=self.budget)

@@ -8,7 +8,11 @@
   benchmark has none and is skipped, with a note); token counts as ``mean`` or ``total_sum / count``;
 - CSV (``#`` lines are comments) with columns named as this project, ``vllm bench serve`` or published
   tables name them: median or mean TTFT, ITL or TPOT (as ITL), req/s or output tok/s, E2E,
-  ``num_prompts``; headers are matched ignoring case, spaces and units (``Mean TTFT (ms)``).
+  ``num_prompts``, the output lengths' spread (``output_spread``) or standard deviation (``std_output_len``);
+  headers are matched ignoring case, spaces and units (``Mean TTFT (ms)``).
+
+A run's output-length spread comes from its per-request ``output_lens`` (``--save-detailed``) or a guidellm
+report's ``output_token_count`` standard deviation, where present.
 
 Where a median is missing its mean stands in, and the note says so.
 """
@@ -19,11 +23,12 @@ import csv
 import json
 import math
 import re
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .sweep import SweepRow
+from .sweep import SweepRow, spread_of
 
 __all__ = ["SWEEP_SUFFIXES", "read_sweep", "read_sweeps"]
 
@@ -43,10 +48,13 @@ _CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "e2e_p50_ms": ("e2e_p50_ms", "median_e2el_ms", "median_e2e_latency_ms", "median_e2e_ms", "e2e_ms",
                    "mean_e2el_ms", "mean_e2e_latency_ms"),
     "num_prompts": ("num_prompts", "prompts", "completed"),
+    "output_spread": ("output_spread", "output_len_spread"),
+    "output_std": ("std_output_len", "output_len_std", "std_output_tokens", "output_tokens_std"),
 }
 _LABELS = {"ttft_p50_ms": "TTFT p50", "itl_p50_ms": "ITL p50", "req_per_s": "req/s", "e2e_p50_ms": "E2E p50",
            "input_tokens": "input tokens", "output_tokens": "output tokens", "num_prompts": "prompts",
-           "concurrency": "concurrency", "rate": "rate", "output_tok_per_s": "req/s (output tok/s / output)"}
+           "concurrency": "concurrency", "rate": "rate", "output_tok_per_s": "req/s (output tok/s / output)",
+           "output_spread": "output spread", "output_std": "output spread (sqrt(3) std / mean)"}
 
 
 def _normalised(header: str) -> str:
@@ -175,6 +183,11 @@ def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
                        "num_prompts" if run.get("num_prompts") else "completed": "num_prompts"})
     workload = {"max_concurrency", "request_rate", "completed", "total_input_tokens", "total_output_tokens",
                 "num_prompts", "duration"}
+    lengths = run.get("output_lens")  # per request, with vllm bench serve --save-detailed (SGLang: --output-details)
+    spread = None
+    if isinstance(lengths, list) and len(lengths) > 1 and all(isinstance(n, (int, float)) for n in lengths):
+        spread = spread_of(statistics.fmean(lengths), statistics.pstdev(lengths))
+        notes.used["output_lens"] = "output_spread"
     itl_names = ("median_itl_ms", "mean_itl_ms", "median_tpot_ms")
     itl_name = next((name for name in itl_names if _number(run.get(name)) is not None), "")
     row = SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
@@ -184,7 +197,7 @@ def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
                    _pick(run, itl_names, "itl_p50_ms", notes),
                    req_per_s, _pick(run, ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms",
                                           "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts),
-                   itl_per="request" if "tpot" in itl_name else "gap")
+                   itl_per="request" if "tpot" in itl_name else "gap", output_spread=spread)
     notes.ignored |= {key for key in run if key not in workload and key not in notes.used}
     return row
 
@@ -218,6 +231,7 @@ def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
     if prompt is None or output is None:
         raise ValueError("a guidellm benchmark needs prompt_token_count and output_token_count")
     latency = _statistic(metrics, "request_latency")
+    output_std = _statistic(metrics, "output_token_count", "std_dev")
     totals = (metrics.get("request_totals") or benchmark.get("request_totals") or {})
     notes.used.update({"time_to_first_token_ms": "ttft_p50_ms", "inter_token_latency_ms": "itl_p50_ms",
                        "requests_per_second": "req_per_s", "request_latency": "e2e_p50_ms"})
@@ -226,7 +240,8 @@ def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
                     _statistic(metrics, "requests_per_second", "mean"), None if latency is None else latency * 1000,
                     int(totals["successful"]) if isinstance(totals.get("successful"), int) else None,
                     arrivals="constant" if kind == "constant" else "poisson",  # constant: evenly spaced sends
-                    itl_per="request")  # guidellm's ITL: each request's (latency - TTFT) / (tokens - 1)
+                    itl_per="request",  # guidellm's ITL: each request's (latency - TTFT) / (tokens - 1)
+                    output_spread=None if output_std is None else spread_of(output, output_std))
 
 
 def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
@@ -256,10 +271,16 @@ def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
             if req_per_s is None and tokens_per_s is not None and output:
                 req_per_s = tokens_per_s / output
             prompts = value("num_prompts")
+            spread, std = value("output_spread"), value("output_std")
+            if spread is None and std is not None:
+                spread = spread_of(output or 0, std)
+            if spread is not None and not 0 <= spread < 1:
+                raise ValueError(f"an output spread is at least 0 and below 1, not {spread}")
             rows.append(SweepRow(int(concurrency) if concurrency is not None else None, value("rate"),
                                  round(value("input_tokens") or 0), round(output or 0), value("ttft_p50_ms"),
                                  value("itl_p50_ms"), req_per_s, value("e2e_p50_ms"),
-                                 int(prompts) if prompts is not None else None, itl_per=itl_per))
+                                 int(prompts) if prompts is not None else None, itl_per=itl_per,
+                                 output_spread=spread))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}, line {number}: {error}") from None
     return rows

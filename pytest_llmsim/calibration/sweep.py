@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-__all__ = ["METRICS", "SweepRow"]
+__all__ = ["METRICS", "SweepRow", "spread_of"]
 
 METRICS = ("ttft_p50_ms", "itl_p50_ms", "req_per_s", "e2e_p50_ms")
 
@@ -30,8 +31,17 @@ class SweepRow:
     # Under load they differ: a step with a prefill in it is longer, and the mean counts it where a median
     # of gaps does not.
     itl_per: str = "gap"
+    # the output lengths' spread where the source says it (their standard deviation, or a spread column), as
+    # lengths uniform within mean * (1 +- spread) have it: sqrt(3) * std / mean. None: not said (the caller's).
+    output_spread: float | None = None
 
     def workload(self) -> str:
         if self.concurrency is not None:
             return f"concurrency {self.concurrency}"
         return f"rate {round(self.rate or 0.0, 3)}/s" + (" (constant)" if self.arrivals == "constant" else "")
+
+
+def spread_of(mean: float, std: float) -> float:
+    """The spread ``S`` whose lengths, uniform within ``mean * (1 +- S)``, have this standard deviation
+    (``sqrt(3) * std / mean``), below 1 (a length stays at least 1)."""
+    return min(math.sqrt(3.0) * std / mean, 0.95) if mean > 0 and std > 0 else 0.0

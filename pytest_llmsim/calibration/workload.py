@@ -102,9 +102,11 @@ def _uncached(config: SimConfig) -> SimConfig:
 def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0,
                 waves: int | None = None) -> SweepRow:
     """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts
-    (``waves``: closed-loop waves simulated after the first, ``SETTLED_WAVES`` unless given; at least 2)."""
+    (``waves``: closed-loop waves simulated after the first, ``SETTLED_WAVES`` unless given; at least 2).
+    A row's own ``output_spread`` (its source measured it) wins over ``spread``."""
     if (row.concurrency is None) == (row.rate is None):
         raise ValueError("a sweep row sets exactly one of concurrency or rate")
+    spread = row.output_spread if row.output_spread is not None else spread
     prompts = prompts_of(row)
     closed = row.concurrency is not None
     clients = min(row.concurrency or 1, prompts)

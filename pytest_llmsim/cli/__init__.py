@@ -8,6 +8,7 @@ SIGTERM) stops it cleanly within about a second; a second Ctrl-C exits at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -165,9 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--experts", type=_positive_int, metavar="E", help="routed experts per layer")
     model.add_argument("--experts-per-token", type=_positive_int, metavar="K",
                        help="routed experts each token uses (below --experts)")
-    calibrate.add_argument("--output-spread", type=float, default=0.0, metavar="S",
+    calibrate.add_argument("--output-spread", type=float, default=None, metavar="S",
                            help="output lengths uniform within mean * (1 +- S), as answers that end at EOS (a "
-                                "sweep without ignore-eos); default 0: every answer the mean")
+                                "sweep without ignore-eos), for every row; default: each row's own where its file "
+                                "measured one (output_lens, a std_output_len column, guidellm's std_dev), else 0")
     calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
                            help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
                                 "given instead of fitted among 512-8192")
@@ -185,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--num-prompts", type=_positive_int, default=None, metavar="N",
                          help="requests per level, counted from a cold start (default: 10 per client, or a minute "
                               "of arrivals)")
-    predict.add_argument("--output-spread", type=float, default=0.0, metavar="S",
-                         help="output lengths uniform within mean * (1 +- S)")
+    predict.add_argument("--output-spread", type=float, default=None, metavar="S",
+                         help="output lengths uniform within mean * (1 +- S) (default: a compared row's own, else 0)")
     predict.add_argument("--compare", metavar="SWEEP", nargs="+",
                          help="measured sweep files: show each prediction's error (without --concurrency or "
                               "--rate, predict the sweep's own rows)")
@@ -258,8 +260,7 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         rows, notes = read_sweeps(args.sweep)
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"{' '.join(args.sweep)}: {error}")
-    if not 0 <= args.output_spread < 1:
-        parser.error("--output-spread must be at least 0 and below 1")
+    rows, spread = _output_spread(args, rows, parser)
     for note in notes:
         print(f"llmsim calibrate: read {note}", file=sys.stderr)
     if (args.experts is None) != (args.experts_per_token is None):
@@ -277,7 +278,7 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                                 args.experts_per_token)
         except ValueError as error:
             parser.error(str(error))
-    fit = calibrate(rows, base, spread=args.output_spread, budgets=(args.budget,) if args.budget else BUDGETS,
+    fit = calibrate(rows, base, spread=spread, budgets=(args.budget,) if args.budget else BUDGETS,
                     workers=args.jobs, hardware=hardware)
     notes = [f"priors: {hardware}; fitted {', '.join(f'{k} {v:.3g}' for k, v in fit.efficiencies.items())}"
              ] if hardware is not None else []
@@ -294,14 +295,23 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return 0
 
 
+def _output_spread(args: argparse.Namespace, rows: list[SweepRow],
+                   parser: argparse.ArgumentParser) -> tuple[list[SweepRow], float]:
+    """The rows and the spread to predict them with: ``--output-spread`` when given (for every row), else each
+    row's own where its file measured one (per-request lengths, a standard deviation) and 0 for the rest."""
+    if args.output_spread is None:
+        return rows, 0.0
+    if not 0 <= args.output_spread < 1:
+        parser.error("--output-spread must be at least 0 and below 1")
+    return [dataclasses.replace(row, output_spread=None) for row in rows], args.output_spread
+
+
 def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         config = SimConfig().replace(profile=args.config) if args.config else SimConfig()
         compare = read_sweeps(args.compare)[0] if args.compare else None
     except (ConfigError, OSError, ValueError) as error:
         parser.error(str(error))
-    if not 0 <= args.output_spread < 1:
-        parser.error("--output-spread must be at least 0 and below 1")
     if args.concurrency or args.rate:
         if args.input is None or args.output is None or args.input < 1 or args.output < 0:
             parser.error("--input (at least 1) and --output (at least 0) say each request's size")
@@ -312,7 +322,8 @@ def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         rows = compare
     else:
         parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
-    predicted = predict_sweep(config, rows, args.output_spread, waves=EVERY_PROMPT)  # every prompt, as counted
+    rows, spread = _output_spread(args, rows, parser)
+    predicted = predict_sweep(config, rows, spread, waves=EVERY_PROMPT)  # every prompt, as counted
     measured = None
     if compare is not None:
         by_load = {(r.concurrency, r.rate): r for r in compare}
