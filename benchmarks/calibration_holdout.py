@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, errors, predict, read_sweep
+from pytest_llmsim.calibration.priors import expert_share
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.sim.config import SimConfig
 
@@ -76,7 +77,7 @@ def evaluate(path: str, jobs: int, spread: float | None = None, priors: Hardware
     lines = [f"## {path} ({len(rows)} rows)", "", "| split | " + " | ".join(LABELS[m] for m in METRICS) +
              " | fit s |", "|---|" + "---|" * (len(METRICS) + 1)]
     # a mixture of experts: the free fit fits the routed experts' read time (the priors' costs split the weights)
-    base = SimConfig().replace(expert_share_per_token=experts[1] / experts[0]) if experts else None
+    base = SimConfig().replace(expert_share_per_token=expert_share(*experts)) if experts else None
     if priors is not None and experts:
         priors = dataclasses.replace(priors, experts=experts[0], experts_per_token=experts[1])
     for name, (fit_rows, held_out) in splits(rows, priors is not None).items():
@@ -100,9 +101,10 @@ def main() -> None:
     parser.add_argument("--output-spread", type=float, default=None, metavar="S",
                         help="output lengths uniform within mean * (1 +- S), as answers ending at EOS")
     args = parser.parse_args()
-    if (args.experts is None) != (args.experts_per_token is None):
-        parser.error("--experts and --experts-per-token go together")
-    experts = (args.experts, args.experts_per_token) if args.experts else None
+    try:
+        experts = (args.experts, args.experts_per_token) if expert_share(args.experts, args.experts_per_token) else None
+    except ValueError as error:
+        parser.error(str(error))
     for path in args.sweeps:
         lines = evaluate(path, args.jobs, args.output_spread, hardware(args.priors), experts)
         print("\n".join(lines) + "\n", flush=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_BYTES", "GPUS", "Device", "Hardware"]
+__all__ = ["DTYPE_BYTES", "GPUS", "Device", "Hardware", "expert_share"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,20 @@ GPUS: dict[str, Device] = {
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
+def expert_share(experts: int | None, experts_per_token: int | None) -> float | None:
+    """The share of its routed experts a mixture of experts' token uses (``experts_per_token / experts``, the
+    engine's ``expert_share_per_token``); None for a dense model (neither given). Raises ValueError for one
+    without the other, or ``experts_per_token`` not in ``[1, experts)``."""
+    if experts is None and experts_per_token is None:
+        return None
+    if experts is None or experts_per_token is None:
+        raise ValueError("a mixture of experts needs both experts and experts per token (--experts and "
+                         "--experts-per-token go together)")
+    if not 1 <= experts_per_token < experts:
+        raise ValueError("experts per token must be at least 1 and below --experts (the routed experts)")
+    return experts_per_token / experts
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What the measured server ran: a device (a :data:`~pytest_llmsim.calibration.priors.GPUS` name, or
@@ -82,11 +96,7 @@ class Hardware:
             raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
         if self.params <= 0 or self.tp < 1 or (self.active_params is not None and self.active_params <= 0):
             raise ValueError("params and active params must be positive and tp at least 1")
-        if (self.experts is None) != (self.experts_per_token is None):
-            raise ValueError("a mixture of experts needs both experts and experts per token")
-        if self.experts is not None and self.experts_per_token is not None:
-            if not 1 <= self.experts_per_token < self.experts:
-                raise ValueError("experts per token must be at least 1 and fewer than the experts")
+        if expert_share(self.experts, self.experts_per_token) is not None:
             if self.active_params is None or self.active_params >= self.params:
                 raise ValueError("a mixture of experts needs active params below params")
             if self.expert_params() > self.params:
@@ -96,9 +106,10 @@ class Hardware:
     def expert_params(self) -> float:
         """The routed experts' parameters (billions): ``params - active = experts' share unused per token``,
         so ``(params - active) / (1 - experts_per_token / experts)``; 0 for a dense model."""
-        if self.experts is None or self.experts_per_token is None or self.active_params is None:
+        share = expert_share(self.experts, self.experts_per_token)
+        if share is None or self.active_params is None:
             return 0.0
-        return (self.params - self.active_params) / (1 - self.experts_per_token / self.experts)
+        return (self.params - self.active_params) / (1 - share)
 
     @property
     def device(self) -> Device:
@@ -115,9 +126,10 @@ class Hardware:
         experts = self.expert_params()
         costs = {"step_base": (self.params - experts) * weight_bytes / bandwidth,
                  "step_compute_per_token": 2 * (self.active_params or self.params) * 1e9 / flops}
-        if experts and self.experts and self.experts_per_token:  # a step reads the experts its tokens route to
+        share = expert_share(self.experts, self.experts_per_token)
+        if experts and share is not None:  # a step reads the experts its tokens route to
             costs["step_expert_weights"] = experts * weight_bytes / bandwidth
-            costs["expert_share_per_token"] = self.experts_per_token / self.experts
+            costs["expert_share_per_token"] = share
         if self.kv_bytes_per_token is not None:
             costs["step_per_kv_token"] = self.kv_bytes_per_token / bandwidth
         return costs

@@ -31,7 +31,8 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
     experts = ("step_expert_weights", "expert_share_per_token") if config.expert_share_per_token else ()
     for name in (*FITTED, *experts, "max_num_batched_tokens", *PRIORS):
         value = getattr(config, name)
-        note = "  # prior: not identified by one request shape" if PRIORS.get(name, -1.0) == value else ""
+        at_prior = name in PRIORS and value == PRIORS[name]  # hardware priors fit step_per_decode_seq
+        note = "  # prior: not identified by one request shape" if at_prior else ""
         if name == "max_num_batched_tokens" and budget_note:
             note = f"  # {budget_note}"
         lines.append(f"{name} = {value:.6g}{note}" if isinstance(value, float) else f"{name} = {value}{note}")

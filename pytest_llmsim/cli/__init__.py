@@ -32,7 +32,7 @@ from ..calibration import (
     render_table,
 )
 from ..calibration import predict as predict_sweep
-from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware
+from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
 from ..calibration.report import render_csv, render_json
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
@@ -263,13 +263,11 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     rows, spread = _output_spread(args, rows, parser)
     for note in notes:
         print(f"llmsim calibrate: read {note}", file=sys.stderr)
-    if (args.experts is None) != (args.experts_per_token is None):
-        parser.error("--experts and --experts-per-token go together")
-    base = None
-    if args.experts is not None:
-        if args.experts_per_token >= args.experts:
-            parser.error("--experts-per-token must be below --experts")
-        base = SimConfig().replace(expert_share_per_token=args.experts_per_token / args.experts)
+    try:
+        share = expert_share(args.experts, args.experts_per_token)
+    except ValueError as error:
+        parser.error(str(error))
+    base = None if share is None else SimConfig().replace(expert_share_per_token=share)
     hardware = None
     if args.params is not None or args.gpu is not None:
         try:
