@@ -7,7 +7,9 @@ stream, as in a gateway load test; distinct prompts; 50 tokens each) for
 ``--seconds`` and measures TTFT and inter-chunk gaps itself. Reports, per
 stream count, the client's TTFT p50 against ``ttft`` and its gap p50/p99
 against ``itl`` (issue 11's targets: at 64 streams TTFT p50 within 2.5 % and
-gap p99 within 1.6x itl; at 256, 5 % and 2x).
+gap p99 within 1.6x itl; at 256, 5 % and 2x), and the server process's CPU time
+(user + system, from /proc) per token of the requests the client completed: what a stream count costs
+once the server is saturated.
 
     python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8] [--io threads|gevent|loop]
 """
@@ -20,7 +22,7 @@ import os
 import statistics
 import subprocess
 
-from common import HERE, llmsim_argv, server_process, wait_ready
+from common import HERE, cpu_seconds, llmsim_argv, server_process, wait_ready
 
 TTFT, ITL, TOKENS = 0.1, 0.01, 50
 
@@ -36,15 +38,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="threads", help="llmsim serve --io")
     args = parser.parse_args()
-    print("| streams | requests | TTFT p50 ms (vs 100) | gap p50 ms | gap p99 ms (x itl) |\n|---|---|---|---|---|")
+    print("| streams | requests | TTFT p50 ms (vs 100) | gap p50 ms | gap p99 ms (x itl) | server CPU µs/token |\n"
+          "|---|---|---|---|---|---|")
     for streams in (int(s) for s in args.streams.split(",")):
         flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", str(streams), "--speed", "1",
                  "--io", args.io]
-        with server_process(llmsim_argv(*flags)) as (_, url):
+        with server_process(llmsim_argv(*flags)) as (process, url):
             wait_ready()
+            cpu_before = cpu_seconds(process.pid)
             client = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(streams),
                                      str(args.seconds), "16", str(TOKENS), str(streams)],
                                     capture_output=True, text=True)
+            cpu = cpu_seconds(process.pid) - cpu_before
         if client.returncode != 0:  # say why (a request the client saw fail), not just that it exited 1
             raise SystemExit(f"the client failed at {streams} streams:\n{client.stderr[-2000:]}")
         result = json.loads(client.stdout)
@@ -52,7 +57,7 @@ def main() -> None:
         gaps = result["gaps"]
         p50, p99 = statistics.median(gaps) * 1000, percentile(gaps, 0.99) * 1000
         print(f"| {streams} | {result['completed']} | {ttft:.1f} ({ttft / (TTFT * 1000) - 1:+.1%}) | {p50:.2f} | "
-              f"{p99:.2f} ({p99 / (ITL * 1000):.2f}x) |", flush=True)
+              f"{p99:.2f} ({p99 / (ITL * 1000):.2f}x) | {cpu / (result['completed'] * TOKENS) * 1e6:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,9 @@ class _DirectWriter:
     if the handler thread is writing (it holds ``lock``), or the socket would
     block, the event goes through the handler as before; bytes a short send
     left over go in ``pending``, the event wakes the handler to write them,
-    and the fast path stops.
+    and the fast path stops; a send that fails (the client is gone) wakes
+    it too, which is how a handler whose stream this writes learns of a
+    hang-up (it looks itself only every ``QUIET_CHECK_INTERVAL``).
     """
 
     __slots__ = ("_events", "_lag", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
@@ -127,10 +129,10 @@ class _DirectWriter:
                 return True
             try:
                 framed, sent = send_chunk_now(self._sock, data)
-            except OSError:  # the client is gone; the handler's hang-up check notices and cancels
+            except OSError:  # the client is gone: wake the handler (this event is posted), it cancels
                 self.enabled = False
                 self.written = before  # these never reached it
-                return True
+                return False
             if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
                 return False
