@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -94,8 +95,13 @@ def _writes_directly(ticket: Ticket, seconds: float, then_finish: bool) -> threa
     ``seconds``, through the runtime's listener, then posts the finish (or falls silent)."""
     seq = ticket.sequences[0]
     seq.owner = ticket
-    ticket.direct = lambda sequence, emitted, due: True  # every token went out on the engine's side
     listener = runtime._TicketListener()
+
+    def send(sequence: SimSequence, emitted: int, due: float) -> bool:
+        ticket.direct_writes += 1  # as the server's writer counts a send that went out
+        return True
+
+    ticket.direct = send
 
     def write() -> None:
         deadline = time.monotonic() + seconds
@@ -146,3 +152,35 @@ def test_a_hang_up_is_noticed_at_the_check_interval_once_the_direct_writes_stop(
         for _ in ticket.batches(lambda: True):
             pass
     assert time.monotonic() - stopped < 1.0
+
+
+def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> None:
+    """A token event the engine-side writer takes without sending a byte (OpenAI chat hides a reasoning
+    model's thinking: its token events render empty) proves nothing about the client, so the handler must
+    keep looking for a hang-up at the short interval; one that sends does count."""
+    from pytest_llmsim.server.responder import _DirectWriter
+
+    class Renderer:
+        def opening(self, index: int) -> bytes:
+            return b""
+
+        def token(self, index: int, position: int, piece: str) -> bytes:
+            return b"" if position < 2 else f"data: {piece}\n\n".encode()
+
+    server_side, client_side = socket.socketpair()
+    with server_side, client_side:
+        seq = SimSequence([1, 2, 3], 4)
+        ticket = Ticket([seq])
+        seq.owner = ticket
+        writer = _DirectWriter(server_side, Renderer(), ["a", "b", "c", "d"], lambda due: None, ticket)
+        writer.enabled = True
+        ticket.direct = writer
+        listener = runtime._TicketListener()
+        for emitted in (1, 2):  # the hidden thinking
+            seq.emitted = emitted
+            listener.on_token(seq, 0.0)
+        assert ticket.direct_writes == 0
+        seq.emitted = 3
+        listener.on_token(seq, 0.0)
+        assert ticket.direct_writes == 1
+        assert client_side.recv(100) == b"9\r\ndata: c\n\n\r\n"  # one HTTP/1.1 chunk of 9 bytes

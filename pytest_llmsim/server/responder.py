@@ -23,7 +23,7 @@ from ..sim.engine import SeqState, SimSequence
 from ..sim.fault_effects import Drop, Empty, ErrorEvent, Fail, Malformed, Stall
 from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
-from ..sim.runtime import FINISH, ClientGone
+from ..sim.runtime import FINISH, ClientGone, Ticket
 from ..sim.simulator import Generation, Outcome, Simulator
 from .background import BackgroundJob, BackgroundJobs
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
@@ -92,14 +92,16 @@ class _DirectWriter:
     hang-up (it looks itself only every ``QUIET_CHECK_INTERVAL``).
     """
 
-    __slots__ = ("_events", "_lag", "_pieces", "_sock", "enabled", "lock", "opened", "pending", "written")
+    __slots__ = ("_events", "_lag", "_pieces", "_sock", "_ticket", "enabled", "lock", "opened", "pending",
+                 "written")
 
     def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str],
-                 lag: Callable[[float], None]) -> None:
+                 lag: Callable[[float], None], ticket: Ticket) -> None:
         self._sock = nonblocking_socket(sock)  # sends here must never wait
         self._events = events
         self._pieces = pieces
         self._lag = lag  # told the virtual time of each token it wrote, to measure lateness
+        self._ticket = ticket  # counts the sends that went out (its reader then looks for hang-ups less often)
         self.lock = threading.Lock()
         self.enabled = False  # set once the response headers are out
         self.opened = False  # the role event has been written
@@ -136,6 +138,7 @@ class _DirectWriter:
             if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
                 return False
+            self._ticket.direct_writes += 1  # only a send proves the client there (empty events do not)
             self._lag(due)
             return True
         finally:
@@ -323,7 +326,7 @@ class GenerationResponder:
                 or not can_send_now()):  # it must never block: no such flag, no fast path
             return None
         return _DirectWriter(sock, events, generation.outputs[0].pieces,
-                             functools.partial(self.simulator.note_lag, generation))
+                             functools.partial(self.simulator.note_lag, generation), generation.ticket)
 
     def _stream_direct(self, request: Request, generation: Generation, events: StreamRenderer,
                        direct: _DirectWriter) -> Generator[bytes, None, tuple[bytes, bool]]:

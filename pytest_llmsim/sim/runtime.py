@@ -70,7 +70,7 @@ class Ticket:
         # Optional fast path: called with (sequence, tokens emitted, virtual time) by
         # whichever thread runs the engine; True means the tokens went out, no post needed.
         self.direct: Callable[[SimSequence, int, float], bool] | None = None
-        self.direct_writes = 0  # token events ``direct`` took (written by whoever runs the engine)
+        self.direct_writes = 0  # sends ``direct``'s writer made (it counts them, under the runtime's lock)
         # False for answers sent whole: only the finish wakes the handler.
         self.wants_tokens = wants_tokens
         self._lock = threading.Lock()
@@ -103,7 +103,7 @@ class Ticket:
 
         ``client_gone`` is asked at least every ``CLIENT_CHECK_INTERVAL`` wall
         seconds, whether or not tokens are arriving (every ``QUIET_CHECK_INTERVAL``
-        while ``direct`` takes tokens: its failed send wakes the reader); when it
+        while ``direct``'s sends go out: a failed one wakes the reader); when it
         says so, :class:`ClientGone` is raised (the caller cancels the request).
         """
         wake = self._wake
@@ -168,7 +168,6 @@ class _TicketListener:
             return
         direct = ticket.direct
         if direct is not None and direct(seq, seq.emitted, now):
-            ticket.direct_writes += 1  # one writer: whoever runs the engine, under the runtime's lock
             return
         ticket.post(TOKEN, seq, seq.emitted, now)
 
