@@ -79,13 +79,17 @@ def _lengths(mean: int, spread: float, count: int, rng: random.Random) -> list[i
 
 
 def _weighted_median(values: Sequence[tuple[float, float]]) -> float:
-    """The median of ``(value, weight)`` pairs."""
+    """The median of ``(value, weight)`` pairs, as ``np.median`` (what ``vllm bench serve`` reports) takes it of
+    the values repeated by weight: where the weight below a value is exactly half, the mean of it and the next.
+    (Clients in step see a few distinct TTFTs per wave, so an even count often splits between two of them.)"""
     ordered = sorted(values)
     half = sum(weight for _, weight in ordered) / 2
     running = 0.0
-    for value, weight in ordered:
+    for i, (value, weight) in enumerate(ordered):
         running += weight
         if running >= half:
+            if math.isclose(running, half, rel_tol=1e-9) and i + 1 < len(ordered):
+                return (value + ordered[i + 1][0]) / 2
             return value
     return ordered[-1][0]
 
