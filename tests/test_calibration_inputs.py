@@ -202,6 +202,38 @@ def test_a_files_own_output_length_spread_is_read_and_predicted(
     assert by_file["ttft_p50_ms"] != fixed["ttft_p50_ms"]  # the flag, given, is every row's spread
 
 
+def test_prompt_lengths_spread_as_the_benchmark_sent_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vllm bench serve --random-range-ratio R`` sends prompts of ``input * (1 +- R)`` tokens: a row's input
+    spread (read from ``input_lens``, a CSV column, or given as ``--input-spread``) draws each prompt's length
+    so; without one every prompt has the row's mean."""
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({**vllm_run(4, 1.0), "total_input_tokens": 40 * 256,
+                               "input_lens": [128, 192, 256, 320, 384] * 8}))
+    table = tmp_path / "table.csv"
+    table.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,std_input_len\n1,256,16,40,90.51\n")
+    (from_run,), notes = read_sweeps([run])
+    (from_table,) = read_sweep(table)
+    assert from_run.input_spread == pytest.approx(3 ** 0.5 * statistics.pstdev([128, 192, 256, 320, 384]) / 256)
+    assert from_table.input_spread == pytest.approx(from_run.input_spread, rel=1e-3) and from_run.output_spread is None
+    assert "input_lens -> input spread" in notes[0]
+    # A lone client's TTFT is its own prompt's prefill: one prompt per run, each seed draws another length.
+    prefill = SimConfig().replace(scheduler="step", step_base=0.001, step_compute_per_token=1e-4)
+    lone = SweepRow(1, None, 1000, 4, num_prompts=1)
+    fixed = [predict_row(prefill, lone, seed=seed).ttft_p50_ms for seed in range(20)]
+    drawn = [predict_row(prefill, replace(lone, input_spread=0.5), seed=seed).ttft_p50_ms for seed in range(20)]
+    assert len(set(fixed)) == 1 and fixed[0] == pytest.approx(100.0, rel=0.02)  # 1,000 tokens at 0.1 ms
+    assert len(set(drawn)) == 20 and min(drawn) >= 49.0 and max(drawn) <= 151.0 and max(drawn) - min(drawn) > 50
+    command = ["predict", "--config", "qwen2.5-0.5b-l4", "--concurrency", "1", "--input", "1000", "--output", "4",
+               "--num-prompts", "1", "--format", "json"]
+    assert main(command) == 0
+    fixed_out = json.loads(capsys.readouterr().out)
+    assert main([*command, "--input-spread", "0.5"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["ttft_p50_ms"] != fixed_out[0]["ttft_p50_ms"]
+    with pytest.raises(SystemExit):
+        main(["predict", "--concurrency", "2", "--input", "256", "--output", "8", "--input-spread", "1.5"])
+    assert "--input-spread must be at least 0 and below 1" in capsys.readouterr().err
+
+
 def test_open_loop_rows_run_their_own_count() -> None:
     row = SweepRow(None, 5.0, 64, 16)
     assert workload.prompts_of(row) == 300 and workload.prompts_of(SweepRow(None, 5.0, 64, 16, num_prompts=40)) == 40

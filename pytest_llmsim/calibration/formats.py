@@ -8,11 +8,13 @@
   benchmark has none and is skipped, with a note); token counts as ``mean`` or ``total_sum / count``;
 - CSV (``#`` lines are comments) with columns named as this project, ``vllm bench serve`` or published
   tables name them: median or mean TTFT, ITL or TPOT (as ITL), req/s or output tok/s, E2E,
-  ``num_prompts``, the output lengths' spread (``output_spread``) or standard deviation (``std_output_len``);
-  headers are matched ignoring case, spaces and units (``Mean TTFT (ms)``).
+  ``num_prompts``, the output and input lengths' spreads (``output_spread``, ``input_spread``) or standard
+  deviations (``std_output_len``, ``std_input_len``); headers are matched ignoring case, spaces and units
+  (``Mean TTFT (ms)``).
 
-A run's output-length spread comes from its per-request ``output_lens`` (``--save-detailed``) or a guidellm
-report's ``output_token_count`` standard deviation, where present.
+A run's output- and input-length spreads come from its per-request ``output_lens`` and ``input_lens``
+(``--save-detailed``) or a guidellm report's ``output_token_count`` and ``prompt_token_count`` standard
+deviations, where present.
 
 Where a median is missing its mean stands in, and the note says so.
 """
@@ -50,11 +52,14 @@ _CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "num_prompts": ("num_prompts", "prompts", "completed"),
     "output_spread": ("output_spread", "output_len_spread"),
     "output_std": ("std_output_len", "output_len_std", "std_output_tokens", "output_tokens_std"),
+    "input_spread": ("input_spread", "input_len_spread"),
+    "input_std": ("std_input_len", "input_len_std", "std_input_tokens", "input_tokens_std"),
 }
 _LABELS = {"ttft_p50_ms": "TTFT p50", "itl_p50_ms": "ITL p50", "req_per_s": "req/s", "e2e_p50_ms": "E2E p50",
            "input_tokens": "input tokens", "output_tokens": "output tokens", "num_prompts": "prompts",
            "concurrency": "concurrency", "rate": "rate", "output_tok_per_s": "req/s (output tok/s / output)",
-           "output_spread": "output spread", "output_std": "output spread (sqrt(3) std / mean)"}
+           "output_spread": "output spread", "output_std": "output spread (sqrt(3) std / mean)",
+           "input_spread": "input spread", "input_std": "input spread (sqrt(3) std / mean)"}
 
 
 def _normalised(header: str) -> str:
@@ -183,11 +188,8 @@ def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
                        "num_prompts" if run.get("num_prompts") else "completed": "num_prompts"})
     workload = {"max_concurrency", "request_rate", "completed", "total_input_tokens", "total_output_tokens",
                 "num_prompts", "duration"}
-    lengths = run.get("output_lens")  # per request, with vllm bench serve --save-detailed (SGLang: --output-details)
-    spread = None
-    if isinstance(lengths, list) and len(lengths) > 1 and all(isinstance(n, (int, float)) for n in lengths):
-        spread = spread_of(statistics.fmean(lengths), statistics.pstdev(lengths))
-        notes.used["output_lens"] = "output_spread"
+    # per request, with vllm bench serve --save-detailed (SGLang: --output-details)
+    spread, input_spread = _lengths_spread(run, "output_lens", notes), _lengths_spread(run, "input_lens", notes)
     itl_names = ("median_itl_ms", "mean_itl_ms", "median_tpot_ms")
     itl_name = next((name for name in itl_names if _number(run.get(name)) is not None), "")
     row = SweepRow(int(concurrency) if concurrency is not None else None, None if concurrency is not None else rate,
@@ -197,7 +199,8 @@ def _bench_run_row(run: dict[str, Any], notes: _Notes) -> SweepRow:
                    _pick(run, itl_names, "itl_p50_ms", notes),
                    req_per_s, _pick(run, ("median_e2el_ms", "median_e2e_latency_ms", "mean_e2el_ms",
                                           "mean_e2e_latency_ms"), "e2e_p50_ms", notes), int(prompts),
-                   itl_per="request" if "tpot" in itl_name else "gap", output_spread=spread)
+                   itl_per="request" if "tpot" in itl_name else "gap", output_spread=spread,
+                   input_spread=input_spread)
     notes.ignored |= {key for key in run if key not in workload and key not in notes.used}
     return row
 
@@ -232,6 +235,7 @@ def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
         raise ValueError("a guidellm benchmark needs prompt_token_count and output_token_count")
     latency = _statistic(metrics, "request_latency")
     output_std = _statistic(metrics, "output_token_count", "std_dev")
+    prompt_std = _statistic(metrics, "prompt_token_count", "std_dev")
     totals = (metrics.get("request_totals") or benchmark.get("request_totals") or {})
     notes.used.update({"time_to_first_token_ms": "ttft_p50_ms", "inter_token_latency_ms": "itl_p50_ms",
                        "requests_per_second": "req_per_s", "request_latency": "e2e_p50_ms"})
@@ -241,7 +245,8 @@ def _guidellm_row(benchmark: dict[str, Any], notes: _Notes) -> SweepRow | None:
                     int(totals["successful"]) if isinstance(totals.get("successful"), int) else None,
                     arrivals="constant" if kind == "constant" else "poisson",  # constant: evenly spaced sends
                     itl_per="request",  # guidellm's ITL: each request's (latency - TTFT) / (tokens - 1)
-                    output_spread=None if output_std is None else spread_of(output, output_std))
+                    output_spread=None if output_std is None else spread_of(output, output_std),
+                    input_spread=None if prompt_std is None else spread_of(prompt, prompt_std))
 
 
 def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
@@ -271,16 +276,32 @@ def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
             if req_per_s is None and tokens_per_s is not None and output:
                 req_per_s = tokens_per_s / output
             prompts = value("num_prompts")
-            spread, std = value("output_spread"), value("output_std")
-            if spread is None and std is not None:
-                spread = spread_of(output or 0, std)
-            if spread is not None and not 0 <= spread < 1:
-                raise ValueError(f"an output spread is at least 0 and below 1, not {spread}")
             rows.append(SweepRow(int(concurrency) if concurrency is not None else None, value("rate"),
                                  round(value("input_tokens") or 0), round(output or 0), value("ttft_p50_ms"),
                                  value("itl_p50_ms"), req_per_s, value("e2e_p50_ms"),
                                  int(prompts) if prompts is not None else None, itl_per=itl_per,
-                                 output_spread=spread))
+                                 output_spread=_csv_spread("output", value("output_spread"), value("output_std"),
+                                                           output),
+                                 input_spread=_csv_spread("input", value("input_spread"), value("input_std"),
+                                                          value("input_tokens"))))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}, line {number}: {error}") from None
     return rows
+
+
+def _lengths_spread(run: dict[str, Any], name: str, notes: _Notes) -> float | None:
+    """The spread of a run's per-request lengths (``output_lens``, ``input_lens``), where it has them."""
+    lengths = run.get(name)
+    if not (isinstance(lengths, list) and len(lengths) > 1 and all(isinstance(n, (int, float)) for n in lengths)):
+        return None
+    notes.used[name] = name.replace("_lens", "_spread")
+    return spread_of(statistics.fmean(lengths), statistics.pstdev(lengths))
+
+
+def _csv_spread(kind: str, spread: float | None, std: float | None, mean: float | None) -> float | None:
+    """A CSV row's spread of its ``kind`` lengths: the spread column, else from the standard deviation."""
+    if spread is None and std is not None:
+        spread = spread_of(mean or 0, std)
+    if spread is not None and not 0 <= spread < 1:
+        raise ValueError(f"an {kind} spread is at least 0 and below 1, not {spread}")
+    return spread

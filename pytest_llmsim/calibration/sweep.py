@@ -34,6 +34,9 @@ class SweepRow:
     # the output lengths' spread where the source says it (their standard deviation, or a spread column), as
     # lengths uniform within mean * (1 +- spread) have it: sqrt(3) * std / mean. None: not said (the caller's).
     output_spread: float | None = None
+    # the prompt lengths' spread, the same way (vllm bench serve's --random-range-ratio R: lengths uniform within
+    # input_tokens * (1 +- R)). None: not said, fixed lengths.
+    input_spread: float | None = None
 
     def workload(self) -> str:
         if self.concurrency is not None:

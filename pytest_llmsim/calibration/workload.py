@@ -8,7 +8,9 @@ its next request as soon as one ends; at a fixed rate, arrivals are Poisson
 Prompts are distinct (no prefix-cache hits, as random prompts are); output
 lengths are the row's mean, or spread around it as answers that end at EOS
 are (``spread``: lengths uniform within ``mean * (1 +- spread)``, so
-clients drift apart instead of moving in waves).
+clients drift apart instead of moving in waves); prompt lengths the row's
+mean, or uniform within ``mean * (1 +- input_spread)`` when the row has one
+(``vllm bench serve --random-range-ratio R`` sends ``R``).
 
 Simulating every prompt of a long benchmark costs a fit time where the
 statistic has long settled. ``llmsim predict`` simulates every prompt
@@ -116,24 +118,30 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     clients = min(row.concurrency or 1, prompts)
     simulated = min(prompts, clients * (1 + max(2, waves or SETTLED_WAVES))) if closed else prompts
     lengths = _lengths(row.output_tokens, spread, simulated, random.Random(f"lengths:{seed}"))
+    inputs = _lengths(row.input_tokens, row.input_spread or 0.0, simulated, random.Random(f"inputs:{seed}"))
     config = config.replace(max_batch_size=max(config.max_batch_size, clients), max_waiting=max(
-        config.max_waiting, 100_000), max_model_len=max(config.max_model_len, row.input_tokens + max(lengths) + 1))
+        config.max_waiting, 100_000), max_model_len=max(config.max_model_len, max(inputs) + max(lengths) + 1))
     config = _uncached(config)
     recorder = _Recorder()
     engine: Engine = (StepEngine if config.scheduler == "step" else Engine)(
         config, recorder, random.Random(f"latency:{config.seed}"))
     started: list[SimSequence] = []
-    blocks_per_prompt = row.input_tokens // config.block_size if config.cache_hit_rate is None else 0
+    named_blocks = config.cache_hit_rate is None
+    first_token, first_block = 10_000_000, 0  # the next prompt's: every prompt's tokens and blocks its own
 
     def send(at: float) -> None:
+        nonlocal first_token, first_block
         k = len(started)
-        seq = SimSequence(range(10_000_000 + k * row.input_tokens, 10_000_000 + (k + 1) * row.input_tokens),
-                          lengths[k], index=k)
+        size = inputs[k]
+        seq = SimSequence(range(first_token, first_token + size), lengths[k], index=k)
+        first_token += size
         # Distinct prompts share no block: each block's name can be a number of its own instead of a chained
         # hash of its tokens (a 1,024-token prompt took 64 tuple hashes, a tenth of a prediction). The prefix
         # cache and the KV ledger see the same blocks as before (a preempted request still finds its own).
-        if blocks_per_prompt:
-            seq.block_hashes = list(range(k * blocks_per_prompt, (k + 1) * blocks_per_prompt))
+        blocks = size // config.block_size if named_blocks else 0
+        if blocks:
+            seq.block_hashes = list(range(first_block, first_block + blocks))
+            first_block += blocks
         started.append(seq)
         engine.submit(seq, at)
 

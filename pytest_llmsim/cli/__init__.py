@@ -96,6 +96,11 @@ def _fault(text: str) -> tuple[str, dict[str, Any]]:
     return kind.strip(), params
 
 
+INPUT_SPREAD_HELP = ("prompt lengths uniform within mean * (1 +- R), as current vllm bench serve --random-range-ratio "
+                     "R sends them, for every row; default: each row's own where its file measured one (input_lens, "
+                     "a std_input_len column, guidellm's std_dev), else fixed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmsim", description="A simulated OpenAI-compatible LLM backend.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="output lengths uniform within mean * (1 +- S), as answers that end at EOS (a "
                                 "sweep without ignore-eos), for every row; default: each row's own where its file "
                                 "measured one (output_lens, a std_output_len column, guidellm's std_dev), else 0")
+    calibrate.add_argument("--input-spread", type=float, default=None, metavar="R", help=INPUT_SPREAD_HELP)
     calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
                            help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
                                 "given instead of fitted among 512-8192")
@@ -189,12 +195,14 @@ def build_parser() -> argparse.ArgumentParser:
                               "of arrivals)")
     predict.add_argument("--output-spread", type=float, default=None, metavar="S",
                          help="output lengths uniform within mean * (1 +- S) (default: a compared row's own, else 0)")
+    predict.add_argument("--input-spread", type=float, default=None, metavar="R", help=INPUT_SPREAD_HELP)
     predict.add_argument("--compare", metavar="SWEEP", nargs="+",
                          help="measured sweep files: show each prediction's error (without --concurrency or "
                               "--rate, predict the sweep's own rows)")
     predict.add_argument("--format", choices=("table", "csv", "json"), default="table", help="how to print the rows")
     predict.add_argument("--plot", metavar="FILE.svg", help="also draw measured vs predicted per metric (SVG)")
     return parser
+
 
 
 def _exec_under_gevent(argv: Sequence[str], parser: argparse.ArgumentParser, io: str) -> None:
@@ -296,7 +304,12 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def _output_spread(args: argparse.Namespace, rows: list[SweepRow],
                    parser: argparse.ArgumentParser) -> tuple[list[SweepRow], float]:
     """The rows and the spread to predict them with: ``--output-spread`` when given (for every row), else each
-    row's own where its file measured one (per-request lengths, a standard deviation) and 0 for the rest."""
+    row's own where its file measured one (per-request lengths, a standard deviation) and 0 for the rest; the
+    rows carry ``--input-spread`` when given."""
+    if args.input_spread is not None:
+        if not 0 <= args.input_spread < 1:
+            parser.error("--input-spread must be at least 0 and below 1")
+        rows = [dataclasses.replace(row, input_spread=args.input_spread) for row in rows]
     if args.output_spread is None:
         return rows, 0.0
     if not 0 <= args.output_spread < 1:
