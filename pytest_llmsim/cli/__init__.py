@@ -204,7 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
 def _exec_under_gevent(argv: Sequence[str], parser: argparse.ArgumentParser, io: str) -> None:
     """Re-run this command in a process gevent patches before anything else is imported.
 
@@ -268,7 +267,7 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         rows, notes = read_sweeps(args.sweep)
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"{' '.join(args.sweep)}: {error}")
-    rows, spread = _output_spread(args, rows, parser)
+    rows, spread = _spreads(args, rows, parser)
     for note in notes:
         print(f"llmsim calibrate: read {note}", file=sys.stderr)
     try:
@@ -301,7 +300,7 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return 0
 
 
-def _output_spread(args: argparse.Namespace, rows: list[SweepRow],
+def _spreads(args: argparse.Namespace, rows: list[SweepRow],
                    parser: argparse.ArgumentParser) -> tuple[list[SweepRow], float]:
     """The rows and the spread to predict them with: ``--output-spread`` when given (for every row), else each
     row's own where its file measured one (per-request lengths, a standard deviation) and 0 for the rest; the
@@ -333,7 +332,7 @@ def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         rows = compare
     else:
         parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
-    rows, spread = _output_spread(args, rows, parser)
+    rows, spread = _spreads(args, rows, parser)
     predicted = predict_sweep(config, rows, spread, waves=EVERY_PROMPT)  # every prompt, as counted
     measured = None
     if compare is not None:
