@@ -184,3 +184,25 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
         listener.on_token(seq, 0.0)
         assert ticket.direct_writes == 1
         assert client_side.recv(100) == b"9\r\ndata: c\n\n\r\n"  # one HTTP/1.1 chunk of 9 bytes
+
+
+def test_the_direct_writer_renders_a_stream_the_same_a_token_at_a_time_or_in_a_backlog() -> None:
+    """The engine-side writer's one-token path (the usual call) and its backlog path give the same events in
+    the same order: an opening first, each piece once."""
+    from pytest_llmsim.server.responder import _DirectWriter
+
+    class Renderer:
+        def opening(self, index: int) -> bytes:
+            return b"[open]"
+
+        def token(self, index: int, position: int, piece: str) -> bytes:
+            return f"<{position}:{piece}>".encode()
+
+    pieces = ["a", "b", "c", "d", "e"]
+    ticket = Ticket([SimSequence([1], 5)])
+    one_at_a_time = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, ticket)
+    backlog = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, ticket)
+    with one_at_a_time._sock, backlog._sock:
+        stepwise = b"".join(one_at_a_time.render(upto) for upto in (1, 2, 2, 3, 4, 5))
+        assert stepwise == backlog.render(2) + backlog.render(5) + backlog.render(5)
+        assert stepwise == b"[open]<0:a><1:b><2:c><3:d><4:e>" and one_at_a_time.written == 5

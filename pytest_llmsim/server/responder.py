@@ -111,6 +111,10 @@ class _DirectWriter:
     def render(self, upto: int) -> bytes:
         """The events not yet written, through token ``upto`` but at most ``CHUNK_EVENTS`` of them
         (call holding ``lock``)."""
+        written = self.written
+        if upto == written + 1 and self.opened and upto <= len(self._pieces):  # the usual call: one token due
+            self.written = upto
+            return self._events.token(0, written, self._pieces[written])
         parts = [] if self.opened else [self._events.opening(0)]
         self.opened = True
         upto = min(upto, self.written + CHUNK_EVENTS)
