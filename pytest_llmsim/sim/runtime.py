@@ -39,7 +39,10 @@ CLIENT_CHECK_INTERVAL = 0.05
 # How often instead while the engine writes its stream's tokens itself (``Ticket.direct``) and those writes
 # go out: a send to a client that is gone fails and wakes the handler, so each look is mostly a wasted
 # wake-up (20 a second per stream at the interval above: a fifth of the loop core's busy time at 64 streams).
-QUIET_CHECK_INTERVAL = 0.5
+# 1 s, not 0.5: a sub-second stream then never wakes its handler mid-way; at 1,024 closed-loop streams of
+# 0.5 s that halved TTFT p50 under --io loop (docs/performance.md). It bounds how late a hang-up during a
+# pause in such a stream is noticed.
+QUIET_CHECK_INTERVAL = 1.0
 
 # Most engine events run under the lock in one go; a larger backlog (thousands
 # of sequences due at one instant) is worked off in slices with the lock let go
