@@ -8,7 +8,6 @@ SIGTERM) stops it cleanly within about a second; a second Ctrl-C exits at once.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
@@ -21,19 +20,6 @@ from types import FrameType
 from typing import Any
 
 from ..backend import LLMBackend
-from ..calibration import (
-    BUDGETS,
-    EVERY_PROMPT,
-    SweepRow,
-    calibrate,
-    read_sweeps,
-    render_profile,
-    render_svg,
-    render_table,
-)
-from ..calibration import predict as predict_sweep
-from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
-from ..calibration.report import render_csv, render_json
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
 from ..server.cores import IO_REQUIREMENTS, missing_for_io
@@ -41,6 +27,7 @@ from ..server.loopback import is_loopback
 from ..server.wsgi import gevent_patched
 from ..sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from ..sim.faults import Fault, FaultError
+from .calibration_commands import add_calibration_commands, run_calibrate, run_predict
 from .config_file import load_config, load_config_file, load_config_rules
 from .replicas import heal, say, start_replicas, stop_replicas
 
@@ -96,11 +83,6 @@ def _fault(text: str) -> tuple[str, dict[str, Any]]:
     return kind.strip(), params
 
 
-INPUT_SPREAD_HELP = ("prompt lengths uniform within mean * (1 +- R), as current vllm bench serve --random-range-ratio "
-                     "R sends them, for every row; default: each row's own where its file measured one (input_lens, "
-                     "a std_input_len column, guidellm's std_dev), else fixed")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmsim", description="A simulated OpenAI-compatible LLM backend.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -149,58 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
                            default=None, metavar=name.upper(),
                            help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)})")
-    calibrate = commands.add_parser("calibrate", help="Fit step costs to a measured load sweep; print a profile")
-    calibrate.add_argument("sweep", metavar="SWEEP", nargs="+",
-                           help="files or directories: CSV, vllm bench serve --save-result JSON (files, a list, JSON "
-                                "lines), SGLang bench_serving JSON lines, guidellm reports")
-    calibrate.add_argument("--output", "-o", metavar="PROFILE.toml", help="also write the profile to this file")
-    priors = calibrate.add_argument_group("hardware and model priors (the roofline's costs up to two fitted "
-                                          "efficiencies: one or two rows are enough)")
-    priors.add_argument("--params", type=float, metavar="B", help="parameters a decode step reads, in billions")
-    priors.add_argument("--active-params", type=float, metavar="B",
-                        help="parameters a token computes with (a mixture of experts' active ones), billions")
-    priors.add_argument("--gpu", help=f"the device: {', '.join(GPUS)}")
-    priors.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel devices")
-    priors.add_argument("--dtype", default="bf16", help=f"the weights' type: {', '.join(DTYPE_BYTES)}")
-    priors.add_argument("--kv-bytes-per-token", type=float, metavar="BYTES",
-                        help="KV cache bytes per token, all layers (else step_per_kv_token is fitted)")
-    priors.add_argument("--flops", type=float, metavar="FLOP/S", help="a device's peak, instead of --gpu")
-    priors.add_argument("--bandwidth", type=float, metavar="BYTES/S", help="a device's memory bandwidth")
-    model = calibrate.add_argument_group("a mixture of experts (with or without priors): a step reads only the "
-                                         "experts its tokens route to, so ITL bends up as the batch grows")
-    model.add_argument("--experts", type=_positive_int, metavar="E", help="routed experts per layer")
-    model.add_argument("--experts-per-token", type=_positive_int, metavar="K",
-                       help="routed experts each token uses (below --experts)")
-    calibrate.add_argument("--output-spread", type=float, default=None, metavar="S",
-                           help="output lengths uniform within mean * (1 +- S), as answers that end at EOS (a "
-                                "sweep without ignore-eos), for every row; default: each row's own where its file "
-                                "measured one (output_lens, a std_output_len column, guidellm's std_dev), else 0")
-    calibrate.add_argument("--input-spread", type=float, default=None, metavar="R", help=INPUT_SPREAD_HELP)
-    calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
-                           help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
-                                "given instead of fitted among 512-8192")
-    calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
-                           help="processes searching in parallel (default: one per core; the fit does not "
-                                "depend on it)")
-    predict = commands.add_parser("predict", help="Predict a load sweep in virtual time (no HTTP, no waiting)")
-    predict.add_argument("--config", metavar="PROFILE", default=None,
-                         help="settings: a preset name (e.g. qwen2.5-0.5b-l4) or a TOML file")
-    loads = predict.add_mutually_exclusive_group()
-    loads.add_argument("--concurrency", type=_int_list, help="closed-loop clients, e.g. 1,2,4,8")
-    loads.add_argument("--rate", type=_float_list, help="open-loop Poisson arrivals per second, e.g. 1,5,10")
-    predict.add_argument("--input", type=int, metavar="N", help="prompt tokens per request")
-    predict.add_argument("--output", type=int, metavar="M", help="generated tokens per request")
-    predict.add_argument("--num-prompts", type=_positive_int, default=None, metavar="N",
-                         help="requests per level, counted from a cold start (default: 10 per client, or a minute "
-                              "of arrivals)")
-    predict.add_argument("--output-spread", type=float, default=None, metavar="S",
-                         help="output lengths uniform within mean * (1 +- S) (default: a compared row's own, else 0)")
-    predict.add_argument("--input-spread", type=float, default=None, metavar="R", help=INPUT_SPREAD_HELP)
-    predict.add_argument("--compare", metavar="SWEEP", nargs="+",
-                         help="measured sweep files: show each prediction's error (without --concurrency or "
-                              "--rate, predict the sweep's own rows)")
-    predict.add_argument("--format", choices=("table", "csv", "json"), default="table", help="how to print the rows")
-    predict.add_argument("--plot", metavar="FILE.svg", help="also draw measured vs predicted per metric (SVG)")
+    add_calibration_commands(commands)
     return parser
 
 
@@ -230,123 +161,6 @@ def _replicas(text: str) -> int:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
-    return values
-
-
-def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """The profile on stdout (the fit's table as TOML comments: ``> profile.toml`` is a valid profile);
-    what each file's fields became, the errors and the budget note on stderr."""
-    try:
-        rows, notes = read_sweeps(args.sweep)
-    except (OSError, ValueError, KeyError) as error:
-        parser.error(f"{' '.join(args.sweep)}: {error}")
-    rows, spread = _spreads(args, rows, parser)
-    for note in notes:
-        print(f"llmsim calibrate: read {note}", file=sys.stderr)
-    try:
-        share = expert_share(args.experts, args.experts_per_token)
-    except ValueError as error:
-        parser.error(str(error))
-    base = None if share is None else SimConfig().replace(expert_share_per_token=share)
-    hardware = None
-    if args.params is not None or args.gpu is not None:
-        try:
-            hardware = Hardware(args.params or 0.0, args.gpu, args.tp, args.active_params, args.dtype,
-                                args.kv_bytes_per_token, args.flops, args.bandwidth, args.experts,
-                                args.experts_per_token)
-        except ValueError as error:
-            parser.error(str(error))
-    fit = calibrate(rows, base, spread=spread, budgets=(args.budget,) if args.budget else BUDGETS,
-                    workers=args.jobs, hardware=hardware)
-    notes = [f"priors: {hardware}; fitted {', '.join(f'{k} {v:.3g}' for k, v in fit.efficiencies.items())}"
-             ] if hardware is not None else []
-    profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
-                             fit.budget_note(), fit.predicted, rows, notes)
-    print(profile, end="")
-    errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
-    print(f"llmsim calibrate: median |error| per metric: {errors}", file=sys.stderr)
-    print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
-          f"{fit.budget_note()}", file=sys.stderr)
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(profile)
-    return 0
-
-
-def _spreads(args: argparse.Namespace, rows: list[SweepRow],
-                   parser: argparse.ArgumentParser) -> tuple[list[SweepRow], float]:
-    """The rows and the spread to predict them with: ``--output-spread`` when given (for every row), else each
-    row's own where its file measured one (per-request lengths, a standard deviation) and 0 for the rest; the
-    rows carry ``--input-spread`` when given."""
-    if args.input_spread is not None:
-        if not 0 <= args.input_spread < 1:
-            parser.error("--input-spread must be at least 0 and below 1")
-        rows = [dataclasses.replace(row, input_spread=args.input_spread) for row in rows]
-    if args.output_spread is None:
-        return rows, 0.0
-    if not 0 <= args.output_spread < 1:
-        parser.error("--output-spread must be at least 0 and below 1")
-    return [dataclasses.replace(row, output_spread=None) for row in rows], args.output_spread
-
-
-def _predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        config = SimConfig().replace(profile=args.config) if args.config else SimConfig()
-        compare = read_sweeps(args.compare)[0] if args.compare else None
-    except (ConfigError, OSError, ValueError) as error:
-        parser.error(str(error))
-    if args.concurrency or args.rate:
-        if args.input is None or args.output is None or args.input < 1 or args.output < 0:
-            parser.error("--input (at least 1) and --output (at least 0) say each request's size")
-        rows = ([SweepRow(c, None, args.input, args.output, num_prompts=args.num_prompts) for c in args.concurrency]
-                if args.concurrency else
-                [SweepRow(None, r, args.input, args.output, num_prompts=args.num_prompts) for r in args.rate])
-    elif compare is not None:
-        rows = compare
-    else:
-        parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
-    rows, spread = _spreads(args, rows, parser)
-    predicted = predict_sweep(config, rows, spread, waves=EVERY_PROMPT)  # every prompt, as counted
-    measured = None
-    if compare is not None:
-        by_load = {(r.concurrency, r.rate): r for r in compare}
-        measured = [by_load.get((r.concurrency, r.rate), r) for r in rows]
-    render = {"table": render_table, "csv": render_csv, "json": render_json}[args.format]
-    text = render(predicted, measured)
-    print(text, end="" if text.endswith("\n") else "\n")
-    if args.plot:
-        with open(args.plot, "w") as handle:
-            handle.write(render_svg(predicted, measured, f"llmsim predict ({args.config or 'default settings'})"))
-    return 0
-
-
 def pace_collections(backend: LLMBackend, pacer: CollectionPacer | None = None) -> CollectionPacer:
     """Schedule the garbage collector of a process that only serves ``backend`` (see :mod:`.gc_pacing`)."""
     pacer = pacer or CollectionPacer()
@@ -361,9 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "calibrate":
-        return _calibrate(args, parser)
+        return run_calibrate(args, parser)
     if args.command == "predict":
-        return _predict(args, parser)
+        return run_predict(args, parser)
     if args.io in IO_REQUIREMENTS and not gevent_patched():
         _exec_under_gevent(argv, parser, args.io)
     file_settings: dict[str, Any] = {}
