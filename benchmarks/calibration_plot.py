@@ -12,7 +12,7 @@ import os
 import statistics
 import time
 
-from pytest_llmsim.calibration import SweepRow, calibrate, errors, predict, read_sweep, render_table
+from pytest_llmsim.calibration import SweepRow, calibrate, errors, predict, read_sweep, render_table, with_client_gap
 from pytest_llmsim.sim.config import PROFILES_DIR
 
 PANELS = (("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "ITL p50 (ms)"), ("req_per_s", "requests/s"))
@@ -80,7 +80,7 @@ def main() -> None:
     print("median |error|:", summary(every.predicted, rows))
     started = time.perf_counter()
     ends = calibrate([rows[0], rows[-1]], workers=workers)
-    predicted_ends = predict(ends.config, rows)
+    predicted_ends = predict(ends.config, with_client_gap(rows, ends.client_gap_ms))
     budget = ends.config.max_num_batched_tokens
     print(f"\nfit on c=1 and c=32 ({time.perf_counter() - started:.1f} s, budget {budget}: {ends.budget_note()}):")
     print(render_table(predicted_ends, rows))

@@ -16,7 +16,19 @@ to a measured sweep.
 
 from __future__ import annotations
 
-from .fit import BUDGETS, FINALISTS, FITTED, FULL_SEARCH, PRIORS, SHORT_SEARCH, Fit, calibrate
+from .fit import (
+    BUDGETS,
+    FINALISTS,
+    FITTED,
+    FULL_SEARCH,
+    PRIORS,
+    SHORT_SEARCH,
+    Fit,
+    calibrate,
+    client_gap,
+    fitted_metrics,
+    with_client_gap,
+)
 from .formats import read_sweep, read_sweeps
 from .priors import GPUS, Hardware
 from .report import render_csv, render_json, render_profile, render_svg, render_table
@@ -25,6 +37,6 @@ from .sweep import METRICS, SweepRow
 from .workload import EVERY_PROMPT, errors, predict, predict_row
 
 __all__ = ["BUDGETS", "EVERY_PROMPT", "FINALISTS", "FITTED", "FULL_SEARCH", "GPUS", "METRICS", "PRIORS",
-           "SHORT_SEARCH", "Fit", "Hardware", "SweepRow", "calibrate", "errors", "levenberg_marquardt", "predict",
-           "predict_row", "read_sweep", "read_sweeps", "render_csv", "render_json", "render_profile", "render_svg",
-           "render_table"]
+           "SHORT_SEARCH", "Fit", "Hardware", "SweepRow", "calibrate", "client_gap", "errors", "fitted_metrics",
+           "levenberg_marquardt", "predict", "predict_row", "read_sweep", "read_sweeps", "render_csv", "render_json",
+           "render_profile", "render_svg", "render_table", "with_client_gap"]

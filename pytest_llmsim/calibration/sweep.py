@@ -37,6 +37,10 @@ class SweepRow:
     # the prompt lengths' spread, the same way (vllm bench serve's --random-range-ratio R: lengths uniform within
     # input_tokens * (1 +- R)). None: not said, fixed lengths.
     input_spread: float | None = None
+    # at a fixed concurrency: each client's own time between an answer's end and its next request (its
+    # parsing, its bookkeeping; guidellm's grows with its clients), which req/s holds and the server never sees.
+    # None: clients that send at once.
+    client_gap_ms: float | None = None
 
     def workload(self) -> str:
         if self.concurrency is not None:

@@ -10,7 +10,9 @@ lengths are the row's mean, or spread around it as answers that end at EOS
 are (``spread``: lengths uniform within ``mean * (1 +- spread)``, so
 clients drift apart instead of moving in waves); prompt lengths the row's
 mean, or uniform within ``mean * (1 +- input_spread)`` when the row has one
-(``vllm bench serve --random-range-ratio R`` sends ``R``).
+(``vllm bench serve --random-range-ratio R`` sends ``R``). A closed loop's
+clients send their next request as soon as an answer ends, or after the row's
+``client_gap_ms`` (a client's own time between requests).
 
 Simulating every prompt of a long benchmark costs a fit time where the
 statistic has long settled. ``llmsim predict`` simulates every prompt
@@ -155,13 +157,14 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
             send(when)
     seen = 0
     last_send = 0.0
+    gap = (row.client_gap_ms or 0.0) / 1000
     while engine.next_event_time() is not None:
         engine.advance(math.inf, max_events=1)  # one event (the engine may end quiet steps after it)
         if closed:
             for _ in recorder.finished[seen:]:
                 if len(started) < simulated:
-                    send(engine.now)  # the client's next request
-                    last_send = engine.now
+                    last_send = engine.now + gap
+                    send(last_send)  # the client's next request, after its own time
             seen = len(recorder.finished)
     done = [seq for seq in started if seq.state is SeqState.FINISHED]
     if not done:

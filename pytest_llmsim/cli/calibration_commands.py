@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from typing import Any
@@ -17,6 +18,7 @@ from ..calibration import (
     render_profile,
     render_svg,
     render_table,
+    with_client_gap,
 )
 from ..calibration import predict as predict_sweep
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
@@ -109,6 +111,9 @@ def add_calibration_commands(commands: Any) -> None:
     predict.add_argument("--output-spread", type=float, default=None, metavar="S",
                          help="output lengths uniform within mean * (1 +- S) (default: a compared row's own, else 0)")
     predict.add_argument("--input-spread", type=float, default=None, metavar="R", help=INPUT_SPREAD_HELP)
+    predict.add_argument("--client-gap", type=float, default=None, metavar="MS",
+                         help="closed loop: each client's own time between an answer and its next request, in ms "
+                              "(llmsim calibrate fits it from req/s); default 0")
     predict.add_argument("--compare", metavar="SWEEP", nargs="+",
                          help="measured sweep files: show each prediction's error (without --concurrency or "
                               "--rate, predict the sweep's own rows)")
@@ -143,11 +148,18 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
                     workers=args.jobs, hardware=hardware)
     notes = [f"priors: {hardware}; fitted {', '.join(f'{k} {v:.3g}' for k, v in fit.efficiencies.items())}"
              ] if hardware is not None else []
+    if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server: a comment
+        notes.append(f"the clients' own time between requests, from req/s: {fit.client_gap_ms:.3g} ms (not a "
+                     f"server setting; llmsim predict --client-gap {fit.client_gap_ms:.3g} simulates it)")
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
                              fit.budget_note(), fit.predicted, rows, notes)
     print(profile, end="")
     errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
     print(f"llmsim calibrate: median |error| per metric: {errors}", file=sys.stderr)
+    if fit.client_gap_ms is not None:
+        print(f"llmsim calibrate: the clients' own time between requests (closed-loop req/s beyond E2E), fitted "
+              f"beside the server's costs: {fit.client_gap_ms:.3g} ms (llmsim predict --client-gap)",
+              file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
           f"{fit.budget_note()}", file=sys.stderr)
     if args.output:
@@ -189,6 +201,10 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     else:
         parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
     rows, spread = _spreads(args, rows, parser)
+    if args.client_gap is not None:
+        if not 0 <= args.client_gap < math.inf:
+            parser.error("--client-gap must be a number of milliseconds, at least 0")
+        rows = with_client_gap(rows, args.client_gap)
     predicted = predict_sweep(config, rows, spread, waves=EVERY_PROMPT)  # every prompt, as counted
     measured = None
     if compare is not None:
