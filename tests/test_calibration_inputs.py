@@ -256,6 +256,8 @@ def test_calibrate_prints_a_valid_profile_and_predict_writes_csv_json_and_a_plot
     profile.write_text(captured.out)  # stdout alone is the profile
     assert SimConfig().replace(profile=str(profile)).scheduler == "step"
     assert "# | concurrency 1 |" in captured.out and "read " in captured.err
+    assert "# the clients' own time between requests, from req/s: " in captured.out  # a comment, not a setting
+    assert "the clients' own time between requests (closed-loop req/s beyond E2E)" in captured.err
     assert main(["calibrate", str(small), "--budget", "2048", "--jobs", "1", "--gpu", "l4", "--params", "0.5"]) == 0
     with_priors = capsys.readouterr().out
     assert "# priors: Hardware(params=0.5, gpu='l4'" in with_priors and "memory_efficiency" in with_priors
@@ -272,6 +274,19 @@ def test_calibrate_prints_a_valid_profile_and_predict_writes_csv_json_and_a_plot
     assert main(["predict", "--concurrency", "1,2", "--input", "64", "--output", "8", "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [r["concurrency"] for r in records] == [1, 2] and all(math.isfinite(r["ttft_p50_ms"]) for r in records)
+    preset = ["predict", "--config", "qwen2.5-0.5b-l4", "--concurrency", "1,2", "--input", "64", "--output", "8",
+              "--format", "json"]
+    assert main(preset) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert main([*preset, "--client-gap", "200"]) == 0
+    waiting = json.loads(capsys.readouterr().out)
+    assert len(records) == len(waiting) == 2
+    for instant, slow in zip(records, waiting):  # clients that wait 200 ms: fewer requests/s, the same server
+        assert slow["req_per_s"] < 0.8 * instant["req_per_s"]
+        assert slow["e2e_p50_ms"] == pytest.approx(instant["e2e_p50_ms"], rel=0.02)
+    with pytest.raises(SystemExit):
+        main(["predict", "--concurrency", "1", "--input", "64", "--output", "8", "--client-gap", "-5"])
+    assert "--client-gap must be a number of milliseconds, at least 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["predict", "--concurrency", "1"])
     assert "--input" in capsys.readouterr().err
