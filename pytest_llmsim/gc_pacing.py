@@ -3,9 +3,10 @@ way on request (``--llmsim-gc-freeze``), and watched so a lag warning can name t
 
 CPython starts a young collection when allocations of tracked objects
 outnumber their deallocations by 700. A busy backend in a steady state
-rarely gets there: each request leaves a log record behind (about a dozen
-tracked objects: the record, its headers, its body) and the bounded log
-frees the oldest record's dozen. So collections come seldom and each scans
+rarely gets there: each request leaves a log record behind (five tracked
+objects: the record, its headers and their list, its finish reasons and
+ignored fields; its body is kept as bytes) and the bounded log frees the
+oldest record's five. So collections come seldom and each scans
 the records of thousands of requests at once — 35 to 80 ms with the whole
 server stopped, every few thousand requests: at 3,700 requests/s, the p99
 latency of a zero-latency request was 25 ms against a 4 ms median

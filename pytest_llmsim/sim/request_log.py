@@ -18,6 +18,8 @@ from typing import Any
 
 from werkzeug.datastructures import Headers
 
+from . import wire_json
+
 __all__ = ["TRUNCATED_MARKER", "RequestLog", "RequestRecord"]
 
 TRUNCATED_MARKER = "...[truncated by pytest-llmsim: {size} bytes in all]"
@@ -41,7 +43,9 @@ class RequestRecord:
     ``rule`` the name of the scripted rule that answered it, if one did;
     ``request_id`` the id its answer carried (``x-request-id``, ``request-id``);
     ``ignored_fields`` the body's fields no version of its API defines (accepted, no effect).
-    ``body`` is the parsed JSON body, or, when it was larger than
+    ``body`` is the parsed JSON body (kept as the bytes received until it is
+    first read, so a logged record is no graph of objects for the garbage
+    collector to scan), or, when it was larger than
     ``max_log_body_bytes`` (``body_truncated``), the start of its text
     followed by a marker; ``body_bytes`` is its size as received. ``headers`` are werkzeug's
     case-insensitive ``Headers`` (``record.headers["x-request-id"]``).
@@ -80,10 +84,13 @@ class RequestRecord:
             self.headers = Headers(dict(self.headers))
 
     def keep_body(self, body: Any, data: bytes, limit: int) -> None:
-        """Store the request body: parsed, or truncated to ``limit`` bytes of text with a marker."""
+        """Store the request body: parsed (``data``, its JSON, until first read), or truncated to ``limit``
+        bytes of text with a marker."""
         self.body_bytes = len(data)
         if len(data) <= limit:
-            self.body = body
+            # An object or array is kept as its bytes: parsed, it is a graph of tracked objects (an agent's
+            # 20 tools: ~120) that every full collection scans for as long as the record is logged.
+            self.body = bytes(data) if isinstance(body, (dict, list)) and data else body
             return
         self.body_truncated = True
         self.body = data[:limit].decode("utf-8", "replace") + TRUNCATED_MARKER.format(size=len(data))
@@ -112,6 +119,34 @@ class RequestRecord:
         if self.error:
             parts.append(f"error={self.error.get('code') or self.error.get('type')}")
         return " ".join(parts)
+
+
+class _ParsedWhenRead:
+    """``RequestRecord.body``: a body kept as its JSON bytes (:meth:`RequestRecord.keep_body`) is parsed the
+    first time it is read, and that value kept. A parsed body is never ``bytes`` (JSON has none, a truncated
+    body is text), so bytes in the slot can only be that JSON."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot  # the dataclass's own slot descriptor
+
+    def __get__(self, record: RequestRecord | None, owner: type | None = None) -> Any:
+        if record is None:
+            return self
+        value = self.slot.__get__(record, owner)
+        if type(value) is bytes:
+            value = wire_json.loads(value)  # what it was parsed to on arrival: the same reader
+            self.slot.__set__(record, value)
+        return value
+
+    def __set__(self, record: RequestRecord, value: Any) -> None:
+        self.slot.__set__(record, value)
+
+
+# Over the dataclass's slot for ``body`` (set after the class is made, so the generated __init__, __eq__ and
+# __repr__ go through it too, as they access attributes).
+setattr(RequestRecord, "body", _ParsedWhenRead(RequestRecord.__dict__["body"]))  # noqa: B010 - mypy: a slot
 
 
 class RequestLog:
