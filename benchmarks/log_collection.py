@@ -17,21 +17,15 @@ import statistics
 import time
 from typing import Any
 
-from request_cost import CHAT, environ_factory, run
+from request_cost import AGENT, CHAT, environ_factory, run
 from werkzeug.wrappers import Request
 
 from pytest_llmsim.backend import LLMBackend
 from pytest_llmsim.sim.config import SimConfig
 
-# An agent's request: its tools' schemas come with every request.
-TOOLS = [{"type": "function", "function": {
-    "name": f"tool_{i}", "description": "Look something up in the system.",
-    "parameters": {"type": "object", "properties": {
-        "query": {"type": "string", "description": "what"}, "limit": {"type": "integer"},
-        "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}} for i in range(20)]
 BODIES: dict[str, dict[str, Any]] = {
     "chat": CHAT,
-    "agent, 20 tools": {**CHAT, "tools": TOOLS, "messages": CHAT["messages"] * 3},
+    "agent, 20 tools": AGENT,
 }
 
 

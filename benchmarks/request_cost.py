@@ -33,10 +33,18 @@ CHAT = {"model": "llmsim", "messages": [{"role": "system", "content": "You are a
 # An agent's request: a long system prompt (about 3,000 tokens) that comes with every request.
 SYSTEM_PROMPT = " ".join(f"Rule {i}: answer the load test politely and check the batch, cache and queue."
                          for i in range(180))
+# An agent's request: its tools' schemas come with every request (and the answer calls one of them).
+TOOLS = [{"type": "function", "function": {
+    "name": f"tool_{i}", "description": "Look something up in the system.",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "what"}, "limit": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}} for i in range(20)]
+AGENT = {**CHAT, "tools": TOOLS, "messages": CHAT["messages"] * 3}
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "chat": ("/v1/chat/completions", CHAT),
     "chat, 3,000-token system prompt": ("/v1/chat/completions", {**CHAT, "messages": [
         {"role": "system", "content": SYSTEM_PROMPT}, CHAT["messages"][1]]}),
+    "chat, 20 tools": ("/v1/chat/completions", AGENT),
     "chat, streamed": ("/v1/chat/completions", {**CHAT, "stream": True}),
     "completions": ("/v1/completions", {"model": "llmsim", "prompt": "Say hello", "max_tokens": 16}),
     # vllm bench serve's random dataset: token ids, as its --dataset-name random sends them

@@ -335,3 +335,24 @@ def test_tool_call_tokens_take_decode_time(llm_backend: LLMBackend) -> None:
     tokens = completion.usage.completion_tokens  # type: ignore[union-attr]
     record = llm_backend.requests[-1]
     assert tokens > 10 and record.e2e == pytest.approx(0.2 + (tokens - 1) * 0.01)
+
+
+def test_the_tools_text_a_prompt_counts_is_json_dumps_written_once_per_list_of_tools(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents send the same tools with every request: their text is kept, and is always ``json.dumps``'s."""
+    from pytest_llmsim.api import tools_text as module
+
+    monkeypatch.setattr(module, "_TEXTS", {})
+    monkeypatch.setattr(module, "MAX_KEPT", 3)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "é": {"type": "number", "minimum": 1e-05}}}}}]
+    first = module.tools_text(tools)
+    assert first == json.dumps(tools) and module.tools_text(json.loads(json.dumps(tools))) is first  # kept
+    reordered = [{"function": tools[0]["function"], "type": "function"}]
+    assert module.tools_text(reordered) == json.dumps(reordered) != first  # key order is the text's: not the same
+    for odd in ([{"big": 2 ** 70}], [{"nan": math.nan}], [{"none": None}], [{1: "int key"}]):  # no exact key
+        assert module.tools_text(odd) == json.dumps(odd)
+    assert module.tools_text(None) == module.tools_text([]) == ""
+    for i in range(5):
+        module.tools_text([{"name": f"t{i}"}])
+    assert len(module._TEXTS) == 3  # bounded: the oldest went first

@@ -7,6 +7,8 @@ from typing import Any
 
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_llmsim import LLMBackend
 from pytest_llmsim.sim import wire_json
@@ -88,3 +90,68 @@ def test_a_huge_integer_in_a_request_is_refused_as_an_integer_not_read_as_a_floa
     assert big.status_code == 400 and as_float.status_code == 400
     assert big.json()["error"]["message"] != as_float.json()["error"]["message"]
     assert llm_backend.requests[0].body["max_tokens"] == 2 ** 70
+
+
+# Strings full of what could fool a scan for the structure: quotes, backslashes, brackets, escapes.
+_TRICKY_TEXT = st.text(alphabet='ab"\\[]{}/\n\t\u00e9\u2022', max_size=12)
+_JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | _TRICKY_TEXT,
+                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY_TEXT, inner,
+                                                                                          max_size=4),
+                            max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(_JSON_VALUES, st.booleans())
+def test_the_strings_cut_out_of_json_text_by_replaces_and_a_split_are_those_the_regex_cuts(
+        value: Any, ascii_only: bool) -> None:
+    """The depth check's fast cut of a JSON text's strings gives exactly what the string regex gives."""
+    from pytest_llmsim.api import validation
+
+    data = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert validation.outside_strings(data) == validation._JSON_STRING.sub(b"", data)
+
+
+def test_the_depth_check_reads_nesting_past_escaped_quotes_and_backslashes() -> None:
+    from pytest_llmsim.api.validation import MAX_JSON_DEPTH, json_depth_exceeds, outside_strings
+
+    deep = json.dumps({"s": '\\" [[[ {{ "', "n": [[[]]] * 50}).encode()  # many brackets, some inside a string
+    assert outside_strings(b'{"a": "x\\\\", "b": "\\"[", "c": ["\\\\\\""]}') == b'{: , : , : []}'
+    assert not json_depth_exceeds(deep)
+    nested = b"[" * (MAX_JSON_DEPTH + 1) + b'"]\\\\\\"' + b'"' + b"]" * (MAX_JSON_DEPTH + 1)
+    assert json.loads(nested) and json_depth_exceeds(nested)  # too deep, a string of brackets in the middle
+    utf16 = json.dumps([[["x"]] * 60]).encode("utf-16")  # NUL bytes: the regex, as before
+    assert b"x" not in outside_strings(utf16).replace(b"\x00", b"") and not json_depth_exceeds(utf16)
+
+
+def test_a_canonical_text_parses_back_to_its_value_whatever_orjson_cannot_write() -> None:
+    """The schema checks' cache key: keys sorted, and exact (orjson writes NaN as null: those go to json)."""
+    import math
+
+    values = [{"b": 1, "a": [1.5, "é", True]}, {"minimum": math.inf}, {"minimum": None}, {"big": 2 ** 70},
+              {"x": -0.0, "y": 1e-300}]
+    keys = [wire_json.canonical(value) for value in values]
+    assert keys[0] == b'{"a":[1.5,"\xc3\xa9",true],"b":1}'  # orjson's own text, sorted
+    assert len(set(keys)) == len(keys)  # an infinity and a null never share a key
+    for value, key in zip(values, keys):
+        assert json.loads(key) == value and wire_json.canonical(json.loads(key)) == key
+    assert math.isnan(json.loads(wire_json.canonical({"m": math.nan}))["m"])
+    assert wire_json.canonical({"b": 1, "a": 2}) == wire_json.canonical({"a": 2, "b": 1})
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(_JSON_VALUES, st.integers(0, 6))
+def test_the_nesting_check_agrees_with_the_depth_of_the_parsed_value(value: Any, limit: int) -> None:
+    """``json_depth_exceeds`` (brackets outside strings, innermost pairs removed a level per pass) says what a
+    recursive walk of the parsed value says, at every limit."""
+    from pytest_llmsim.api.validation import json_depth_exceeds
+
+    data = json.dumps(value).encode()
+    assert json_depth_exceeds(data, limit) == (_depth(value) > limit)

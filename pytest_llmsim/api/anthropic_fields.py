@@ -22,6 +22,7 @@ from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.request import OutputFormat, ReasoningAsk
 from .field_policy import FieldPolicy
 from .tool_fields import anthropic_output_format, anthropic_tool_use
+from .tools_text import tools_text
 from .validation import describe, expect_object, is_int, optional, ranged
 
 __all__ = ["MESSAGE_FIELDS", "parse_messages", "thinking_signature"]
@@ -186,7 +187,7 @@ def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationR
         breakpoint_at = len(parsed)
     return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
                              n=1, stops=list(stops), seed=None, messages=parsed,
-                             tools_text=json.dumps(tools) if tools else "", cache_breakpoint=breakpoint_at,
+                             tools_text=tools_text(tools), cache_breakpoint=breakpoint_at,
                              tool_use=tool_use, output_format=_output_format(body),
                              ignored_fields=MESSAGE_FIELDS.check(body), reasoning=_thinking(body, max_tokens))
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.request import OutputFormat, ToolSpec, ToolUse
+from .tools_text import tools_text
 from .validation import describe, expect_object, is_int, is_number
 
 __all__ = ["parse_converse"]
@@ -166,6 +167,6 @@ def parse_converse(body: Any, model: str, stream: bool) -> GenerationRequest:
     tools = (body.get("toolConfig") or {}).get("tools") if isinstance(body.get("toolConfig"), dict) else None
     return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
                              max_tokens_param="inferenceConfig.maxTokens", n=1, stops=stops, seed=None,
-                             messages=messages, tools_text=json.dumps(tools) if tools else "",
+                             messages=messages, tools_text=tools_text(tools),
                              cache_breakpoint=breakpoint_at, tool_use=_tool_use(body),
                              output_format=_output_format(body))

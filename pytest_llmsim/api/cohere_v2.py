@@ -27,6 +27,7 @@ from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
 from .base import NO_TARGET, RequestTarget
 from .rerank import CohereErrors
 from .tool_fields import openai_output_format, openai_tool_use
+from .tools_text import tools_text
 from .validation import describe, expect_object, is_int, ranged
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def parse_cohere_chat(body: Any) -> GenerationRequest:
     tools = body.get("tools")
     return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
                              n=1, stops=list(stops), seed=seed if is_int(seed) else None, messages=_messages(body),
-                             tools_text=json.dumps(tools) if tools else "", tool_use=tool_use,
+                             tools_text=tools_text(tools), tool_use=tool_use,
                              output_format=output_format)
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
 from .gemini_fields import camel_keys, gemini_messages, gemini_tool_use, generation_config, unknown_fields
+from .tools_text import tools_text
 from .validation import describe, expect_object, is_int
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def parse_generate(body: Any, model: str, stream: bool) -> GenerationRequest:
     parsed = GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True,
                                max_tokens=config["max_tokens"], max_tokens_param="generationConfig.maxOutputTokens",
                                n=config["n"], stops=config["stops"], seed=config["seed"], messages=messages,
-                               prompt_param="contents", tools_text=json.dumps(tools) if tools else "",
+                               prompt_param="contents", tools_text=tools_text(tools),
                                tool_use=gemini_tool_use(body), output_format=config["output_format"])
     if cached is not None:  # the cached content's messages go first, reported as cached tokens
         parsed.previous_id, parsed.previous_param, parsed.cache_continued = cached, "cachedContent", True

@@ -25,6 +25,7 @@ from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, inv
 from ..sim.request import ReasoningAsk
 from .base import NO_TARGET, RequestTarget
 from .tool_fields import openai_output_format, openai_tool_use
+from .tools_text import tools_text
 from .validation import describe, expect_object, is_int
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ def parse_chat(body: Any) -> GenerationRequest:
     return GenerationRequest(kind="chat", model=_model(body), stream=body.get("stream", True) is not False,
                              include_usage=True, max_tokens=max_tokens, max_tokens_param="options.num_predict",
                              n=1, stops=stops, seed=seed, messages=parsed,
-                             tools_text=json.dumps(tools) if tools else "",
+                             tools_text=tools_text(tools),
                              tool_use=openai_tool_use({"tools": tools}, flat=False), output_format=_format(body),
                              keep_alive=keep_alive_seconds(body), reasoning=_think(body))
 

@@ -28,6 +28,7 @@ from .openai_common import (
     generation_usage,
 )
 from .tool_fields import openai_output_format, openai_tool_use
+from .tools_text import tools_text
 from .validation import expect_object
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def parse_chat(body: Any) -> GenerationRequest:
     output_format = openai_output_format(body)
     common = common_fields(body, "chat")
     tools = body.get("tools")
-    return GenerationRequest(kind="chat", messages=parsed_messages, tools_text=json.dumps(tools) if tools else "",
+    return GenerationRequest(kind="chat", messages=parsed_messages, tools_text=tools_text(tools),
                              tool_use=tool_use, output_format=output_format, ignored_fields=CHAT_FIELDS.check(body),
                              run_to_limit=body.get("ignore_eos") is True, reasoning=_reasoning_effort(body), **common)
 

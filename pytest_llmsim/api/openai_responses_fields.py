@@ -11,6 +11,7 @@ from ..sim.request import ReasoningAsk
 from .field_policy import FieldPolicy
 from .openai_common import model_field
 from .tool_fields import openai_tool_use, responses_output_format
+from .tools_text import tools_text
 from .validation import describe, expect_object, is_int, optional, ranged
 
 __all__ = ["RESPONSE_FIELDS", "parse_responses"]
@@ -135,7 +136,7 @@ def parse_responses(body: Any) -> GenerationRequest:
             "user": body.get("user")}
     return GenerationRequest(kind="chat", model=model, stream=stream, include_usage=True, max_tokens=max_tokens,
                              n=1, stops=[], seed=None, messages=[*preamble, *messages],
-                             tools_text=json.dumps(tools) if tools else "", max_tokens_param="max_output_tokens",
+                             tools_text=tools_text(tools), max_tokens_param="max_output_tokens",
                              previous_id=previous, store=store is not False, preamble=len(preamble),
                              prompt_param="input", tool_use=tool_use, output_format=output_format, wire=wire,
                              ignored_fields=RESPONSE_FIELDS.check(body), reasoning=reasoning, background=background)

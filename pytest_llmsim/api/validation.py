@@ -14,14 +14,15 @@ from typing import Any
 from ..sim import invalid
 
 __all__ = ["MAX_JSON_DEPTH", "describe", "expect_object", "is_int", "is_number", "json_depth_exceeds",
-           "lone_surrogate", "optional", "ranged"]
+           "lone_surrogate", "optional", "outside_strings", "ranged"]
 
 # JSON nested deeper than this is refused before anything walks it recursively.
 MAX_JSON_DEPTH = 128
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
-_INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")
+# Both kinds of bracket as one (text that parsed pairs them right): "(" opens, ")" closes.
+_AS_PARENS = bytes.maketrans(b"[]{}", b"()()")
 
 
 # An escaped surrogate (\\ud800-\\udfff) in JSON text: only then can a parsed string hold a lone one.
@@ -59,17 +60,32 @@ def json_depth_exceeds(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 
     No recursion and no walk over the parsed objects: strings are cut out and
     everything but brackets dropped (C speed), then innermost pairs are
-    removed one level per pass; brackets left after ``limit`` passes mean a
-    deeper nest. A body with few brackets is not looked at.
+    removed one level per pass (``bytes.replace`` takes every pair of the text
+    it is given, not the pairs its own removals make); brackets left after
+    ``limit`` passes mean a deeper nest. A body with few brackets is not looked at.
     """
     if data.count(b"[") + data.count(b"{") <= limit:
         return False
-    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    brackets = outside_strings(data).translate(_AS_PARENS, _NOT_BRACKETS)
     for _ in range(limit):
-        brackets = _INNERMOST_PAIR.sub(b"", brackets)
+        brackets = brackets.replace(b"()", b"")
         if not brackets:
             return False
     return True
+
+
+def outside_strings(data: bytes) -> bytes:
+    """The JSON text ``data`` (known to parse) with its strings cut out, quotes and all.
+
+    In UTF-8 (no NUL byte: JSON escapes one) by C-speed replaces and a split: with every escaped backslash
+    and then every escaped quote removed, each quote left opens or closes a string (a 6.7 KB agent's body:
+    88 µs by the string regex, which stays for UTF-16 and UTF-32 texts).
+    """
+    if b"\x00" in data:
+        return _JSON_STRING.sub(b"", data)
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(data.split(b'"')[::2])
 
 
 def describe(value: Any) -> str:

@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - orjson is a dependency; an interpreter without its wheels
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["dumps", "loads"]
+__all__ = ["canonical", "dumps", "exact", "loads"]
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS if orjson is not None else 0  # as json.dumps: int keys become strings
 
@@ -36,6 +36,26 @@ def dumps(value: Any) -> bytes:
         except TypeError:  # orjson.JSONEncodeError: a value it does not take (e.g. a 65-bit integer)
             pass
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def exact(value: Any, sort_keys: bool = False) -> bytes | None:
+    """orjson's compact text of ``value`` where it is exact (parses back to ``value``), else None: it writes NaN
+    and the infinities as ``null`` (so a text holding ``null`` is not trusted), and refuses non-string keys and
+    integers past 64 bits. C speed: a cache key for a value a client sends again and again."""
+    if orjson is None:
+        return None
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
+    return None if b"null" in text else text
+
+
+def canonical(value: Any) -> bytes:
+    """``value`` as JSON text with its keys sorted, which parses back to it exactly: a cache key for a value
+    whose key order does not matter (an agent's tool schemas); :func:`exact`, else ``json.dumps``."""
+    text = exact(value, sort_keys=True)
+    return text if text is not None else json.dumps(value, sort_keys=True).encode()
 
 
 # orjson reads an integer past 64 bits as a float, the standard library as the integer the client sent: a
