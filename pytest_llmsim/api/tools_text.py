@@ -10,6 +10,7 @@ kept), so it is written once per distinct list of tools.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from ..sim import wire_json
@@ -20,6 +21,7 @@ __all__ = ["MAX_KEPT", "tools_text"]
 MAX_KEPT = 128
 
 _TEXTS: dict[bytes, str] = {}
+_KEEPING = threading.Lock()  # a miss only: another thread's eviction must not change the dict under ours
 
 
 def tools_text(tools: Any) -> str:
@@ -31,7 +33,9 @@ def tools_text(tools: Any) -> str:
         return json.dumps(tools)
     text = _TEXTS.get(key)
     if text is None:
-        text = _TEXTS[key] = json.dumps(tools)
-        if len(_TEXTS) > MAX_KEPT:  # a race of two requests only writes one text twice
-            _TEXTS.pop(next(iter(_TEXTS)), None)
+        text = json.dumps(tools)
+        with _KEEPING:
+            _TEXTS[key] = text
+            if len(_TEXTS) > MAX_KEPT:
+                del _TEXTS[next(iter(_TEXTS))]
     return text
