@@ -3,7 +3,9 @@
 // like vllm bench serve's random prompts), MAX_TOKENS generated, streamed completions. Prints JSON:
 // time to first token and inter-chunk gaps (seconds), completed requests and the measuring window.
 // Two ways to count:
-// - NUM_PROMPTS absent or 0: for SECONDS; each worker's first request warms up and is not measured.
+// - NUM_PROMPTS absent or 0: for SECONDS; each worker's first request warms up and is not measured
+//   with the rest: its TTFT is reported apart, as firstTtfts (the first wave, CONCURRENCY requests sent at
+//   one instant, is what an outside client that measures from its first send also counts).
 // - NUM_PROMPTS > 0: as `vllm bench serve --max-concurrency` and guidellm count, exactly NUM_PROMPTS
 //   requests from a cold start, every one measured, the window from the first send to the last
 //   answer (SECONDS is then ignored).
@@ -35,7 +37,7 @@ function oneRequest() {
   return streamArrivals(target, agent, body, (event) => event.choices && event.choices[0] && event.choices[0].text);
 }
 
-const ttfts = [], gaps = [];
+const ttfts = [], gaps = [], firstTtfts = [];
 let completed = 0, windowStart = null, windowEnd = 0;
 
 function measure(arrivals) {
@@ -50,7 +52,12 @@ async function timedWorker() {
   let first = true;
   while (Date.now() < deadline) {
     const arrivals = await oneRequest();
-    if (first) { first = false; if (windowStart === null || Date.now() > windowStart) windowStart = Date.now(); continue; }
+    if (first) {
+      first = false;
+      if (arrivals.length) firstTtfts.push(arrivals[0]);
+      if (windowStart === null || Date.now() > windowStart) windowStart = Date.now();
+      continue;
+    }
     measure(arrivals);
   }
 }
@@ -65,5 +72,5 @@ async function countedWorker() {
 
 if (numPrompts > 0) windowStart = Date.now();
 await Promise.all(Array.from({ length: concurrency }, numPrompts > 0 ? countedWorker : timedWorker));
-process.stdout.write(JSON.stringify({ ttfts, gaps, completed, window: (windowEnd - windowStart) / 1000 }));
+process.stdout.write(JSON.stringify({ ttfts, gaps, firstTtfts, completed, window: (windowEnd - windowStart) / 1000 }));
 agent.destroy();

@@ -7,6 +7,8 @@ import http.client
 import io
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, ClassVar
@@ -258,3 +260,70 @@ def test_a_raw_utf8_path_reads_as_utf8_in_the_404(llm_backend: LLMBackend) -> No
     response = raw(llm_backend, "GET /café HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
     body = json.loads(response.partition(b"\r\n\r\n")[2])
     assert response.startswith(b"HTTP/1.1 404") and "/café" in body["error"]["message"], body
+
+
+def test_one_wake_of_the_accept_loop_takes_every_waiting_connection() -> None:
+    """A burst of clients connecting at once is accepted in one go, not one connection per wake-up of
+    the accept loop: under gevent, with the hub busy writing streams, serve_forever's select woke
+    about once per poll interval, and the last of 1,024 new connections waited 8 s to be read."""
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    server = PooledWSGIServer("127.0.0.1", 0, app)
+    server.timeout = 5
+    clients = [socket.create_connection(server.server_address[:2], timeout=5) for _ in range(20)]
+    try:
+        for sock in clients:  # the kernel completes every connect before the server accepts any
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        server.handle_request()  # one wake-up of the accept loop (as serve_forever's select gives)
+        for sock in clients:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+    finally:
+        for sock in clients:
+            sock.close()
+        server.server_close()
+
+
+GEVENT_ACCEPT_SCRIPT = """
+from gevent import monkey
+monkey.patch_all()
+import socket
+import subprocess
+import sys
+import gevent
+from pytest_llmsim.server.wsgi import PooledWSGIServer
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Length", "2")])
+    return [b"ok"]
+
+server = PooledWSGIServer("127.0.0.1", 0, app)
+clients = [socket.create_connection(server.server_address[:2], timeout=5) for _ in range(3)]
+for sock in clients:
+    sock.sendall(b"GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")
+turns = []
+gevent.spawn(turns.append, "a greenlet ready before the accepts")
+server._handle_request_noblock()  # what one wake-up of serve_forever's select runs
+waited = len(turns)  # 0 unless the accepts gave the hub a turn
+
+def answer(sock):
+    try:
+        return sock.recv(65536)[:17]
+    except OSError:
+        return b""
+
+answers = [answer(sock) for sock in clients]
+print(waited, answers == [b"HTTP/1.1 200 OK\\r\\n"] * 3)
+server.server_close()
+"""
+
+
+def test_under_gevent_the_accept_loop_never_waits_for_a_connections_first_turn() -> None:
+    """Under gevent (``llmsim serve --io gevent``) a connection's greenlet starts without the accept loop
+    waiting for its first turn: a pooled ``Thread.start()`` waited for it, up to 0.4 s each with the hub
+    busy writing 1,024 streams, and a burst's last connections waited 8 s to be read."""
+    pytest.importorskip("gevent")
+    done = subprocess.run([sys.executable, "-c", GEVENT_ACCEPT_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", "True"]

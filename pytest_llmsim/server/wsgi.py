@@ -269,11 +269,17 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self.tls_context: Callable[[], ssl.SSLContext | None] = tls_context or (lambda: None)
         self._connections_lock = threading.Lock()
         self._closed = False
+        self._accepted_one = False  # set by get_request: the accept burst goes on while it is
         self.request_timeout: Callable[[], float] = request_timeout or (lambda: 5.0)
         self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
         self._watchdog = HeadWatchdog()
         self.error_body = error_body or default_error_body
         self.cooperative = gevent_patched()  # llmsim serve --io gevent: connections are greenlets
+        self._spawn: Callable[..., Any] | None = None
+        if self.cooperative:
+            import gevent  # only once gevent has patched the process: never a dependency of the default
+
+            self._spawn = gevent.spawn
         try:
             super().__init__(host, port, app, handler or QuietRequestHandler, **kwargs)
         except _BindFailed as failure:
@@ -295,14 +301,28 @@ class PooledWSGIServer(ThreadedWSGIServer):
             super().server_activate()
         except OSError as error:
             raise _BindFailed(error) from None
+        self.socket.setblocking(False)  # an accept with none waiting ends the burst (see _handle_request_noblock)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         try:
-            return super().get_request()
+            connection, address = self.socket.accept()
         except OSError as error:
             if error.errno in ACCEPT_BACKOFF_ERRORS:
                 time.sleep(ACCEPT_BACKOFF)  # the listening socket stays readable: do not spin
             raise
+        connection.setblocking(True)  # the listener's non-blocking mode is not the connection's
+        self._accepted_one = True
+        return connection, address
+
+    def _handle_request_noblock(self) -> None:
+        """Accept every connection waiting (up to the backlog's size), not only the first as socketserver
+        does: under gevent each wake-up of its select waits for every ready greenlet's turn first."""
+        for _ in range(self.request_queue_size):
+            self._accepted_one = False
+            # socketserver.BaseServer's (typeshed leaves it out): get_request(), then process_request()
+            super()._handle_request_noblock()  # type: ignore[misc]
+            if not self._accepted_one:  # none waiting (BlockingIOError), or accept() failed
+                return
 
     def watch_head(self, connection: socket.socket, waiting_on_client: Callable[[], bool] | None = None) -> None:
         """Start the request-head deadline of ``connection`` (``request_timeout`` seconds from now).
@@ -328,7 +348,10 @@ class PooledWSGIServer(ThreadedWSGIServer):
 
     @property
     def worker_count(self) -> int:
-        """Handler threads alive now (busy or idle)."""
+        """Handler threads alive now (busy or idle); under gevent, connections served now (a greenlet each)."""
+        if self.cooperative:
+            with self._connections_lock:
+                return len(self._connections)
         return self._pool.size
 
     @property
@@ -341,6 +364,11 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self._pool.idle_seconds = seconds
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        if self._spawn is not None:
+            # A greenlet per connection, not waiting for its first turn as a pooled Thread.start() does
+            # (up to 0.4 s with the hub busy writing streams: a burst's last connections waited 8 s).
+            self._spawn(self._handle, request, client_address, time.monotonic())
+            return
         if not self._pool.submit(self._handle, request, client_address, time.monotonic()):
             self._refuse(request)
 
