@@ -16,8 +16,12 @@ one instant, on new connections) is a warm-up the steady-state columns leave
 out; its TTFT has columns of its own. ``--waves W`` counts instead as
 ``vllm bench serve --max-concurrency`` and guidellm do: W x streams requests from
 a cold start, every one measured (the first wave among them), no time limit.
+``--burst N``: a third of the way into the run, N more clients connect at once
+and send one request each (a new wave of users joining a loaded backend; the
+batch has room for them); their TTFT gets columns of its own.
 
-    python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8] [--waves W] [--io threads|gevent|loop]
+    python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8] [--waves W] [--burst N]
+                                             [--io threads|gevent|loop]
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import json
 import os
 import statistics
 import subprocess
+import time
+from typing import Any
 
 from common import HERE, cpu_seconds, llmsim_argv, server_process, wait_ready
 
@@ -45,23 +51,28 @@ def main() -> None:
     parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="threads", help="llmsim serve --io")
     parser.add_argument("--waves", type=int, default=0,
                         help="count WAVES x streams requests from a cold start, every one measured (not --seconds)")
+    parser.add_argument("--burst", type=int, default=0,
+                        help="N more clients connecting at once a third of the way in, one request each")
     args = parser.parse_args()
     counted = "every request" if args.waves else "steady state"
+    burst_header = f" burst of {args.burst}: TTFT p50 / p99 / max ms |" if args.burst else ""
     print(f"| streams | requests | TTFT p50 ms (vs 100), {counted} | TTFT p99 ms | first wave: TTFT p50 / p99 ms | "
-          "gap p50 ms | gap p99 ms (x itl) | server CPU µs/token |\n|---|---|---|---|---|---|---|---|")
+          f"gap p50 ms | gap p99 ms (x itl) | server CPU µs/token |{burst_header}\n"
+          f"|---|---|---|---|---|---|---|---|{'---|' if args.burst else ''}")
     for streams in (int(s) for s in args.streams.split(",")):
-        flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", str(streams), "--speed", "1",
-                 "--io", args.io]
+        flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", str(streams + args.burst),
+                 "--speed", "1", "--io", args.io]
+        burst: dict[str, Any] | None = None
         with server_process(llmsim_argv(*flags)) as (process, url):
             wait_ready()
             cpu_before = cpu_seconds(process.pid)
-            client = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(streams),
-                                     str(args.seconds), "16", str(TOKENS), str(streams), str(args.waves * streams)],
-                                    capture_output=True, text=True)
+            client = start_client(url, streams, args.seconds, streams, args.waves * streams)
+            if args.burst:
+                time.sleep(args.seconds / 3)
+                burst = finish_client(start_client(url, args.burst, 0, streams + 7919, args.burst), "the burst")
+            result = finish_client(client, f"the client at {streams} streams")
             cpu = cpu_seconds(process.pid) - cpu_before
-        if client.returncode != 0:  # say why (a request the client saw fail), not just that it exited 1
-            raise SystemExit(f"the client failed at {streams} streams:\n{client.stderr[-2000:]}")
-        result = json.loads(client.stdout)
+        tokens = (result["completed"] + (burst["completed"] if burst else 0)) * TOKENS
         ttfts, gaps = result["ttfts"], result["gaps"]
         # Counted from a cold start, the first wave is about the first `streams` answers to end.
         first = result["firstTtfts"] or ttfts[:streams]
@@ -70,7 +81,29 @@ def main() -> None:
         p50, p99 = statistics.median(gaps) * 1000, percentile(gaps, 0.99) * 1000
         print(f"| {streams} | {result['completed']} | {ttft:.1f} ({ttft / (TTFT * 1000) - 1:+.1%}) | {ttft_p99:.1f} | "
               f"{first_p50:.1f} / {first_p99:.1f} | {p50:.2f} | {p99:.2f} ({p99 / (ITL * 1000):.2f}x) | "
-              f"{cpu / (result['completed'] * TOKENS) * 1e6:.1f} |", flush=True)
+              f"{cpu / tokens * 1e6:.1f} |{burst_cells(burst)}", flush=True)
+
+
+def start_client(url: str, concurrency: int, seconds: float, seed: int, prompts: int) -> subprocess.Popen[str]:
+    """closed_loop_client.mjs in its own process: for ``seconds``, or ``prompts`` requests when > 0."""
+    return subprocess.Popen(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(concurrency),
+                             str(seconds), "16", str(TOKENS), str(seed), str(prompts)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_client(client: subprocess.Popen[str], name: str) -> dict[str, Any]:
+    out, err = client.communicate()
+    if client.returncode != 0:  # say why (a request the client saw fail), not just that it exited 1
+        raise SystemExit(f"{name} failed:\n{err[-2000:]}")
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def burst_cells(burst: dict[str, Any] | None) -> str:
+    if burst is None:
+        return ""
+    ttfts = sorted(burst["ttfts"])
+    return f" {statistics.median(ttfts) * 1000:.0f} / {percentile(ttfts, 0.99) * 1000:.0f} / {ttfts[-1] * 1000:.0f} |"
 
 
 if __name__ == "__main__":
