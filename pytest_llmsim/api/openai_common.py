@@ -86,6 +86,12 @@ def model_field(body: dict[str, Any]) -> str:
     return model
 
 
+# The sampling fields chat and completions range-check (in this order), and those that ask for logprobs.
+_SAMPLING_RANGES = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0), "presence_penalty": (-2.0, 2.0),
+                    "frequency_penalty": (-2.0, 2.0)}
+_LOGPROB_KEYS = ("logprobs", "top_logprobs")
+
+
 def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
     """The fields chat and completions share, checked, as :class:`GenerationRequest` arguments."""
     model = model_field(body)
@@ -111,13 +117,13 @@ def common_fields(body: dict[str, Any], kind: str) -> dict[str, Any]:
     n = optional(body, "n", is_int, "an integer")
     if n is not None and not 1 <= n <= MAX_N:
         raise invalid(f"Invalid 'n': {n} is not between 1 and {MAX_N}.", "n", "integer_out_of_range")
-    ranged(body, "temperature", 0.0, 2.0)
-    ranged(body, "top_p", 0.0, 1.0)
-    ranged(body, "presence_penalty", -2.0, 2.0)
-    ranged(body, "frequency_penalty", -2.0, 2.0)
+    present = body.keys()
+    if not present.isdisjoint(_SAMPLING_RANGES):  # most bodies carry none: four checks skipped
+        for key, (low, high) in _SAMPLING_RANGES.items():
+            ranged(body, key, low, high)
     seed = optional(body, "seed", is_int, "an integer")
     optional(body, "user", lambda v: isinstance(v, str), "a string")
-    logprobs = _logprobs(body, kind)
+    logprobs = _logprobs(body, kind) if not present.isdisjoint(_LOGPROB_KEYS) else None
     stop = body.get("stop")
     if stop is None:
         stops: list[str] = []

@@ -38,9 +38,17 @@ def _header_name(environ_key: str) -> str:
     return (environ_key[5:] if environ_key.startswith("HTTP_") else environ_key).replace("_", "-").title()
 
 
+@functools.lru_cache(maxsize=256)
+def _header_keys(environ_keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The request headers of an environ with these keys: ``(environ key, header name)`` each, in order.
+    A server's environs share a few key sets (the same client sends the same headers), so the ~25 keys
+    are looked through once per set, not once per request."""
+    return tuple((key, _header_name(key)) for key in environ_keys if key.startswith("HTTP_"))
+
+
 def headers_of(environ: dict[str, Any]) -> Headers:
     """Request headers, case-insensitive (werkzeug's ``Headers``), straight from the environ."""
-    pairs = [(_header_name(key), value) for key, value in environ.items() if key.startswith("HTTP_")]
+    pairs = [(name, environ[key]) for key, name in _header_keys(tuple(environ))]
     for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
         if environ.get(key):
             pairs.append((_header_name(key), environ[key]))

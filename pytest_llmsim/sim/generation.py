@@ -107,6 +107,8 @@ class Generation:
 
     @property
     def queried_tokens(self) -> int:
+        if len(self.sequences) == 1:
+            return len(self.sequences[0].prompt_tokens)
         return sum(len(seq.prompt_tokens) for seq in self._first_choices())
 
     def finish_reason(self, index: int) -> str | None:
@@ -123,10 +125,11 @@ class Generation:
         complete (all of them otherwise).
         """
         seqs = self.sequences
-        record.prompt_tokens = sum(self.prompt_lengths)
-        record.generated_tokens = self.completion_tokens
+        single = seqs[0] if len(seqs) == 1 else None  # the usual request: its own figures, no sums to build
+        record.prompt_tokens = self.prompt_lengths[0] if single is not None else sum(self.prompt_lengths)
+        record.generated_tokens = single.emitted if single is not None else self.completion_tokens
         record.completion_tokens = record.generated_tokens if delivered is None else delivered
-        record.cached_tokens = self.cached_tokens
+        record.cached_tokens = single.cached_tokens if single is not None else self.cached_tokens
         record.ignored_fields = self.request.ignored_fields
         record.cancelled = outcome is Outcome.CLIENT_GONE
         if record.cancelled:
@@ -138,8 +141,8 @@ class Generation:
         # The client waited for the model to load too: it is in TTFT and e2e (not in queue_time).
         load = self.load_time
         record.load_time = load or None
-        if len(seqs) == 1:  # the usual request: one sequence, its own figures (no lists to build)
-            seq = seqs[0]
+        if single is not None:
+            seq = single
             ttft, end, record.queue_time = seq.ttft, seq.e2e, seq.queue_time
             record.ttft = None if ttft is None else ttft + load
             record.e2e = None if end is None else end + load
@@ -157,6 +160,8 @@ class Generation:
 
     def gap_runs(self) -> list[tuple[float, int]]:
         """Every inter-token gap of every choice, as ``(gap, repeat count)`` runs."""
+        if len(self.sequences) == 1:
+            return self.sequences[0].gaps.runs()
         return [run for seq in self.sequences for run in seq.gaps.runs()]
 
 

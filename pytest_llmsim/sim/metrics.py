@@ -164,11 +164,14 @@ class _RecentValues:
 
     def add(self, value: float, count: int = 1) -> None:
         data, cap = self._data, self.cap
-        count = min(count, cap)
-        if count == 1 and len(data) == cap:  # the usual case once full: one slot, no array built
-            data[self._next] = value
-            self._next = (self._next + 1) % cap
+        if count == 1:  # the usual case: one slot, no array built (growing, or once full)
+            if len(data) < cap:
+                data.append(value)
+            elif cap:  # (a cap of 0 keeps nothing)
+                data[self._next] = value
+                self._next = (self._next + 1) % cap
             return
+        count = min(count, cap)
         room = min(cap - len(data), count)
         if room > 0:
             data.extend(array("d", (value,)) * room)

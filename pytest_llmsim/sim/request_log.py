@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from werkzeug.datastructures import Headers
@@ -99,7 +100,7 @@ class RequestRecord:
     def size_bytes(self) -> int:
         """What this record counts against ``max_log_bytes``: its body and headers as received."""
         kept = len(self.body) if self.body_truncated else self.body_bytes
-        return kept + sum(len(key) + len(value) for key, value in self.headers.items())
+        return kept + len("".join(chain.from_iterable(self.headers.items())))  # one join, not a len per string
 
     @property
     def ok(self) -> bool:

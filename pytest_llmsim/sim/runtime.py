@@ -79,8 +79,9 @@ class Ticket:
         self._lock = threading.Lock()
         # sequence -> (kind, tokens emitted, virtual time its oldest unread news was due)
         self._pending: dict[SimSequence, tuple[str, int, float]] = {}
-        # One item per time _pending turns non-empty, so the reader sleeps in C.
-        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        # One item per time _pending turns non-empty, so the reader sleeps in C. Made when a reader first
+        # waits (under the lock): an answer that is over before anyone waits never needs one.
+        self._wake: queue.SimpleQueue[None] | None = None
         self.accepted = True
         self.open_count = len(self.sequences)
         # Sequences whose finish was posted; the engine posts a sequence's finish once, after its last change.
@@ -96,8 +97,18 @@ class Ticket:
             pending[seq] = (kind, emitted, due if earlier is None else earlier[2])
             if kind == FINISH:
                 self._finished += 1
-        if was_empty:
-            self._wake.put(None)
+            wake = self._wake
+        if was_empty and wake is not None:
+            wake.put(None)
+
+    def _waker(self) -> queue.SimpleQueue[None]:
+        """The reader's wake-up queue, made on its first wait with one item if news is already pending."""
+        with self._lock:
+            if self._wake is None:
+                self._wake = queue.SimpleQueue()
+                if self._pending:
+                    self._wake.put(None)
+            return self._wake
 
     def batches(self, client_gone: Callable[[], bool] | None = None
                 ) -> Iterator[list[tuple[str, SimSequence, int, float]]]:
@@ -109,7 +120,7 @@ class Ticket:
         while ``direct``'s sends go out: a failed one wakes the reader); when it
         says so, :class:`ClientGone` is raised (the caller cancels the request).
         """
-        wake = self._wake
+        wake = self._waker()
         next_check = time.monotonic() + CLIENT_CHECK_INTERVAL
         seen_writes = self.direct_writes
         while self.open_count:

@@ -34,25 +34,47 @@ class Gaps:
 
     A constant step (no jitter, no load) is one run however long the answer,
     so a long generation costs no memory per token; with jitter every gap is
-    its own run, 16 bytes each.
+    its own run, 16 bytes each. The first run is two numbers; the arrays are
+    made when a second value comes (most sequences never have one: the two
+    arrays were a tenth of an instantaneous request's allocations).
     """
 
-    __slots__ = ("_counts", "_values", "count")
+    __slots__ = ("_counts", "_first", "_first_count", "_values", "count")
 
     def __init__(self) -> None:
-        self._values = array("d")
-        self._counts = array("q")
+        self._first = 0.0  # the only run's value and length, while there are no arrays
+        self._first_count = 0
+        self._values: array[float] | None = None
+        self._counts: array[int] | None = None
         self.count = 0
+
+    def _arrays(self) -> tuple[array[float], array[int]]:
+        """The runs as arrays, made from the first run the first time."""
+        if self._values is None or self._counts is None:
+            self._values = array("d", (self._first,) if self._first_count else ())
+            self._counts = array("q", (self._first_count,) if self._first_count else ())
+        return self._values, self._counts
 
     def add(self, value: float, count: int = 1) -> None:
         if count <= 0:
             return
-        if self._values and self._values[-1] == value:
-            self._counts[-1] += count
-        else:
-            self._values.append(value)
-            self._counts.append(count)
         self.count += count
+        values = self._values
+        if values is None:
+            if not self._first_count:
+                self._first, self._first_count = value, count
+                return
+            if self._first == value:
+                self._first_count += count
+                return
+            values, counts = self._arrays()
+        else:
+            counts = self._counts  # type: ignore[assignment]  # made with _values
+        if values and values[-1] == value:
+            counts[-1] += count
+        else:
+            values.append(value)
+            counts.append(count)
 
     def extend(self, values: array[float]) -> None:
         """Add ``values`` in order: one run when they are all equal, else one entry each (the step-cost
@@ -64,35 +86,44 @@ class Gaps:
         if values.count(first) == count:
             self.add(first, count)
             return
-        self._values.extend(values)
-        self._counts.extend(array("q", [1]) * count)
+        own_values, own_counts = self._arrays()
+        own_values.extend(values)
+        own_counts.extend(array("q", [1]) * count)
         self.count += count
 
     def tally(self, into: Counter[float]) -> None:
         """Count each gap into ``into`` by value (a histogram, for medians)."""
+        if self._values is None:
+            if self._first_count:
+                into[self._first] += self._first_count
+            return
         if self.count == len(self._values):
             into.update(self._values)  # one run per gap (jittered steps): counted in C
             return
-        for value, count in zip(self._values, self._counts):
+        for value, count in zip(self._values, self._counts or ()):
             into[value] += count
 
     def runs(self) -> list[tuple[float, int]]:
         """``(gap, how many times in a row)`` pairs, in order."""
-        return list(zip(self._values, self._counts))
+        if self._values is None:
+            return [(self._first, self._first_count)] if self._first_count else []
+        return list(zip(self._values, self._counts or ()))
 
     def total(self) -> float:
         values = self._values
-        if len(values) <= 1:  # the common case, a constant step: no sum to build
-            return values[0] * self._counts[0] if values else 0.0
+        if values is None:  # the common case, a constant step: no sum to build
+            return self._first * self._first_count if self._first_count else 0.0
+        if len(values) <= 1:
+            return values[0] * self._counts[0] if values and self._counts else 0.0
         if self.count == len(values):  # one gap per entry (jittered steps): summed in C
             return math.fsum(values)
-        return math.fsum(value * count for value, count in zip(values, self._counts))
+        return math.fsum(value * count for value, count in zip(values, self._counts or ()))
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self) -> Iterator[float]:
-        for value, count in zip(self._values, self._counts):
+        for value, count in self.runs():
             for _ in range(count):
                 yield value
 
