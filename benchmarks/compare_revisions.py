@@ -12,7 +12,7 @@ requests/s and of the server's CPU time per request (user plus system, from
 (Responses, Anthropic Messages, Gemini generateContent, Bedrock Converse;
 the bodies of ``request_cost.py``): the CPU column per API.
 
-    python benchmarks/compare_revisions.py --base REV [--io threads|gevent] [--rounds 3] [--seconds 4]
+    python benchmarks/compare_revisions.py --base REV [--io threads|gevent|loop] [--rounds 3] [--seconds 4]
         [--gc-pacing on|off] [--apis]
 """
 
@@ -73,7 +73,7 @@ def served_from(tree: str, io: str, gc_pacing: str | None = None) -> Iterator[tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", required=True, help="the git revision to compare against (e.g. a commit)")
-    parser.add_argument("--io", choices=["threads", "gevent"], default="threads")
+    parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="threads")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--gc-pacing", choices=["on", "off"], default=None,

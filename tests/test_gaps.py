@@ -32,6 +32,11 @@ def expected_runs(added: list[tuple[float, int]]) -> list[tuple[float, int]]:
     return [(float(value), int(count)) for value, count in runs]
 
 
+def same_values(left: list[float], right: list[float]) -> bool:
+    """Equal lists, NaN matching NaN."""
+    return len(left) == len(right) and all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(left, right))
+
+
 def same(left: list[tuple[float, int]], right: list[tuple[float, int]]) -> bool:
     return len(left) == len(right) and all(
         (a == b or (math.isnan(a) and math.isnan(b))) and m == n for (a, m), (b, n) in zip(left, right))
@@ -50,12 +55,9 @@ def test_gaps_keep_every_gap_they_are_given_as_runs(calls: list[Any]) -> None:
             gaps.extend(array("d", values))
             flat += values
     runs = gaps.runs()
-    # extend() takes a non-uniform slice as one entry per gap: equal neighbours then need not merge
-    assert [value for value, count in runs for _ in range(count)] == flat or all(
-        math.isnan(a) and math.isnan(b) or a == b
-        for a, b in zip([value for value, count in runs for _ in range(count)], flat))
     assert len(gaps) == len(flat) == sum(count for _, count in runs)
-    assert list(gaps) == flat or all(math.isnan(a) and math.isnan(b) or a == b for a, b in zip(gaps, flat))
+    assert same_values([value for value, count in runs for _ in range(count)], flat)
+    assert same_values(list(gaps), flat)
     if not any(math.isnan(value) for value in flat):
         assert math.isclose(gaps.total(), math.fsum(flat), abs_tol=1e-12)
         tally: Counter[float] = Counter()

@@ -25,7 +25,7 @@ class TrustedHeaders(Headers):
     """``Headers`` whose storage is the given list of ``(name, value)`` pairs (no copy, no validation)."""
 
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        super().__init__()
+        # Headers.__init__ only sets _list (then extends it with its argument): no call to it needed
         self._list = pairs  # werkzeug's storage: a list of (name, value) pairs
 
     def get(self, key: Any, default: Any = None, type: Any = None) -> Any:  # type: ignore[override]  # same answers, one signature

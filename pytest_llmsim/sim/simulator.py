@@ -37,6 +37,12 @@ __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Si
 # Emit-lag samples kept per request (one per write of tokens).
 MAX_LAG_SAMPLES = 4096
 
+def _charged(request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> int:
+    """The tokens a rate limit charges a request, as OpenAI estimates them: its prompts and every answer's
+    budget (counted only where a limit is on)."""
+    return sum(len(ids) for ids in prompts) + request.n * sum(budgets)
+
+
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
 
@@ -269,12 +275,13 @@ class Simulator:
         if not self.runtime.can_admit(sequence_count):
             raise queue_full(config)
         rate_limit = None
-        charged = sum(len(ids) for ids in prompts) + request.n * sum(budgets)  # as OpenAI estimates it
         if self._limiter.active:
-            rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
+            rate_limit = self._limiter.admit(self.runtime.virtual_now(), _charged(request, prompts, budgets),
+                                             self.runtime.to_wall)
         key_limiter = self._key_limiters.get(request.credential, self.config.api_keys)
         if key_limiter is not None:  # the key's own limits: a throttled key does not hold back the others
-            rate_limit = key_limiter.admit(self.runtime.virtual_now(), charged, self.runtime.to_wall)
+            rate_limit = key_limiter.admit(self.runtime.virtual_now(), _charged(request, prompts, budgets),
+                                           self.runtime.to_wall)
         reply, request.rule = self.script.next_reply(request)
         outputs: list[PlannedOutput] = []
         sequences: list[SimSequence] = []
