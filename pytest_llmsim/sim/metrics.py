@@ -140,11 +140,9 @@ class MetricsSnapshot:
 
 
 class _RecentValues:
-    """The most recent ``cap`` numbers, in a preallocated-as-it-grows array: no object per sample.
-
-    A deque of float objects, each living for ``cap`` observations, left the small-object allocator's
-    arenas pinned by a few survivors each: the long soak's RSS crept. Order is not kept (readers sort).
-    """
+    """The most recent ``cap`` numbers, in a preallocated-as-it-grows array: no object per sample. (A deque of
+    floats, each living for ``cap`` observations, left the small-object allocator's arenas pinned by a few
+    survivors each: the long soak's RSS crept.) Order is not kept (readers sort)."""
 
     __slots__ = ("_data", "_next", "cap")
 
@@ -168,8 +166,7 @@ class _RecentValues:
             if len(data) < cap:
                 data.append(value)
             elif cap:  # (a cap of 0 keeps nothing)
-                data[self._next] = value
-                self._next = (self._next + 1) % cap
+                data[self._next], self._next = value, (self._next + 1) % cap
             return
         count = min(count, cap)
         room = min(cap - len(data), count)

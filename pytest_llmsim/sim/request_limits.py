@@ -8,8 +8,8 @@ from .config import SimConfig
 from .model_limits import limits_for
 from .request import GenerationRequest, SimError, invalid
 
-__all__ = ["MAX_EMBEDDING_INPUT_TOKENS", "MAX_EMBEDDING_REQUEST_TOKENS", "check_capacity", "check_embedding",
-           "check_work", "queue_full", "token_budgets"]
+__all__ = ["MAX_EMBEDDING_INPUT_TOKENS", "MAX_EMBEDDING_REQUEST_TOKENS", "charged_tokens", "check_capacity",
+           "check_embedding", "check_work", "queue_full", "token_budgets"]
 
 # Bytes a generated token takes in a non-streamed JSON answer, for the size estimate of
 # check_work: its text (filler words average ~6), and one logprob entry (the chosen token or
@@ -125,3 +125,9 @@ def check_work(request: GenerationRequest, prompts: list[list[int]], budgets: li
             f"{config.max_response_bytes:,} bytes in one non-streamed answer (max_response_bytes). Lower "
             f"max_tokens, n or top_logprobs, or stream the answer.", request.max_tokens_param,
             "response_too_large")
+
+
+def charged_tokens(request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> int:
+    """The tokens a rate limit charges a request, as OpenAI estimates them: its prompts and every answer's
+    budget (counted only where a limit is on)."""
+    return sum(len(ids) for ids in prompts) + request.n * sum(budgets)

@@ -1,16 +1,13 @@
 """Drives the virtual-time engine against the wall clock.
 
-Simulated time runs ``speed`` times faster than wall time from an anchor
-(``virtual = v0 + (monotonic() - w0) * speed``); with ``speed = inf`` there is
-no waiting at all and the engine runs every event as soon as it can.
+Simulated time runs ``speed`` times faster than wall time from an anchor (``virtual = v0 + (monotonic() - w0)
+* speed``); with ``speed = inf`` there is no waiting at all and the engine runs every event as soon as it can.
 
-Threads. One engine thread sleeps until the wall time of the next engine
-event and runs everything then due. A handler thread that submits work runs
-the events already due itself (so an instantaneous backend never hands a
-request across threads). Events reach handlers through a :class:`Ticket`, a
-``SimpleQueue`` per HTTP request; a handler that falls behind finds several
-tokens waiting and writes them together, so lateness never accumulates: token
-times are fixed by the engine's schedule, not by the handler's pace.
+Threads. One engine thread sleeps until the wall time of the next engine event and runs everything then due. A
+handler thread that submits work runs the events already due itself (so an instantaneous backend never hands a
+request across threads). Events reach handlers through a :class:`Ticket` per HTTP request; a handler that falls
+behind finds several tokens waiting and writes them together, so lateness never accumulates: token times are
+fixed by the engine's schedule, not by the handler's pace.
 """
 
 from __future__ import annotations
@@ -36,17 +33,15 @@ WAKE_SLACK = 0.0005
 
 # How often a handler waiting for tokens checks whether its client hung up.
 CLIENT_CHECK_INTERVAL = 0.05
-# How often instead while the engine writes its stream's tokens itself (``Ticket.direct``) and those writes
-# go out: a send to a client that is gone fails and wakes the handler, so each look is mostly a wasted
-# wake-up (20 a second per stream at the interval above: a fifth of the loop core's busy time at 64 streams).
-# 1 s, not 0.5: a sub-second stream then never wakes its handler mid-way; at 1,024 closed-loop streams of
-# 0.5 s that halved TTFT p50 under --io loop (docs/performance.md). It bounds how late a hang-up during a
-# pause in such a stream is noticed.
+# How often instead while the engine writes its stream's tokens itself (``Ticket.direct``) and those writes go
+# out: a send to a client that is gone fails and wakes the handler, so each look is mostly a wasted wake-up (20
+# a second per stream at the interval above: a fifth of the loop core's busy time at 64 streams). 1 s, not 0.5:
+# a sub-second stream then never wakes its handler mid-way; at 1,024 closed-loop streams of 0.5 s that halved
+# TTFT p50 under --io loop (docs/performance.md). It bounds how late a hang-up in a pause of such a stream is seen.
 QUIET_CHECK_INTERVAL = 1.0
 
-# Most engine events run under the lock in one go; a larger backlog (thousands
-# of sequences due at one instant) is worked off in slices with the lock let go
-# between them, so other requests are never stalled behind it.
+# Most engine events run under the lock in one go; a larger backlog (thousands of sequences due at one instant)
+# is worked off in slices with the lock let go between them, so other requests are never stalled behind it.
 SLICE_EVENTS = 2048
 MAX_ENGINE_ERRORS = 8  # engine defects kept for check(); more are dropped
 
@@ -79,8 +74,7 @@ class Ticket:
         self._lock = threading.Lock()
         # sequence -> (kind, tokens emitted, virtual time its oldest unread news was due)
         self._pending: dict[SimSequence, tuple[str, int, float]] = {}
-        # One item per time _pending turns non-empty, so the reader sleeps in C. Made when a reader first
-        # waits (under the lock): an answer that is over before anyone waits never needs one.
+        # One item per time _pending turns non-empty, so the reader sleeps in C; made when one first waits.
         self._wake: queue.SimpleQueue[None] | None = None
         self.accepted = True
         self.open_count = len(self.sequences)

@@ -24,7 +24,7 @@ from .model_residency import ModelResidency
 from .planned import filtered
 from .ratelimit import KeyLimiters, RateLimiter
 from .request import ChatMessage, GenerationRequest, SimError, invalid
-from .request_limits import check_capacity, check_embedding, check_work, queue_full, token_budgets
+from .request_limits import charged_tokens, check_capacity, check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import CLIENT_CHECK_INTERVAL, Runtime
 from .secrets import accepted_key
@@ -36,12 +36,6 @@ __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Si
 
 # Emit-lag samples kept per request (one per write of tokens).
 MAX_LAG_SAMPLES = 4096
-
-def _charged(request: GenerationRequest, prompts: list[list[int]], budgets: list[int]) -> int:
-    """The tokens a rate limit charges a request, as OpenAI estimates them: its prompts and every answer's
-    budget (counted only where a limit is on)."""
-    return sum(len(ids) for ids in prompts) + request.n * sum(budgets)
-
 
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
@@ -276,11 +270,11 @@ class Simulator:
             raise queue_full(config)
         rate_limit = None
         if self._limiter.active:
-            rate_limit = self._limiter.admit(self.runtime.virtual_now(), _charged(request, prompts, budgets),
+            rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged_tokens(request, prompts, budgets),
                                              self.runtime.to_wall)
         key_limiter = self._key_limiters.get(request.credential, self.config.api_keys)
         if key_limiter is not None:  # the key's own limits: a throttled key does not hold back the others
-            rate_limit = key_limiter.admit(self.runtime.virtual_now(), _charged(request, prompts, budgets),
+            rate_limit = key_limiter.admit(self.runtime.virtual_now(), charged_tokens(request, prompts, budgets),
                                            self.runtime.to_wall)
         reply, request.rule = self.script.next_reply(request)
         outputs: list[PlannedOutput] = []
