@@ -103,9 +103,9 @@ def test_recent_samples_keep_the_newest_values_whatever_the_counts(cap: int) -> 
     ``count`` times (a count of 0 adds nothing)."""
     import random
 
-    from pytest_llmsim.sim.metrics import _RecentValues
+    from pytest_llmsim.sim.histogram import RecentValues
     rng = random.Random(cap)
-    recent, kept = _RecentValues(cap), []
+    recent, kept = RecentValues(cap), []
     for step in range(400):
         count = rng.choice([1, 1, 2, 5, 0, 60])
         recent.add(float(step), count)

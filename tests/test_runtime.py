@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from pytest_llmsim.sim import runtime
+from pytest_llmsim.sim import ticket as tickets
 from pytest_llmsim.sim.engine import SimSequence
-from pytest_llmsim.sim.runtime import FINISH, TOKEN, ClientGone, Ticket
+from pytest_llmsim.sim.ticket import FINISH, TOKEN, ClientGone, Ticket
 
 
 @pytest.fixture
 def every_wake_up_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every wake-up asks whether the client is there (no interval to wait for)."""
-    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.0)
+    monkeypatch.setattr(tickets, "CLIENT_CHECK_INTERVAL", 0.0)
 
 
 def _hang_up(ticket: Ticket) -> None:
@@ -95,7 +95,7 @@ def _writes_directly(ticket: Ticket, seconds: float, then_finish: bool) -> threa
     ``seconds``, through the runtime's listener, then posts the finish (or falls silent)."""
     seq = ticket.sequences[0]
     seq.owner = ticket
-    listener = runtime._TicketListener()
+    listener = tickets.TicketListener()
 
     def send(sequence: SimSequence, emitted: int, due: float) -> bool:
         ticket.direct_writes += 1  # as the server's writer counts a send that went out
@@ -122,8 +122,8 @@ def test_a_stream_the_engine_writes_is_not_polled_for_hang_ups_while_its_writes_
     """While the engine writes a stream's tokens itself, the handler is not woken every check interval
     to look for a hang-up: a send to a client that is gone fails and wakes it. It was: at 64 streams,
     those wake-ups (20 a second per stream) were a fifth of the loop core's busy time."""
-    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.01)
-    monkeypatch.setattr(runtime, "QUIET_CHECK_INTERVAL", 0.2)
+    monkeypatch.setattr(tickets, "CLIENT_CHECK_INTERVAL", 0.01)
+    monkeypatch.setattr(tickets, "QUIET_CHECK_INTERVAL", 0.2)
     ticket = Ticket([SimSequence([1, 2, 3], 1000)])
     looks: list[float] = []
 
@@ -142,8 +142,8 @@ def test_a_hang_up_is_noticed_at_the_check_interval_once_the_direct_writes_stop(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """When the engine's writes stop (a preempted stream waits for a slot) and the client hangs up, the
     handler notices within one quiet interval and the short ones after it."""
-    monkeypatch.setattr(runtime, "CLIENT_CHECK_INTERVAL", 0.01)
-    monkeypatch.setattr(runtime, "QUIET_CHECK_INTERVAL", 0.2)
+    monkeypatch.setattr(tickets, "CLIENT_CHECK_INTERVAL", 0.01)
+    monkeypatch.setattr(tickets, "QUIET_CHECK_INTERVAL", 0.2)
     ticket = Ticket([SimSequence([1, 2, 3], 1000)])
     writer = _writes_directly(ticket, 0.1, then_finish=False)
     writer.join()
@@ -175,7 +175,7 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
         writer = _DirectWriter(server_side, Renderer(), ["a", "b", "c", "d"], lambda due: None, ticket)
         writer.enabled = True
         ticket.direct = writer
-        listener = runtime._TicketListener()
+        listener = tickets.TicketListener()
         for emitted in (1, 2):  # the hidden thinking
             seq.emitted = emitted
             listener.on_token(seq, 0.0)

@@ -18,9 +18,9 @@ from typing import Any
 from ..api.base import StreamRenderer, WireAPI
 from ..sim.generation import Generation, Outcome
 from ..sim.request_log import RequestRecord
-from ..sim.runtime import FINISH
 from ..sim.sequence import SeqState
 from ..sim.simulator import Simulator
+from ..sim.ticket import FINISH
 from .job_registry import JobRegistry
 
 __all__ = ["BackgroundJob", "BackgroundJobs"]

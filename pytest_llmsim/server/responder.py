@@ -23,8 +23,8 @@ from ..sim.engine import SeqState, SimSequence
 from ..sim.fault_effects import Drop, Empty, ErrorEvent, Fail, Malformed, Stall
 from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
-from ..sim.runtime import FINISH, ClientGone, Ticket
 from ..sim.simulator import Generation, Outcome, Simulator
+from ..sim.ticket import FINISH, ClientGone, Ticket
 from .background import BackgroundJob, BackgroundJobs
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 from .trusted_headers import TrustedHeaders, valid_pairs

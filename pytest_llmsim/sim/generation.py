@@ -14,8 +14,8 @@ from typing import Protocol
 
 from .request import GenerationRequest, RateLimitStatus
 from .request_log import RequestRecord
-from .runtime import Ticket
 from .sequence import SeqState, SimSequence
+from .ticket import Ticket
 from .tokens import PlannedOutput
 
 __all__ = ["CLIENT_CLOSED_REQUEST", "Generation", "LogprobTable", "Outcome", "TokenLogprob"]

@@ -26,16 +26,16 @@ from .ratelimit import KeyLimiters, RateLimiter
 from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import charged_tokens, check_capacity, check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
-from .runtime import CLIENT_CHECK_INTERVAL, Runtime
+from .runtime import Runtime
 from .secrets import accepted_key
+from .ticket import CLIENT_CHECK_INTERVAL
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
 __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Simulator"]
 
+MAX_LAG_SAMPLES = 4096  # emit-lag samples kept per request (one per write of tokens)
 
-# Emit-lag samples kept per request (one per write of tokens).
-MAX_LAG_SAMPLES = 4096
 
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
