@@ -141,23 +141,28 @@ class Metrics:
                 queried_tokens: int = 0, lags: list[float] | None = None) -> None:
         """Account for one finished API request (any status); ``gaps`` as ``(gap, count)`` runs."""
         with self._lock:
-            stats = self._current()
+            stats = self._stats.get(self.model) or self._current()
             key = (record.route, record.status)  # a route template: bounded label values
-            stats.requests[key] = stats.requests.get(key, 0) + 1
+            requests = stats.requests
+            requests[key] = requests.get(key, 0) + 1
             totals = stats.totals
             totals["prompt"] += record.prompt_tokens
             totals["generated"] += record.generated_tokens
             totals["completion"] += record.completion_tokens
-            totals["queried"] += queried_tokens
-            totals["cached"] += record.cached_tokens if queried_tokens else 0
-            totals["cancelled"] += record.cancelled
-            totals["ignored_fields"] += len(record.ignored_fields)
+            if queried_tokens:
+                totals["queried"] += queried_tokens
+                totals["cached"] += record.cached_tokens
+            if record.cancelled:
+                totals["cancelled"] += 1
+            if record.ignored_fields:
+                totals["ignored_fields"] += len(record.ignored_fields)
             if record.fault is not None:
                 stats.faults[record.fault] = stats.faults.get(record.fault, 0) + 1
-            if record.ok:
+            if 200 <= record.status < 300 and not record.cancelled:  # record.ok
+                success = stats.success
                 for reason in record.finish_reasons:
                     reason = reason or "abort"
-                    stats.success[reason] = stats.success.get(reason, 0) + 1
+                    success[reason] = success.get(reason, 0) + 1
             histograms = stats.histograms
             ttft, e2e, queue_time = record.ttft, record.e2e, record.queue_time
             if ttft is not None:
