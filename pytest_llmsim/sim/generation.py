@@ -55,7 +55,7 @@ class Outcome(Enum):
     CUT_BY_FAULT = "cut_by_fault"  # the server ended it on purpose (a fault)
 
 
-@dataclass
+@dataclass(slots=True)
 class Generation:
     """A request inside the engine: its outputs, sequences and ticket."""
 

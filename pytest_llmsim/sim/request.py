@@ -124,7 +124,7 @@ class ReasoningAsk:
     param: str = "reasoning"
 
 
-@dataclass
+@dataclass(slots=True)
 class GenerationRequest:
     """A validated generation request, reduced to what the simulation uses.
 

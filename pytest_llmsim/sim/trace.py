@@ -194,7 +194,7 @@ class TraceRecorder:
                           len(sequences) - len(drawn)]
         for seq in drawn:
             row += (seq.arrival, seq.admitted_at, seq.first_token_at, seq.last_token_at, seq.finished_at,
-                    seq.emitted, seq.cached_tokens, seq.preemptions, seq.state.value)
+                    seq.emitted, seq.cached_tokens, seq.preemptions, seq.state._value_)  # (.value: a descriptor call)
         with self._lock:
             state = self._state
             state.numbers += 1
