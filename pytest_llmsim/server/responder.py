@@ -56,7 +56,8 @@ class JSONResponse(Response):
             super().__init__(data, status=status, headers=headers, content_type=JSON)  # sets Content-Length too
         else:  # what werkzeug's __init__ would build, without its general-purpose steps (~4 % of a request)
             self.headers = TrustedHeaders([*extra, ("Content-Type", JSON), ("Content-Length", str(len(data)))])
-            self.status = status
+            # werkzeug's status setter, through a cache: it builds the status line from the code every time
+            self._status, self._status_code = _status_line(status)
             self.direct_passthrough = False
             self._on_close = []
             self.response = [data]
@@ -71,6 +72,12 @@ class JSONResponse(Response):
 
 
 _FRAMING = ("content-type", "content-length")
+
+
+@functools.lru_cache(maxsize=64)
+def _status_line(status: int) -> tuple[str, int]:
+    """``(status line, code)`` as werkzeug's ``Response.status`` setter stores them."""
+    return Response._clean_status(Response(), status)  # (a method that reads nothing of the response)
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -78,6 +78,8 @@ class Generation:
 
     def texts(self) -> list[str]:
         """Each choice's whole answer (with the echoed prompt in front, when asked)."""
+        if len(self.outputs) == 1:
+            return [self.echo_prefixes[0] + self.outputs[0].text]
         return [prefix + output.text for prefix, output in zip(self.echo_prefixes, self.outputs)]
 
     @property
