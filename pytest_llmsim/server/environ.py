@@ -36,6 +36,27 @@ def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
         multithread=handler.server.multithread, multiprocess=handler.server.multiprocess)
 
 
+# Header name -> its environ key ("" for a name werkzeug drops): a server sees few distinct names, and the
+# upper-casing, replacing and prefixing cost more than a lookup. Bounded: emptied when it holds too many.
+_ENVIRON_KEYS: dict[str, str] = {}
+MAX_ENVIRON_KEYS = 1024
+
+
+def _environ_key(name: str) -> str:
+    """``name``'s environ key (``User-Agent`` -> ``HTTP_USER_AGENT``, ``Content-Type`` -> ``CONTENT_TYPE``;
+    "" for a name with an underscore), remembered."""
+    if "_" in name:
+        key = ""
+    else:
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            key = "HTTP_" + key
+    if len(_ENVIRON_KEYS) >= MAX_ENVIRON_KEYS:
+        _ENVIRON_KEYS.clear()
+    _ENVIRON_KEYS[name] = key
+    return key
+
+
 def request_environ(target: str, method: str, version: str, headers: Iterable[tuple[str, str]], body: Any,
                     connection: Any, address: tuple[Any, ...], server_address: tuple[Any, ...],
                     software: str, multithread: bool = True, multiprocess: bool = False,
@@ -74,15 +95,14 @@ def request_environ(target: str, method: str, version: str, headers: Iterable[tu
         "SERVER_PORT": str(server_address[1]),
         "SERVER_PROTOCOL": version,
     }
-    for key, value in headers:
-        if "_" in key:
+    for name, value in headers:
+        key = _ENVIRON_KEYS.get(name) or _environ_key(name)
+        if not key:
             continue  # werkzeug drops these: HTTP_X_A would be ambiguous between X-A and X_A
-        key = key.upper().replace("-", "_")
-        value = value.replace("\r\n", "")
-        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            key = "HTTP_" + key
-            if key in environ:
-                value = f"{environ[key]},{value}"
+        if "\r\n" in value:
+            value = value.replace("\r\n", "")
+        if key in environ and key[0] == "H":  # a repeated header: joined (CONTENT_* are not HTTP_ keys)
+            value = f"{environ[key]},{value}"
         environ[key] = value
     encoding = environ.get("HTTP_TRANSFER_ENCODING")
     if encoding is not None and "chunked" in parse_set_header(encoding):
