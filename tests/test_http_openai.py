@@ -268,3 +268,29 @@ def test_the_log_names_the_wire_api_of_each_request(llm_backend: LLMBackend) -> 
     assert [(r.api, r.route, r.status) for r in llm_backend.requests] == [
         ("openai.chat", "/v1/chat/completions", 200), ("openai.completions", "/v1/completions", 200),
         ("openai.completions", "/v1/completions", 400), (None, "unknown", 404)]
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("stream", "yes", "a boolean"), ("stream", 1, "a boolean"),
+    ("stream_options", ["include_usage"], "an object"),
+    ("max_tokens", "10", "an integer"), ("max_tokens", True, "an integer"), ("max_tokens", 2.0, "an integer"),
+    ("max_completion_tokens", False, "an integer"), ("n", True, "an integer"), ("n", "2", "an integer"),
+    ("seed", 1.5, "an integer"), ("seed", True, "an integer"), ("user", 7, "a string"),
+])
+def test_a_common_field_of_the_wrong_type_is_refused_by_name(
+        client: openai.OpenAI, field: str, value: Any, expected: str) -> None:
+    """The fields chat and completions share, each of the wrong JSON type, through the SDK: a 400 naming the
+    field (a bool is no integer), in chat and in completions alike; the right types are served."""
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.chat.completions.create(model="llmsim", messages=messages, extra_body={field: value})
+    error = chat.value.body
+    assert isinstance(error, dict) and error["param"] == field and error["code"] == "invalid_type"
+    assert error["message"].startswith(f"Invalid type for '{field}': expected {expected}, but got ")
+    if field != "max_completion_tokens":  # a chat field only
+        with pytest.raises(openai.BadRequestError) as completion:
+            client.completions.create(model="llmsim", prompt="hi", extra_body={field: value})
+        assert isinstance(completion.value.body, dict) and completion.value.body["param"] == field
+    served = client.chat.completions.create(model="llmsim", messages=messages, max_tokens=3, n=2, seed=4,
+                                            user="u", extra_body={"max_completion_tokens": 3})
+    assert len(served.choices) == 2 and served.usage is not None and served.usage.completion_tokens == 6

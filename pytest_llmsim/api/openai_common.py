@@ -193,11 +193,11 @@ def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int,
 def generation_usage(generation: Generation) -> dict[str, Any]:
     """Chat's and completions' usage; a reasoning model's thinking is in ``completion_tokens`` and in
     ``completion_tokens_details.reasoning_tokens`` (as far as each choice got)."""
-    if len(generation.sequences) == 1:  # the usual answer: its one sequence's figures, no sums
-        seq, output = generation.sequences[0], generation.outputs[0]
-        return usage_body(generation.prompt_lengths[0], seq.emitted, seq.cached_tokens,
-                          min(output.reasoning, seq.emitted))
-    reasoning = sum(min(output.reasoning, seq.emitted) for output, seq in zip(generation.outputs, generation.sequences))
+    if len(generation.sequences) == 1:  # the usual answer: no generator to sum
+        reasoning = min(generation.outputs[0].reasoning, generation.sequences[0].emitted)
+    else:
+        reasoning = sum(min(output.reasoning, seq.emitted) for output, seq in zip(generation.outputs,
+                                                                                 generation.sequences))
     return usage_body(generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens, reasoning)
 
 

@@ -101,7 +101,7 @@ def request_environ(target: str, method: str, version: str, headers: Iterable[tu
             continue  # werkzeug drops these: HTTP_X_A would be ambiguous between X-A and X_A
         if "\r\n" in value:
             value = value.replace("\r\n", "")
-        if key in environ and key[0] == "H":  # a repeated header: joined (CONTENT_* are not HTTP_ keys)
+        if key in environ and key.startswith("HTTP_"):  # a repeated header: joined (CONTENT_* are replaced)
             value = f"{environ[key]},{value}"
         environ[key] = value
     encoding = environ.get("HTTP_TRANSFER_ENCODING")

@@ -84,7 +84,8 @@ class Generation:
 
     @property
     def prompt_tokens(self) -> int:
-        return sum(self.prompt_lengths)
+        lengths = self.prompt_lengths
+        return lengths[0] if len(lengths) == 1 else sum(lengths)
 
     def embeddings(self) -> list[list[float]]:
         """One unit vector per prompt of an embedding request (see :mod:`pytest_llmsim.content.embeddings`)."""
@@ -99,18 +100,23 @@ class Generation:
         tokens = self.outputs[index].tokens[start:end]
         return [source.at(index, start + i, token, top) for i, token in enumerate(tokens)]
 
+    # The counts below take the usual answer, one sequence, without a sum or a slice.
+
     @property
     def completion_tokens(self) -> int:
-        return sum(seq.emitted for seq in self.sequences)
+        seqs = self.sequences
+        return seqs[0].emitted if len(seqs) == 1 else sum(seq.emitted for seq in seqs)
 
     @property
     def cached_tokens(self) -> int:
-        return sum(seq.cached_tokens for seq in self._first_choices())
+        seqs = self.sequences
+        return seqs[0].cached_tokens if len(seqs) == 1 else sum(seq.cached_tokens for seq in self._first_choices())
 
     @property
     def queried_tokens(self) -> int:
-        if len(self.sequences) == 1:
-            return len(self.sequences[0].prompt_tokens)
+        seqs = self.sequences
+        if len(seqs) == 1:
+            return len(seqs[0].prompt_tokens)
         return sum(len(seq.prompt_tokens) for seq in self._first_choices())
 
     def finish_reason(self, index: int) -> str | None:
@@ -127,11 +133,10 @@ class Generation:
         complete (all of them otherwise).
         """
         seqs = self.sequences
-        single = seqs[0] if len(seqs) == 1 else None  # the usual request: its own figures, no sums to build
-        record.prompt_tokens = self.prompt_lengths[0] if single is not None else sum(self.prompt_lengths)
-        record.generated_tokens = single.emitted if single is not None else self.completion_tokens
+        record.prompt_tokens = self.prompt_tokens
+        record.generated_tokens = self.completion_tokens
         record.completion_tokens = record.generated_tokens if delivered is None else delivered
-        record.cached_tokens = single.cached_tokens if single is not None else self.cached_tokens
+        record.cached_tokens = self.cached_tokens
         record.ignored_fields = self.request.ignored_fields
         record.cancelled = outcome is Outcome.CLIENT_GONE
         if record.cancelled:
@@ -143,8 +148,8 @@ class Generation:
         # The client waited for the model to load too: it is in TTFT and e2e (not in queue_time).
         load = self.load_time
         record.load_time = load or None
-        if single is not None:
-            seq = single
+        if len(seqs) == 1:  # the usual request: one sequence, its own figures (no lists to build)
+            seq = seqs[0]
             ttft, end, record.queue_time = seq.ttft, seq.e2e, seq.queue_time
             record.ttft = None if ttft is None else ttft + load
             record.e2e = None if end is None else end + load

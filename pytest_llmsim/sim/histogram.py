@@ -112,11 +112,7 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
         self.observed += 1
-        samples = self.samples
-        if len(samples._data) < samples.cap:  # growing: RecentValues.add's first case, without the call
-            samples._data.append(value)
-        else:
-            samples.add(value)
+        self.samples.add(value)
 
     def cached_summary(self) -> Distribution | None:
         """The distribution last computed from the samples, if nothing was observed since."""
