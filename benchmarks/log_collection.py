@@ -32,7 +32,8 @@ BODIES: dict[str, dict[str, Any]] = {
 def measure(body: dict[str, Any], requests: int) -> tuple[int, float, float]:
     """(records logged, tracked objects per record, a full collection's milliseconds)."""
     backend = LLMBackend(SimConfig(speed=float("inf")))
-    app = Request.application(backend._server.application)
+    # the served app (a tree before wsgi_app: werkzeug's Request around the same handler)
+    app = getattr(backend._server, "wsgi_app", None) or Request.application(backend._server.application)
     gc.collect()
     gc.freeze()  # what exists before the requests is not counted
     before = len(gc.get_objects())

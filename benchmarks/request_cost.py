@@ -127,7 +127,8 @@ def main() -> None:
     args = parser.parse_args()
     backend = LLMBackend(SimConfig(speed=float("inf"), max_trace_requests=10_000))
     server = backend._server  # the app, never started as a server
-    app = Request.application(server.application)
+    # the served app (a tree before wsgi_app: werkzeug's Request around the same handler)
+    app = getattr(server, "wsgi_app", None) or Request.application(server.application)
     print("| request | µs per request (median of rounds) | rounds |\n|---|---|---|")
     for kind in args.kinds:
         path, body = KINDS[kind]

@@ -101,7 +101,8 @@ def main() -> None:
     specs = args.phase or list(PHASES)
     spent = timed(specs)
     backend = LLMBackend(SimConfig(speed=float("inf"), max_trace_requests=10_000))
-    app = Request.application(backend._server.application)
+    # the served app (a tree before wsgi_app: werkzeug's Request around the same handler)
+    app = getattr(backend._server, "wsgi_app", None) or Request.application(backend._server.application)
     make = environ_factory(*KINDS[args.kind])
     run(app, make, min(2000, args.requests))  # warm caches
     spent.clear()

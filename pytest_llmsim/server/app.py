@@ -41,6 +41,7 @@ from .control import CONTROL_PREFIX, ControlAPI
 from .exchange import RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
+from .lean_request import request_application
 from .live_page import is_page_path, page_response, root_index
 from .responder import GenerationResponder
 from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
@@ -196,7 +197,7 @@ class SimulatorServer(HTTPServer):
 
     def _listen(self, port: int, reuse_port: bool) -> Any:
         simulator = self.simulator
-        app = Request.application(self.application)
+        app = self.wsgi_app
         settings: dict[str, Any] = dict(
             request_timeout=lambda: simulator.config.keepalive_timeout,
             keepalive_policy=lambda: KeepAlivePolicy(simulator.config.keepalive,
@@ -244,10 +245,12 @@ class SimulatorServer(HTTPServer):
 
     # --- dispatch ---
 
+    @functools.cached_property
+    def wsgi_app(self) -> Any:
+        """The WSGI app every serving core runs: :meth:`application` behind a lean request object."""
+        return request_application(self.application)
+
     def application(self, request: Request) -> Response:
-        # werkzeug links the request and its environ both ways; unlinked, both go
-        # with their last reference instead of waiting (with the body) for the GC.
-        request.environ.pop("werkzeug.request", None)
         try:
             return self._route(request)
         except TokenizeError as error:  # a text tiktoken cannot take: the client's input, logged by tokens
