@@ -630,20 +630,23 @@ def test_an_engine_defect_ends_requests_instead_of_stranding_them(llm_backend: L
         llm_backend.check()
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain; charset=utf-8"])
 @pytest.mark.parametrize("headers", [None, {}, {"x-request-id": "req_1", "Retry-After": "3"},
                                      {"Content-Type": "text/plain"}, {"content-length": "99", "Allow": "POST"}])
-def test_a_json_answer_is_the_response_werkzeug_would_build(headers: dict[str, str] | None) -> None:
-    """The JSON answer builds its headers itself (werkzeug's general path cost ~4 % of a request): the same
-    headers in the same order, status and body as werkzeug's ``Response``; a value werkzeug refuses is refused."""
+def test_a_complete_answer_is_the_response_werkzeug_would_build(headers: dict[str, str] | None,
+                                                                content_type: str) -> None:
+    """A complete answer (JSON, /health's empty text) builds its headers itself (werkzeug's general path cost
+    ~4 % of a request): the same headers in the same order, status and body as werkzeug's ``Response``; a
+    value werkzeug refuses is refused."""
     from werkzeug.wrappers import Response
 
-    from pytest_llmsim.server.responder import JSONResponse
-    ours = JSONResponse(b'{"a":1}', 429, headers)
-    theirs = Response(b'{"a":1}', status=429, headers=headers, content_type="application/json")
+    from pytest_llmsim.server.responder import CompleteResponse
+    ours = CompleteResponse(b'{"a":1}', 429, headers, content_type)
+    theirs = Response(b'{"a":1}', status=429, headers=headers, content_type=content_type)
     assert ours.headers.to_wsgi_list() == theirs.headers.to_wsgi_list()
     assert (ours.status, ours.status_code, ours.get_data()) == (theirs.status, theirs.status_code, theirs.get_data())
     with pytest.raises(ValueError, match="newline"):
-        JSONResponse(b"{}", 400, {"X-Echo": "a\r\nSet-Cookie: x=1"})
+        CompleteResponse(b"{}", 400, {"X-Echo": "a\r\nSet-Cookie: x=1"})
 
 
 @pytest.mark.parametrize("key", ["X-Request-Id", "x-request-id", "X-REQUEST-ID", "Content-Length",

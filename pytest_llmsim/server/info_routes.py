@@ -34,7 +34,7 @@ from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
 from ..sim.simulator import Simulator
 from .background import BackgroundJobs
 from .exchange import answer_error, new_record, read_json, read_logged_json
-from .responder import SSE_HEADERS, SSE_TYPE, json_response
+from .responder import SSE_HEADERS, SSE_TYPE, complete_response, json_response
 from .routes import RouteMatch, request_target
 
 __all__ = ["InfoRoutes"]
@@ -258,8 +258,8 @@ class InfoRoutes:
         return json_response(detokenize_body(tokenizer.encoding.decode(tokens)))
 
     def health(self, request: Request, match: RouteMatch) -> Response:
-        return Response("", status=200)
+        return complete_response(b"", "text/plain; charset=utf-8")  # werkzeug's Response("")'s type
 
     def metrics(self, request: Request, match: RouteMatch) -> Response:
-        return Response(self.simulator.prometheus_text(), status=200, content_type=PROMETHEUS_CONTENT_TYPE)
+        return complete_response(self.simulator.prometheus_text(), PROMETHEUS_CONTENT_TYPE)
 

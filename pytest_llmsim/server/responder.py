@@ -29,7 +29,7 @@ from .background import BackgroundJob, BackgroundJobs
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 from .trusted_headers import TrustedHeaders, valid_pairs
 
-__all__ = ["GenerationResponder", "json_response"]
+__all__ = ["CompleteResponse", "GenerationResponder", "complete_response", "json_response"]
 
 JSON = "application/json"
 SSE_TYPE = "text/event-stream; charset=utf-8"
@@ -40,8 +40,9 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CHUNK_EVENTS = 256
 
 
-class JSONResponse(Response):
-    """A complete JSON answer: werkzeug's ``Response``, sent without its general-purpose WSGI path.
+class CompleteResponse(Response):
+    """A complete answer (JSON, or a fixed body such as ``/health``'s): werkzeug's ``Response``, sent
+    without its general-purpose WSGI path.
 
     Its body is one bytes object whose length is known when it is built, so
     ``Content-Length`` is set then and a call hands the headers and the body
@@ -50,12 +51,12 @@ class JSONResponse(Response):
     body replaced after construction takes werkzeug's path.
     """
 
-    def __init__(self, data: bytes, status: int, headers: dict[str, str] | None) -> None:
+    def __init__(self, data: bytes, status: int, headers: dict[str, str] | None, content_type: str = JSON) -> None:
         extra = list(headers.items()) if headers else []
         if extra and (not valid_pairs(extra) or any(name.lower() in _FRAMING for name, _ in extra)):
-            super().__init__(data, status=status, headers=headers, content_type=JSON)  # sets Content-Length too
+            super().__init__(data, status=status, headers=headers, content_type=content_type)  # and its length
         else:  # what werkzeug's __init__ would build, without its general-purpose steps (~4 % of a request)
-            self.headers = TrustedHeaders([*extra, ("Content-Type", JSON), ("Content-Length", str(len(data)))])
+            self.headers = TrustedHeaders([*extra, ("Content-Type", content_type), ("Content-Length", str(len(data)))])
             # werkzeug's status setter, through a cache: it builds the status line from the code every time
             self._status, self._status_code = _status_line(status)
             self.direct_passthrough = False
@@ -81,7 +82,12 @@ def _status_line(status: int) -> tuple[str, int]:
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(wire_json.dumps(body), status, headers)
+    return CompleteResponse(wire_json.dumps(body), status, headers)
+
+
+def complete_response(data: bytes, content_type: str, status: int = 200) -> Response:
+    """A fixed body of ``content_type`` (``/health``'s empty text, the metrics page)."""
+    return CompleteResponse(data, status, None, content_type)
 
 
 class _DirectWriter:

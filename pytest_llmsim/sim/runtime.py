@@ -44,7 +44,9 @@ class Runtime:
     """Owns the engine, its clock and its thread."""
 
     def __init__(self, config: SimConfig, on_counts: Callable[[float, int, int], None] | None = None) -> None:
-        self._cond = threading.Condition()
+        # Entered as the lock itself (the condition's __enter__ is a Python call in front of it, per request)
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._stopping = False
         self._listener = TicketListener()
         self._on_counts = on_counts  # every engine tells it when its batch or queue changes
@@ -123,7 +125,7 @@ class Runtime:
         (a model still loading).
         """
         ticket = Ticket(sequences, wants_tokens)
-        with self._cond:
+        with self._lock:
             if self._stopping:  # a request racing the shutdown: answer busy, never hang
                 ticket.accepted = False
                 ticket.open_count = 0
@@ -147,7 +149,7 @@ class Runtime:
 
     def cancel(self, ticket: Ticket) -> None:
         """The client went away: its sequences leave the engine now and free their slots."""
-        with self._cond:
+        with self._lock:
             for seq in ticket.sequences:
                 if seq.state in IN_ENGINE:
                     self.engine.cancel(seq)
@@ -160,7 +162,7 @@ class Runtime:
         # while the engine thread writes a slice of stream tokens, finishing handlers then wait here, off
         # the GIL, instead of taking it from the engine at each of its sends. Lock-free, 256 closed-loop
         # streams' gap p99 went from 1.7x to 3.2x the ITL (benchmarks/closed_loop_streams.py, threads).
-        with self._cond:
+        with self._lock:
             self._live.discard(ticket)
             for seq in ticket.sequences:  # unlink, so both go at once, not at the next GC
                 seq.owner = None
@@ -203,7 +205,7 @@ class Runtime:
 
     def update(self, config: SimConfig) -> None:
         """Apply new settings from now on, keeping the cache, the batch and the clock."""
-        with self._cond:
+        with self._lock:
             now = self.virtual_now()
             self.engine.advance(now)
             self._anchor_virtual, self._anchor_wall = now, time.monotonic()
@@ -224,7 +226,7 @@ class Runtime:
         Requests still in flight from before are finished as cancelled, so
         their handlers end instead of hanging.
         """
-        with self._cond:
+        with self._lock:
             for ticket in list(self._live):
                 for seq in ticket.sequences:
                     if seq.state in IN_ENGINE:
@@ -240,31 +242,31 @@ class Runtime:
     @property
     def in_flight(self) -> int:
         """Requests submitted and not yet released by their handlers."""
-        with self._cond:
+        with self._lock:
             return len(self._live)
 
     def running_and_waiting(self) -> tuple[int, int]:
-        with self._cond:
+        with self._lock:
             return self.engine.running_count, self.engine.waiting_count
 
     def adapters(self) -> tuple[list[str], list[str]]:
         """LoRA adapters of the running batch and of the waiting queue."""
-        with self._cond:
+        with self._lock:
             return self.engine.adapters()
 
     def kv_state(self) -> tuple[int, int]:
         """KV-cache blocks held by the batch now, and preemptions since the last reset."""
-        with self._cond:
+        with self._lock:
             return self.engine.kv.used, self.engine.preemptions
 
     def max_running(self) -> int:
-        with self._cond:
+        with self._lock:
             return self.engine.max_running
 
     def stop(self) -> None:
         """Stop the engine thread (in-flight requests are finished as cancelled)."""
         self.reset(self.config)
-        with self._cond:
+        with self._lock:
             self._stopping = True
             self._cond.notify()
         self._thread.join()
@@ -285,7 +287,7 @@ class Runtime:
         self._thread.start()
 
     def _loop(self) -> None:
-        with self._cond:
+        with self._lock:
             while not self._stopping:
                 due = self.engine.next_event_time()
                 if due is None:
