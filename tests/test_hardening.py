@@ -243,6 +243,14 @@ def test_request_log_adds_no_object_of_its_own_per_record() -> None:
     assert log.total_bytes == sum(record.size_bytes for record in records[50:])
 
 
+@pytest.mark.parametrize("headers", [Headers([("X-Key", "abc"), ("X-Key", "second"), ("Host", "h:1")]),
+                                     TrustedHeaders([("X-Key", "abc"), ("X-Key", "second"), ("Host", "h:1")])])
+def test_a_records_size_counts_its_body_and_every_header_as_received(headers: Headers) -> None:
+    record = RequestRecord("POST", "/v1/x", headers)
+    record.keep_body({"a": 1}, b'{"a":1}', 1000)
+    assert record.size_bytes == len(b'{"a":1}') + len("X-Key" "abc" "X-Key" "second" "Host" "h:1")
+
+
 def test_client_chosen_paths_never_become_metric_labels(llm_backend: LLMBackend) -> None:
     with httpx.Client() as client:
         for i in range(30):

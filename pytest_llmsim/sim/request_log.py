@@ -100,7 +100,9 @@ class RequestRecord:
     def size_bytes(self) -> int:
         """What this record counts against ``max_log_bytes``: its body and headers as received."""
         kept = len(self.body) if self.body_truncated else self.body_bytes
-        return kept + len("".join(chain.from_iterable(self.headers.items())))  # one join, not a len per string
+        # one join, not a len per string; over werkzeug's list of pairs (its items() is a generator: a resumption
+        # per header of every request)
+        return kept + len("".join(chain.from_iterable(self.headers._list)))
 
     @property
     def ok(self) -> bool:
