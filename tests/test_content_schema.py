@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_llmsim.content import tools as tools_module
 from pytest_llmsim.content.schema import SchemaError, check_schema, generate_instance
 from pytest_llmsim.content.schema_check import _schema_problem
+from pytest_llmsim.content.tools import _VERDICTS, MAX_KEPT_VERDICTS, OutputFormat, ToolSpec, ToolUse, check_schemas
 
 FORMATS = ["date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname"]
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -179,3 +181,44 @@ def test_a_schema_is_checked_once_however_many_requests_bring_it_first(monkeypat
     for thread in threads:
         thread.join()
     assert checked == 1
+
+
+def _tools(*schemas: Any) -> ToolUse:
+    return ToolUse(tuple(ToolSpec(f"tool_{i}", schema, f"tools[{i}].function.parameters")
+                         for i, schema in enumerate(schemas)))
+
+
+GOOD = {"type": "object", "properties": {"city": {"type": ["string", "null"], "default": None}}}
+BAD = {"type": "object", "properties": {"city": {"type": "no-such-type"}}}
+
+
+def test_a_set_of_schemas_gets_the_same_verdict_the_second_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent's tools come with every request: the set's verdict is kept, and is what checking each
+    schema gives (the first bad one, named by its field), whether the set holds a null or not."""
+    _VERDICTS.clear()
+    checked: list[Any] = []
+    for use in (_tools(GOOD, BAD, BAD), _tools({"type": "object"}, BAD), _tools(GOOD, GOOD)):
+        first = check_schemas(use, None)
+        monkeypatch.setattr(tools_module, "schema_or_error", lambda schema, param: checked.append(schema))
+        assert check_schemas(use, None) == first
+        assert checked == []  # kept: not checked again
+        monkeypatch.undo()
+    problem = check_schemas(_tools(GOOD, BAD, BAD), None)
+    assert problem is not None and problem[1] == "tools[1].function.parameters"
+    assert check_schemas(_tools(GOOD, GOOD), None) is None
+    # the same schemas under other fields, or a NaN where the kept set had a null: other sets
+    other = check_schemas(_tools(GOOD, GOOD, BAD), None)
+    assert other is not None and other[1] == "tools[2].function.parameters" and "tools[2]" in other[0]
+    as_format = check_schemas(None, OutputFormat("json_schema", BAD, "out", "response_format.json_schema.schema"))
+    assert as_format is not None and as_format[1] == "response_format.json_schema.schema"
+    nan = {"type": "object", "properties": {"n": {"type": "number", "maximum": float("nan")}}}
+    null = {"type": "object", "properties": {"n": {"type": "number", "maximum": None}}}
+    assert check_schemas(_tools(null), None) is not None  # a maximum must be a number
+    assert check_schemas(_tools(nan), None) != check_schemas(_tools(null), None)
+
+
+def test_the_kept_verdicts_are_bounded() -> None:
+    _VERDICTS.clear()
+    for i in range(MAX_KEPT_VERDICTS + 10):
+        assert check_schemas(_tools({"type": "object", "description": f"tool {i}"}), None) is None
+    assert len(_VERDICTS) == MAX_KEPT_VERDICTS

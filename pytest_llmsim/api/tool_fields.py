@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
-from ..sim import invalid
+from ..sim import invalid, wire_json
+from ..sim.kept import Kept
 from .anthropic_server_tools import anthropic_server_tool
 from .anthropic_tools import anthropic_defined_tool
 from .validation import describe
@@ -59,6 +60,34 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
     if len(tools) > MAX_OPENAI_TOOLS:
         raise invalid(f"Invalid 'tools': array too long. Expected an array with maximum length {MAX_OPENAI_TOOLS}, "
                       f"but got an array with length {len(tools)} instead.", "tools", "array_above_max_length")
+    specs = _function_specs(tools, flat)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise invalid(f"Invalid type for 'parallel_tool_calls': expected a boolean, but got {describe(parallel)}.",
+                      "parallel_tool_calls", "invalid_type")
+    use = ToolUse(specs, parallel=parallel is not False)
+    if choice is None or choice in ("auto", "none", "required"):
+        return ToolUse(use.tools, choice or "auto", None, use.parallel)
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        function = choice if flat else choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if use.named(name) is None:
+            raise invalid(f"Invalid value for 'tool_choice': function {describe(name)} is not among the tools.",
+                          "tool_choice", "invalid_value")
+        return ToolUse(use.tools, "function", name, use.parallel)
+    raise invalid("Invalid value for 'tool_choice': expected 'none', 'auto', 'required' or "
+                  "{'type': 'function', ...}.", "tool_choice", "invalid_value")
+
+
+def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
+    """The function tools of a chat (``flat=False``) or Responses list, checked; kept per list of tools
+    (an agent sends the same ones with every request: 20 tools' checks and objects were a few per cent
+    of such a request), by the list's compact JSON text."""
+    key = wire_json.exact(tools)
+    if key is not None:
+        kept = _SPECS.get((flat, key))
+        if kept is not None:
+            return kept
     specs = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
@@ -72,22 +101,16 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
         where = param if flat else f"{param}.function"
         specs.append(ToolSpec(_name(function.get("name"), f"{where}.name"),
                               _schema(function.get("parameters"), f"{where}.parameters"), f"{where}.parameters"))
-    parallel = body.get("parallel_tool_calls")
-    if parallel is not None and not isinstance(parallel, bool):
-        raise invalid(f"Invalid type for 'parallel_tool_calls': expected a boolean, but got {describe(parallel)}.",
-                      "parallel_tool_calls", "invalid_type")
-    use = ToolUse(tuple(specs), parallel=parallel is not False)
-    if choice is None or choice in ("auto", "none", "required"):
-        return ToolUse(use.tools, choice or "auto", None, use.parallel)
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        function = choice if flat else choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if use.named(name) is None:
-            raise invalid(f"Invalid value for 'tool_choice': function {describe(name)} is not among the tools.",
-                          "tool_choice", "invalid_value")
-        return ToolUse(use.tools, "function", name, use.parallel)
-    raise invalid("Invalid value for 'tool_choice': expected 'none', 'auto', 'required' or "
-                  "{'type': 'function', ...}.", "tool_choice", "invalid_value")
+    result = tuple(specs)
+    if key is not None:
+        _SPECS.keep((flat, key), result)
+    return result
+
+
+#: Lists of function tools kept, parsed (the oldest goes first). Their objects are frozen; their schemas
+#: are read, never changed, as a request's own are.
+MAX_KEPT_SPECS = 128
+_SPECS: Kept[tuple[bool, bytes], tuple[ToolSpec, ...]] = Kept(MAX_KEPT_SPECS)
 
 
 def _json_schema_format(schema: Any, name: Any, param: str) -> OutputFormat:

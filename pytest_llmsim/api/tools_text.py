@@ -10,18 +10,17 @@ kept), so it is written once per distinct list of tools.
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from ..sim import wire_json
+from ..sim.kept import Kept
 
 __all__ = ["MAX_KEPT", "tools_text"]
 
 #: Distinct lists of tools whose text is kept (the oldest goes first; a few MB at most).
 MAX_KEPT = 128
 
-_TEXTS: dict[bytes, str] = {}
-_KEEPING = threading.Lock()  # a miss only: another thread's eviction must not change the dict under ours
+_TEXTS: Kept[bytes, str] = Kept(MAX_KEPT)
 
 
 def tools_text(tools: Any) -> str:
@@ -34,8 +33,5 @@ def tools_text(tools: Any) -> str:
     text = _TEXTS.get(key)
     if text is None:
         text = json.dumps(tools)
-        with _KEEPING:
-            _TEXTS[key] = text
-            if len(_TEXTS) > MAX_KEPT:
-                del _TEXTS[next(iter(_TEXTS))]
+        _TEXTS.keep(key, text)
     return text

@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ..sim import wire_json
+from ..sim.kept import Kept
 from ..sim.request import OutputFormat, ToolSpec, ToolUse
 from .schema import SchemaError, check_schema
 
@@ -32,11 +34,31 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
     """The first schema of a request that is not a valid JSON Schema, as ``(message, param)``; None if all are.
 
     Run after the request's cheap limits: 60,000 distinct tool schemas cost ~40 s to check, and
-    a request that long is refused by its context length first.
+    a request that long is refused by its context length first. The verdict is kept per set of schemas
+    (an agent sends the same tools with every request: 20 tools' checks, each keyed by its own text, were
+    about a tenth of such a request), under their JSON text with sorted keys (:func:`wire_json.canonical`: one
+    C call where orjson writes it exactly).
     """
-    schemas = [(tool.parameters, tool.param) for tool in use.tools] if use is not None else []
+    schemas = [[tool.parameters, tool.param] for tool in use.tools] if use is not None else []
     if output_format is not None and output_format.schema is not None:
-        schemas.append((output_format.schema, output_format.param))
+        schemas.append([output_format.schema, output_format.param])
+    if not schemas:
+        return None
+    key = wire_json.canonical(schemas)
+    known = _VERDICTS.get(key)
+    if known is not None:
+        return known[0]
+    verdict = _first_problem(schemas)
+    _VERDICTS.keep(key, (verdict,))
+    return verdict
+
+
+#: Sets of schemas whose verdict is kept (the oldest goes first).
+MAX_KEPT_VERDICTS = 128
+_VERDICTS: Kept[bytes, tuple[tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)  # (verdict,): None is one
+
+
+def _first_problem(schemas: list[list[Any]]) -> tuple[str, str] | None:
     for schema, param in schemas:
         try:
             schema_or_error(schema, param)

@@ -40,15 +40,18 @@ def dumps(value: Any) -> bytes:
 
 def exact(value: Any, sort_keys: bool = False) -> bytes | None:
     """orjson's compact text of ``value`` where it is exact (parses back to ``value``), else None: it writes NaN
-    and the infinities as ``null`` (so a text holding ``null`` is not trusted), and refuses non-string keys and
-    integers past 64 bits. C speed: a cache key for a value a client sends again and again."""
+    and the infinities as ``null`` (so a text holding ``null`` is read back and compared: an agent's optional
+    tool arguments are ``{"type": "null"}`` and ``"default": null``), and refuses non-string keys and integers
+    past 64 bits. C speed: a cache key for a value a client sends again and again."""
     if orjson is None:
         return None
     try:
         text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
     except TypeError:  # orjson.JSONEncodeError
         return None
-    return None if b"null" in text else text
+    if b"null" in text and orjson.loads(text) != value:  # a NaN or an infinity became null (or a tuple a list)
+        return None
+    return text
 
 
 def canonical(value: Any) -> bytes:
