@@ -40,11 +40,16 @@ TOOLS = [{"type": "function", "function": {
         "query": {"type": "string", "description": "what"}, "limit": {"type": "integer"},
         "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["query"]}}} for i in range(20)]
 AGENT = {**CHAT, "tools": TOOLS, "messages": CHAT["messages"] * 3}
+# The same tools as pydantic models with an optional field write them (pydantic-ai, openai-agents): a null in each.
+OPTIONAL_TOOLS = [{"type": "function", "function": {**tool["function"], "parameters": {
+    **tool["function"]["parameters"], "properties": {**tool["function"]["parameters"]["properties"], "since": {
+        "anyOf": [{"type": "string"}, {"type": "null"}], "default": None}}}}} for tool in TOOLS]
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "chat": ("/v1/chat/completions", CHAT),
     "chat, 3,000-token system prompt": ("/v1/chat/completions", {**CHAT, "messages": [
         {"role": "system", "content": SYSTEM_PROMPT}, CHAT["messages"][1]]}),
     "chat, 20 tools": ("/v1/chat/completions", AGENT),
+    "chat, 20 tools with optional arguments": ("/v1/chat/completions", {**AGENT, "tools": OPTIONAL_TOOLS}),
     "chat, streamed": ("/v1/chat/completions", {**CHAT, "stream": True}),
     "completions": ("/v1/completions", {"model": "llmsim", "prompt": "Say hello", "max_tokens": 16}),
     # vllm bench serve's random dataset: token ids, as its --dataset-name random sends them

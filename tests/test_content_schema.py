@@ -17,6 +17,7 @@ from pytest_llmsim.content import tools as tools_module
 from pytest_llmsim.content.schema import SchemaError, check_schema, generate_instance
 from pytest_llmsim.content.schema_check import _schema_problem
 from pytest_llmsim.content.tools import _VERDICTS, MAX_KEPT_VERDICTS, OutputFormat, ToolSpec, ToolUse, check_schemas
+from pytest_llmsim.sim import wire_json
 
 FORMATS = ["date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname"]
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -222,3 +223,18 @@ def test_the_kept_verdicts_are_bounded() -> None:
     for i in range(MAX_KEPT_VERDICTS + 10):
         assert check_schemas(_tools({"type": "object", "description": f"tool {i}"}), None) is None
     assert len(_VERDICTS) == MAX_KEPT_VERDICTS
+
+
+def test_a_kept_tools_tuple_is_found_without_writing_its_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parser that keeps its tools' objects per list hands the same tuple again: its verdict is found by
+    the tuple (held, so no other tuple at its address matches), its schemas not written again; with a
+    response format beside the tools the set is found by its text."""
+    use = _tools(GOOD, BAD)
+    first = check_schemas(use, None)
+    written: list[Any] = []
+    canonical = wire_json.canonical
+    monkeypatch.setattr(wire_json, "canonical", lambda value: written.append(value) or canonical(value))
+    assert check_schemas(ToolUse(use.tools, "required"), None) == first  # another ToolUse, the same tuple
+    assert written == []
+    check_schemas(use, OutputFormat("json_schema", GOOD, "out", "response_format.json_schema.schema"))
+    assert len(written) >= 1 and written[0][-1] == [GOOD, "response_format.json_schema.schema"]

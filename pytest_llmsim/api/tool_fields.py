@@ -16,10 +16,11 @@ import re
 from typing import Any
 
 from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
-from ..sim import invalid, wire_json
+from ..sim import invalid
 from ..sim.kept import Kept
 from .anthropic_server_tools import anthropic_server_tool
 from .anthropic_tools import anthropic_defined_tool
+from .tools_text import tools_key
 from .validation import describe
 
 __all__ = ["anthropic_output_format", "anthropic_tool_use", "openai_output_format", "openai_tool_use",
@@ -83,7 +84,7 @@ def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
     """The function tools of a chat (``flat=False``) or Responses list, checked; kept per list of tools
     (an agent sends the same ones with every request: 20 tools' checks and objects were a few per cent
     of such a request), by the list's compact JSON text."""
-    key = wire_json.exact(tools)
+    key = tools_key(tools)
     if key is not None:
         kept = _SPECS.get((flat, key))
         if kept is not None:

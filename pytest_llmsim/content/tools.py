@@ -37,8 +37,15 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
     a request that long is refused by its context length first. The verdict is kept per set of schemas
     (an agent sends the same tools with every request: 20 tools' checks, each keyed by its own text, were
     about a tenth of such a request), under their JSON text with sorted keys (:func:`wire_json.canonical`: one
-    C call where orjson writes it exactly).
+    C call where orjson writes it exactly), and by the tools' own tuple where a parser keeps its tools' objects
+    per list (:mod:`pytest_llmsim.api.tool_fields`): the same tuple, the same schemas, no text to write.
     """
+    tools_only = use is not None and (output_format is None or output_format.schema is None)
+    if tools_only:
+        assert use is not None
+        seen = _BY_TOOLS.get(id(use.tools))
+        if seen is not None and seen[0] is use.tools:  # held by the entry: no other tuple has its address
+            return seen[1]
     schemas = [[tool.parameters, tool.param] for tool in use.tools] if use is not None else []
     if output_format is not None and output_format.schema is not None:
         schemas.append([output_format.schema, output_format.param])
@@ -47,15 +54,22 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
     key = wire_json.canonical(schemas)
     known = _VERDICTS.get(key)
     if known is not None:
-        return known[0]
-    verdict = _first_problem(schemas)
-    _VERDICTS.keep(key, (verdict,))
+        verdict = known[0]
+    else:
+        verdict = _first_problem(schemas)
+        _VERDICTS.keep(key, (verdict,))
+    if tools_only:
+        assert use is not None
+        _BY_TOOLS.keep(id(use.tools), (use.tools, verdict))
     return verdict
 
 
 #: Sets of schemas whose verdict is kept (the oldest goes first).
 MAX_KEPT_VERDICTS = 128
 _VERDICTS: Kept[bytes, tuple[tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)  # (verdict,): None is one
+# The same verdicts by a tools tuple's address (the tuple held with it); a parser that makes new objects for
+# every request (Anthropic's, Gemini's) passes through and evicts: its sets are then found by their text.
+_BY_TOOLS: Kept[int, tuple[tuple[ToolSpec, ...], tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)
 
 
 def _first_problem(schemas: list[list[Any]]) -> tuple[str, str] | None:
