@@ -57,6 +57,11 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
         1000 + (i * 7919) % 90000 for i in range(256)], "max_tokens": 16}),
     "anthropic messages": ("/v1/messages", {"model": "llmsim", "max_tokens": 16,
                                             "messages": [{"role": "user", "content": "Say hello"}]}),
+    "anthropic messages, 20 tools": ("/v1/messages", {
+        "model": "llmsim", "max_tokens": 16, "system": "You are a helpful assistant.",
+        "messages": [{"role": "user", "content": "Say hello to the load test."}] * 3,
+        "tools": [{"name": tool["function"]["name"], "description": tool["function"]["description"],
+                   "input_schema": tool["function"]["parameters"]} for tool in OPTIONAL_TOOLS]}),
     "responses": ("/v1/responses", {"model": "llmsim", "input": "Say hello", "max_output_tokens": 16,
                                     "store": False}),
     "gemini generateContent": ("/v1beta/models/llmsim:generateContent", {

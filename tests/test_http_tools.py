@@ -377,3 +377,25 @@ def test_an_agents_function_tools_are_checked_once_per_list_and_a_bad_list_every
     for _ in range(2):
         with pytest.raises(SimError, match=r"tools\[1\]\.function\.name"):
             openai_tool_use({"tools": bad}, flat=False)
+
+
+def test_anthropics_tools_are_kept_per_list_unless_a_server_tool_reads_the_prompt() -> None:
+    """Anthropic's client and Anthropic-defined tools are kept per list as the function tools are; a list
+    with a server tool is parsed for every request, since the tool's call reads that request's prompt."""
+    from pytest_llmsim.api.tool_fields import anthropic_tool_use
+    from pytest_llmsim.sim import SimError
+
+    client = [{"name": "lookup", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+              {"type": "bash_20250124", "name": "bash"}]
+    first = anthropic_tool_use({"tools": client}, "one prompt")
+    again = anthropic_tool_use({"tools": json.loads(json.dumps(client)), "tool_choice": {"type": "any"}}, "another")
+    assert first is not None and again is not None and again.tools is first.tools and again.choice == "required"
+    searching = [*client, {"type": "web_search_20250305", "name": "web_search"}]
+    news = anthropic_tool_use({"tools": searching}, "latest news about kittens")
+    weather = anthropic_tool_use({"tools": searching}, "weather in Lisbon")
+    assert news is not None and weather is not None
+    assert news.tools[2].parameters != weather.tools[2].parameters  # each request's own query
+    bad = [*client, {"name": "no input schema"}]
+    for _ in range(2):
+        with pytest.raises(SimError, match=r"tools\.2\.input_schema"):
+            anthropic_tool_use({"tools": bad}, "")

@@ -86,7 +86,7 @@ def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
     of such a request), by the list's compact JSON text."""
     key = tools_key(tools)
     if key is not None:
-        kept = _SPECS.get((flat, key))
+        kept = _SPECS.get(("flat" if flat else "nested", key))
         if kept is not None:
             return kept
     specs = []
@@ -104,14 +104,47 @@ def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
                               _schema(function.get("parameters"), f"{where}.parameters"), f"{where}.parameters"))
     result = tuple(specs)
     if key is not None:
-        _SPECS.keep((flat, key), result)
+        _SPECS.keep(("flat" if flat else "nested", key), result)
     return result
 
 
-#: Lists of function tools kept, parsed (the oldest goes first). Their objects are frozen; their schemas
-#: are read, never changed, as a request's own are.
+def _anthropic_specs(tools: list[Any], prompt: str) -> tuple[ToolSpec, ...]:
+    """Anthropic's tools, checked; kept per list as the function tools are (:func:`_function_specs`), unless
+    one is a server tool, whose call reads the request's own ``prompt``."""
+    key = tools_key(tools)
+    if key is not None:
+        kept = _SPECS.get(("anthropic", key))
+        if kept is not None:
+            return kept
+    specs = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise invalid(f"tools.{i}: Input should be an object.", f"tools.{i}", "invalid_type")
+        defined = anthropic_defined_tool(tool, f"tools.{i}") or anthropic_server_tool(tool, f"tools.{i}", prompt)
+        if defined is not None:
+            specs.append(defined)
+            continue
+        if tool.get("type") not in (None, "custom"):
+            raise invalid(f"tools.{i}.type: tools of type {tool.get('type')!r} are not simulated; client tools "
+                          "with 'name' and 'input_schema', the Anthropic-defined tools (memory, text editor, bash, "
+                          "computer) and the server tools (web search, web fetch, code execution) are.",
+                          f"tools.{i}.type", "unsupported_value")
+        if "input_schema" not in tool:
+            raise invalid(f"tools.{i}.input_schema: Field required.", f"tools.{i}.input_schema",
+                          "missing_required_parameter")
+        specs.append(ToolSpec(_name(tool.get("name"), f"tools.{i}.name"),
+                              _schema(tool["input_schema"], f"tools.{i}.input_schema"), f"tools.{i}.input_schema"))
+    result = tuple(specs)
+    if key is not None and all(spec.server is None for spec in result):
+        _SPECS.keep(("anthropic", key), result)
+    return result
+
+
+#: Lists of tools kept, parsed, by their shape ("nested": chat's, "flat": the Responses API's, "anthropic") and
+#: text (the oldest goes first). Their objects are frozen; their schemas are read, never changed, as a
+#: request's own are.
 MAX_KEPT_SPECS = 128
-_SPECS: Kept[tuple[bool, bytes], tuple[ToolSpec, ...]] = Kept(MAX_KEPT_SPECS)
+_SPECS: Kept[tuple[str, bytes], tuple[ToolSpec, ...]] = Kept(MAX_KEPT_SPECS)
 
 
 def _json_schema_format(schema: Any, name: Any, param: str) -> OutputFormat:
@@ -175,27 +208,10 @@ def anthropic_tool_use(body: dict[str, Any], prompt: str = "") -> ToolUse | None
         return None
     if not isinstance(tools, list):
         raise invalid(f"tools: Input should be a valid list, not {describe(tools)}.", "tools", "invalid_type")
-    specs = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise invalid(f"tools.{i}: Input should be an object.", f"tools.{i}", "invalid_type")
-        defined = anthropic_defined_tool(tool, f"tools.{i}") or anthropic_server_tool(tool, f"tools.{i}", prompt)
-        if defined is not None:
-            specs.append(defined)
-            continue
-        if tool.get("type") not in (None, "custom"):
-            raise invalid(f"tools.{i}.type: tools of type {tool.get('type')!r} are not simulated; client tools "
-                          "with 'name' and 'input_schema', the Anthropic-defined tools (memory, text editor, bash, "
-                          "computer) and the server tools (web search, web fetch, code execution) are.",
-                          f"tools.{i}.type", "unsupported_value")
-        if "input_schema" not in tool:
-            raise invalid(f"tools.{i}.input_schema: Field required.", f"tools.{i}.input_schema",
-                          "missing_required_parameter")
-        specs.append(ToolSpec(_name(tool.get("name"), f"tools.{i}.name"),
-                              _schema(tool["input_schema"], f"tools.{i}.input_schema"), f"tools.{i}.input_schema"))
+    specs = _anthropic_specs(tools, prompt)
     kind = "auto" if choice is None else choice["type"]
     parallel = not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)
-    use = ToolUse(tuple(specs), parallel=parallel)
+    use = ToolUse(specs, parallel=parallel)
     if kind == "tool":
         name = choice.get("name") if isinstance(choice, dict) else None
         if use.named(name) is None:
