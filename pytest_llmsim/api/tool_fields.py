@@ -13,6 +13,7 @@ against their draft's metaschema: a malformed one answers 400 naming it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
@@ -61,7 +62,7 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
     if len(tools) > MAX_OPENAI_TOOLS:
         raise invalid(f"Invalid 'tools': array too long. Expected an array with maximum length {MAX_OPENAI_TOOLS}, "
                       f"but got an array with length {len(tools)} instead.", "tools", "array_above_max_length")
-    specs = _function_specs(tools, flat)
+    specs = _kept_specs("flat" if flat else "nested", tools, lambda: _function_specs(tools, flat))
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise invalid(f"Invalid type for 'parallel_tool_calls': expected a boolean, but got {describe(parallel)}.",
@@ -80,15 +81,23 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
                   "{'type': 'function', ...}.", "tool_choice", "invalid_value")
 
 
-def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
-    """The function tools of a chat (``flat=False``) or Responses list, checked; kept per list of tools
-    (an agent sends the same ones with every request: 20 tools' checks and objects were a few per cent
-    of such a request), by the list's compact JSON text."""
+def _kept_specs(shape: str, tools: list[Any], parse: Callable[[], tuple[ToolSpec, ...]]) -> tuple[ToolSpec, ...]:
+    """``parse()``, kept per list of tools of one ``shape`` by the list's compact JSON text: an agent sends the
+    same tools with every request (20 tools' checks and objects were a few per cent of such a request). A
+    list with a server tool is parsed every time: its call reads the request's own prompt."""
     key = tools_key(tools)
     if key is not None:
-        kept = _SPECS.get(("flat" if flat else "nested", key))
+        kept = _SPECS.get((shape, key))
         if kept is not None:
             return kept
+    specs = parse()
+    if key is not None and all(spec.server is None for spec in specs):
+        _SPECS.keep((shape, key), specs)
+    return specs
+
+
+def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
+    """The function tools of a chat (``flat=False``) or Responses list, checked."""
     specs = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
@@ -102,21 +111,13 @@ def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
         where = param if flat else f"{param}.function"
         specs.append(ToolSpec(_name(function.get("name"), f"{where}.name"),
                               _schema(function.get("parameters"), f"{where}.parameters"), f"{where}.parameters"))
-    result = tuple(specs)
-    if key is not None:
-        _SPECS.keep(("flat" if flat else "nested", key), result)
-    return result
+    return tuple(specs)
 
 
 def _anthropic_specs(tools: list[Any], prompt: str) -> tuple[ToolSpec, ...]:
-    """Anthropic's tools, checked; kept per list as the function tools are (:func:`_function_specs`), unless
-    one is a server tool, whose call reads the request's own ``prompt``."""
-    key = tools_key(tools)
-    if key is not None:
-        kept = _SPECS.get(("anthropic", key))
-        if kept is not None:
-            return kept
-    specs = []
+    """Anthropic's tools (client, Anthropic-defined and server tools; a server tool's call reads ``prompt``),
+    checked."""
+    specs: list[ToolSpec] = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise invalid(f"tools.{i}: Input should be an object.", f"tools.{i}", "invalid_type")
@@ -134,10 +135,7 @@ def _anthropic_specs(tools: list[Any], prompt: str) -> tuple[ToolSpec, ...]:
                           "missing_required_parameter")
         specs.append(ToolSpec(_name(tool.get("name"), f"tools.{i}.name"),
                               _schema(tool["input_schema"], f"tools.{i}.input_schema"), f"tools.{i}.input_schema"))
-    result = tuple(specs)
-    if key is not None and all(spec.server is None for spec in result):
-        _SPECS.keep(("anthropic", key), result)
-    return result
+    return tuple(specs)
 
 
 #: Lists of tools kept, parsed, by their shape ("nested": chat's, "flat": the Responses API's, "anthropic") and
@@ -208,7 +206,7 @@ def anthropic_tool_use(body: dict[str, Any], prompt: str = "") -> ToolUse | None
         return None
     if not isinstance(tools, list):
         raise invalid(f"tools: Input should be a valid list, not {describe(tools)}.", "tools", "invalid_type")
-    specs = _anthropic_specs(tools, prompt)
+    specs = _kept_specs("anthropic", tools, lambda: _anthropic_specs(tools, prompt))
     kind = "auto" if choice is None else choice["type"]
     parallel = not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)
     use = ToolUse(specs, parallel=parallel)

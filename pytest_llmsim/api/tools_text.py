@@ -30,7 +30,8 @@ _LAST = threading.local()  # per handler: the last list of tools keyed, and its 
 def tools_key(tools: Any) -> bytes | None:
     """``wire_json.exact(tools)``: the key of what is kept for a list of tools, written once per request
     (a list with a null is read back to be sure of it, which costs as much as writing it). The last list
-    keyed is held with its key, so the identity test can never match another list at a freed one's address."""
+    keyed is held with its key, so the identity test can never match another list at a freed one's address;
+    a list changed in place after it was keyed would keep its old key (the parsers read fresh bodies)."""
     last = getattr(_LAST, "pair", None)
     if last is not None and last[0] is tools:
         return last[1]  # type: ignore[no-any-return]

@@ -40,11 +40,11 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
     C call where orjson writes it exactly), and by the tools' own tuple where a parser keeps its tools' objects
     per list (:mod:`pytest_llmsim.api.tool_fields`): the same tuple, the same schemas, no text to write.
     """
-    tools_only = use is not None and (output_format is None or output_format.schema is None)
-    if tools_only:
-        assert use is not None
-        seen = _BY_TOOLS.get(id(use.tools))
-        if seen is not None and seen[0] is use.tools:  # held by the entry: no other tuple has its address
+    # tools alone (no response format beside them): their tuple, which a parser may hand again
+    tools = use.tools if use is not None and (output_format is None or output_format.schema is None) else None
+    if tools is not None:
+        seen = _BY_TOOLS.get(id(tools))
+        if seen is not None and seen[0] is tools:  # held by the entry: no other tuple has its address
             return seen[1]
     schemas = [[tool.parameters, tool.param] for tool in use.tools] if use is not None else []
     if output_format is not None and output_format.schema is not None:
@@ -58,9 +58,8 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
     else:
         verdict = _first_problem(schemas)
         _VERDICTS.keep(key, (verdict,))
-    if tools_only:
-        assert use is not None
-        _BY_TOOLS.keep(id(use.tools), (use.tools, verdict))
+    if tools is not None:
+        _BY_TOOLS.keep(id(tools), (tools, verdict))
     return verdict
 
 
