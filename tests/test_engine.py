@@ -6,10 +6,13 @@ import random
 
 import pytest
 from engine_helpers import Recorder, gaps, make_engine, prompt
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_llmsim.sim.config import SimConfig
 from pytest_llmsim.sim.engine import Engine, SeqState, SimSequence
 from pytest_llmsim.sim.latency import LatencyModel
+from pytest_llmsim.sim.prefix_cache import _ROOT_HASH, CHAINED_IN_C_FROM, block_hashes
 
 
 def test_lone_request_has_exact_ttft_and_gaps() -> None:
@@ -246,3 +249,24 @@ def test_backdated_arrival_counts_from_when_the_request_arrived() -> None:
     engine.submit(late, at=19.5)  # later than its whole TTFT: the first token goes out now
     engine.run_until_idle()
     assert late.first_token_at == 20.0 and late.ttft == pytest.approx(0.1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(st.integers(min_value=0, max_value=200_000), max_size=700),
+       block_size=st.sampled_from([1, 3, 16, 32]))
+def test_block_hashes_chain_every_full_block_the_same_whichever_way_they_are_cut(tokens: list[int],
+                                                                                block_size: int) -> None:
+    """A long prompt's blocks are cut and chained in C, a short one's in a loop: both give the chain a
+    plain walk gives (each full block's hash covers its tokens and its parent's hash; a partial one is out)."""
+    expected, parent = [], _ROOT_HASH
+    for start in range(0, len(tokens) // block_size * block_size, block_size):
+        parent = hash((parent, tuple(tokens[start:start + block_size])))
+        expected.append(parent)
+    assert block_hashes(tokens, block_size) == expected
+
+
+def test_a_prompt_long_enough_is_cut_in_c_and_one_block_shorter_in_the_loop() -> None:
+    """Both ways of cutting meet at ``CHAINED_IN_C_FROM`` blocks, and agree on the blocks they share."""
+    tokens = [(i * 7919) % 100_000 for i in range(CHAINED_IN_C_FROM * 16 + 5)]
+    long, short = block_hashes(tokens, 16), block_hashes(tokens[:(CHAINED_IN_C_FROM - 1) * 16], 16)
+    assert len(long) == CHAINED_IN_C_FROM and len(short) == CHAINED_IN_C_FROM - 1 and long[:-1] == short

@@ -14,18 +14,31 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import accumulate, islice
 
 __all__ = ["PrefixCache", "block_hashes"]
 
 _ROOT_HASH = 0x6C6C6D73696D  # any fixed value: the parent of the first block
 
 
+# From this many full blocks on, the blocks are cut by zip and chained by accumulate (0.75x the loop's time
+# for an agent's 117 blocks); below it the loop, which sets up less (2x faster for one block).
+CHAINED_IN_C_FROM = 16
+
+
+def _chained(parent: int, block: tuple[int, ...]) -> int:
+    return hash((parent, block))
+
+
 def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
     """Chained hashes of the full blocks of ``tokens``."""
+    if len(tokens) >= CHAINED_IN_C_FROM * block_size:
+        blocks = zip(*[iter(tokens)] * block_size)  # the full blocks as tuples (a partial last one is left out)
+        return list(islice(accumulate(blocks, _chained, initial=_ROOT_HASH), 1, None))
     hashes: list[int] = []
     parent = _ROOT_HASH
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tuple(tokens[start:start + block_size])))
+        parent = hash((parent, tuple(tokens[start:start + block_size])))  # _chained's, without the call
         hashes.append(parent)
     return hashes
 
