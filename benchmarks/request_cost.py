@@ -69,6 +69,20 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
         "generationConfig": {"maxOutputTokens": 16}}),
     "bedrock converse": ("/model/llmsim/converse", {
         "messages": [{"role": "user", "content": [{"text": "Say hello"}]}], "inferenceConfig": {"maxTokens": 16}}),
+    "gemini generateContent, 20 tools": ("/v1beta/models/llmsim:generateContent", {
+        "contents": [{"role": "user", "parts": [{"text": "Say hello to the load test."}]}] * 3,
+        "generationConfig": {"maxOutputTokens": 16},
+        "tools": [{"functionDeclarations": [{"name": tool["function"]["name"],
+                                             "description": tool["function"]["description"],
+                                             "parametersJsonSchema": tool["function"]["parameters"]}
+                                            for tool in OPTIONAL_TOOLS]}]}),
+    "bedrock converse, 20 tools": ("/model/llmsim/converse", {
+        "messages": [{"role": "user", "content": [{"text": "Say hello to the load test."}]}] * 3,
+        "inferenceConfig": {"maxTokens": 16},
+        "toolConfig": {"tools": [{"toolSpec": {"name": tool["function"]["name"],
+                                               "description": tool["function"]["description"],
+                                               "inputSchema": {"json": tool["function"]["parameters"]}}}
+                                 for tool in OPTIONAL_TOOLS]}}),
 }
 
 

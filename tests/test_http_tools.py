@@ -399,3 +399,32 @@ def test_anthropics_tools_are_kept_per_list_unless_a_server_tool_reads_the_promp
     for _ in range(2):
         with pytest.raises(SimError, match=r"tools\.2\.input_schema"):
             anthropic_tool_use({"tools": bad}, "")
+
+
+def test_gemini_and_bedrock_tools_are_kept_per_list_and_a_bad_list_refused_every_time() -> None:
+    """Gemini's declarations (their OpenAPI schemas made JSON Schemas) and Bedrock's tool specs are kept per
+    list too; Gemini's allowed names still pick among the kept tools, and a bad list is refused every time."""
+    from pytest_llmsim.api.bedrock_fields import _tool_use as bedrock_tool_use
+    from pytest_llmsim.api.gemini_fields import gemini_tool_use
+    from pytest_llmsim.sim import SimError
+
+    declarations = [{"functionDeclarations": [
+        {"name": "lookup", "parameters": {"type": "OBJECT", "properties": {"q": {"type": "STRING", "nullable": True}}}},
+        {"name": "other"}]}]
+    first = gemini_tool_use({"tools": declarations})
+    again = gemini_tool_use({"tools": json.loads(json.dumps(declarations))})
+    assert first is not None and again is not None and again.tools is first.tools
+    assert first.tools[0].parameters["properties"]["q"]["type"] == ["string", "null"]
+    picked = gemini_tool_use({"tools": declarations, "toolConfig": {"functionCallingConfig": {
+        "mode": "ANY", "allowedFunctionNames": ["other"]}}})
+    assert picked is not None and [tool.name for tool in picked.tools] == ["other"] and picked.choice == "function"
+    for _ in range(2):
+        with pytest.raises(SimError, match="googleSearch tools are not simulated"):
+            gemini_tool_use({"tools": [*declarations, {"googleSearch": {}}]})
+    specs = [{"toolSpec": {"name": "lookup", "inputSchema": {"json": {"type": "object"}}}}, {"cachePoint": {}}]
+    kept = bedrock_tool_use({"toolConfig": {"tools": specs}})
+    assert kept is not None and bedrock_tool_use({"toolConfig": {"tools": json.loads(json.dumps(specs))}}).tools \
+        is kept.tools  # type: ignore[union-attr]
+    for _ in range(2):
+        with pytest.raises(SimError, match=r"toolConfig\.tools\.1\.toolSpec"):
+            bedrock_tool_use({"toolConfig": {"tools": [specs[0], {"toolSpec": {"name": "no schema"}}]}})

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.request import OutputFormat, ToolSpec, ToolUse
-from .tools_text import tools_text
+from .tools_text import kept_specs, tools_text
 from .validation import describe, expect_object, is_int, is_number
 
 __all__ = ["parse_converse"]
@@ -112,17 +112,8 @@ def _tool_use(body: dict[str, Any]) -> ToolUse | None:
         return None
     if not isinstance(config, dict) or not isinstance(config.get("tools"), list) or not config["tools"]:
         raise invalid("toolConfig.tools: a non-empty list of tools is required.", "toolConfig.tools", "invalid_value")
-    specs = []
-    for i, tool in enumerate(config["tools"]):
-        if isinstance(tool, dict) and "cachePoint" in tool:
-            continue
-        spec = tool.get("toolSpec") if isinstance(tool, dict) else None
-        schema = spec.get("inputSchema", {}).get("json") if isinstance(spec, dict) else None
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(schema, dict):
-            raise invalid(f"toolConfig.tools.{i}.toolSpec: a name and inputSchema.json are required.",
-                          f"toolConfig.tools.{i}.toolSpec", "invalid_value")
-        specs.append(ToolSpec(spec["name"], schema, f"toolConfig.tools.{i}.toolSpec.inputSchema.json"))
-    use = ToolUse(tuple(specs), "auto", None, True)
+    tools = config["tools"]
+    use = ToolUse(kept_specs("bedrock", tools, lambda: _tool_specs(tools)), "auto", None, True)
     choice = config.get("toolChoice")
     if choice is None or choice == {"auto": {}}:
         return use
@@ -134,6 +125,21 @@ def _tool_use(body: dict[str, Any]) -> ToolUse | None:
         raise invalid("toolConfig.toolChoice: expected {auto: {}}, {any: {}} or {tool: {name}} naming a tool.",
                       "toolConfig.toolChoice", "invalid_value")
     return ToolUse(use.tools, "function", name, True)
+
+
+def _tool_specs(tools: list[Any]) -> tuple[ToolSpec, ...]:
+    """``toolConfig.tools``' tool specs, checked (its cache points left out)."""
+    specs = []
+    for i, tool in enumerate(tools):
+        if isinstance(tool, dict) and "cachePoint" in tool:
+            continue
+        spec = tool.get("toolSpec") if isinstance(tool, dict) else None
+        schema = spec.get("inputSchema", {}).get("json") if isinstance(spec, dict) else None
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(schema, dict):
+            raise invalid(f"toolConfig.tools.{i}.toolSpec: a name and inputSchema.json are required.",
+                          f"toolConfig.tools.{i}.toolSpec", "invalid_value")
+        specs.append(ToolSpec(spec["name"], schema, f"toolConfig.tools.{i}.toolSpec.inputSchema.json"))
+    return tuple(specs)
 
 
 def _output_format(body: dict[str, Any]) -> OutputFormat | None:

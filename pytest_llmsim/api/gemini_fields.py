@@ -23,6 +23,7 @@ from typing import Any
 
 from ..sim import ChatMessage, invalid
 from ..sim.request import OutputFormat, ToolSpec, ToolUse
+from .tools_text import kept_specs
 from .validation import describe, is_int, is_number
 
 __all__ = [
@@ -179,6 +180,28 @@ def gemini_tool_use(body: dict[str, Any]) -> ToolUse | None:
         return None
     if not isinstance(tools, list):
         raise invalid(f"Invalid value at 'tools': expected a list, got {describe(tools)}.", "tools", "invalid_type")
+    specs = kept_specs("gemini", tools, lambda: _declared(tools))  # the kept tuple, unless names filter it
+    if not specs:
+        return None
+    if allowed is not None:
+        names = {spec.name for spec in specs}
+        if not isinstance(allowed, list) or not allowed or any(name not in names for name in allowed):
+            raise invalid("Invalid value at 'toolConfig.functionCallingConfig.allowedFunctionNames': each must be "
+                          "the name of a declared function.", "toolConfig.functionCallingConfig.allowedFunctionNames",
+                          "invalid_value")
+        if mode != "ANY":
+            raise invalid("allowedFunctionNames may only be set when the mode is ANY.",
+                          "toolConfig.functionCallingConfig.allowedFunctionNames", "invalid_value")
+        specs = tuple(spec for spec in specs if spec.name in allowed)
+    if mode == "ANY":
+        if len(specs) == 1:
+            return ToolUse(specs, "function", specs[0].name, True)
+        return ToolUse(specs, "required", None, True)
+    return ToolUse(specs, "none" if mode == "NONE" else "auto", None, True)
+
+
+def _declared(tools: list[Any]) -> tuple[ToolSpec, ...]:
+    """The function declarations of ``tools``, checked, their OpenAPI schemas as JSON Schemas."""
     specs: list[ToolSpec] = []
     for i, tool in enumerate(tools):
         tool = _object(tool, f"tools[{i}]")
@@ -191,23 +214,7 @@ def gemini_tool_use(body: dict[str, Any]) -> ToolUse | None:
             raise invalid(f"Invalid value at 'tools[{i}].functionDeclarations': expected a list.",
                           f"tools[{i}].functionDeclarations", "invalid_type")
         specs.extend(_declaration(d, f"tools[{i}].functionDeclarations[{j}]") for j, d in enumerate(declarations))
-    if not specs:
-        return None
-    if allowed is not None:
-        names = {spec.name for spec in specs}
-        if not isinstance(allowed, list) or not allowed or any(name not in names for name in allowed):
-            raise invalid("Invalid value at 'toolConfig.functionCallingConfig.allowedFunctionNames': each must be "
-                          "the name of a declared function.", "toolConfig.functionCallingConfig.allowedFunctionNames",
-                          "invalid_value")
-        if mode != "ANY":
-            raise invalid("allowedFunctionNames may only be set when the mode is ANY.",
-                          "toolConfig.functionCallingConfig.allowedFunctionNames", "invalid_value")
-        specs = [spec for spec in specs if spec.name in allowed]
-    if mode == "ANY":
-        if len(specs) == 1:
-            return ToolUse(tuple(specs), "function", specs[0].name, True)
-        return ToolUse(tuple(specs), "required", None, True)
-    return ToolUse(tuple(specs), "none" if mode == "NONE" else "auto", None, True)
+    return tuple(specs)
 
 
 def _calling_config(config: Any) -> tuple[str, Any]:

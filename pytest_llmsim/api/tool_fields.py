@@ -13,15 +13,13 @@ against their draft's metaschema: a malformed one answers 400 naming it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from ..content.tools import NO_ARGUMENTS, OutputFormat, ToolSpec, ToolUse
 from ..sim import invalid
-from ..sim.kept import Kept
 from .anthropic_server_tools import anthropic_server_tool
 from .anthropic_tools import anthropic_defined_tool
-from .tools_text import tools_key
+from .tools_text import kept_specs
 from .validation import describe
 
 __all__ = ["anthropic_output_format", "anthropic_tool_use", "openai_output_format", "openai_tool_use",
@@ -62,7 +60,7 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
     if len(tools) > MAX_OPENAI_TOOLS:
         raise invalid(f"Invalid 'tools': array too long. Expected an array with maximum length {MAX_OPENAI_TOOLS}, "
                       f"but got an array with length {len(tools)} instead.", "tools", "array_above_max_length")
-    specs = _kept_specs("flat" if flat else "nested", tools, lambda: _function_specs(tools, flat))
+    specs = kept_specs("flat" if flat else "nested", tools, lambda: _function_specs(tools, flat))
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise invalid(f"Invalid type for 'parallel_tool_calls': expected a boolean, but got {describe(parallel)}.",
@@ -79,21 +77,6 @@ def openai_tool_use(body: dict[str, Any], flat: bool) -> ToolUse | None:
         return ToolUse(use.tools, "function", name, use.parallel)
     raise invalid("Invalid value for 'tool_choice': expected 'none', 'auto', 'required' or "
                   "{'type': 'function', ...}.", "tool_choice", "invalid_value")
-
-
-def _kept_specs(shape: str, tools: list[Any], parse: Callable[[], tuple[ToolSpec, ...]]) -> tuple[ToolSpec, ...]:
-    """``parse()``, kept per list of tools of one ``shape`` by the list's compact JSON text: an agent sends the
-    same tools with every request (20 tools' checks and objects were a few per cent of such a request). A
-    list with a server tool is parsed every time: its call reads the request's own prompt."""
-    key = tools_key(tools)
-    if key is not None:
-        kept = _SPECS.get((shape, key))
-        if kept is not None:
-            return kept
-    specs = parse()
-    if key is not None and all(spec.server is None for spec in specs):
-        _SPECS.keep((shape, key), specs)
-    return specs
 
 
 def _function_specs(tools: list[Any], flat: bool) -> tuple[ToolSpec, ...]:
@@ -136,13 +119,6 @@ def _anthropic_specs(tools: list[Any], prompt: str) -> tuple[ToolSpec, ...]:
         specs.append(ToolSpec(_name(tool.get("name"), f"tools.{i}.name"),
                               _schema(tool["input_schema"], f"tools.{i}.input_schema"), f"tools.{i}.input_schema"))
     return tuple(specs)
-
-
-#: Lists of tools kept, parsed, by their shape ("nested": chat's, "flat": the Responses API's, "anthropic") and
-#: text (the oldest goes first). Their objects are frozen; their schemas are read, never changed, as a
-#: request's own are.
-MAX_KEPT_SPECS = 128
-_SPECS: Kept[tuple[str, bytes], tuple[ToolSpec, ...]] = Kept(MAX_KEPT_SPECS)
 
 
 def _json_schema_format(schema: Any, name: Any, param: str) -> OutputFormat:
@@ -206,7 +182,7 @@ def anthropic_tool_use(body: dict[str, Any], prompt: str = "") -> ToolUse | None
         return None
     if not isinstance(tools, list):
         raise invalid(f"tools: Input should be a valid list, not {describe(tools)}.", "tools", "invalid_type")
-    specs = _kept_specs("anthropic", tools, lambda: _anthropic_specs(tools, prompt))
+    specs = kept_specs("anthropic", tools, lambda: _anthropic_specs(tools, prompt))
     kind = "auto" if choice is None else choice["type"]
     parallel = not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)
     use = ToolUse(specs, parallel=parallel)
