@@ -66,8 +66,8 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
 #: Sets of schemas whose verdict is kept (the oldest goes first).
 MAX_KEPT_VERDICTS = 128
 _VERDICTS: Kept[bytes, tuple[tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)  # (verdict,): None is one
-# The same verdicts by a tools tuple's address (the tuple held with it); a parser that makes new objects for
-# every request (Anthropic's, Gemini's) passes through and evicts: its sets are then found by their text.
+# The same verdicts by a tools tuple's address (the tuple held with it); tools made anew for every request (a
+# list with a server tool, Gemini's allowed names, tools beside a response format) are found by their text.
 _BY_TOOLS: Kept[int, tuple[tuple[ToolSpec, ...], tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)
 
 
