@@ -74,8 +74,8 @@ def kept_specs(shape: str, tools: list[Any], parse: Callable[[], tuple[ToolSpec,
     return specs
 
 
-#: Lists of tools kept, parsed, by their shape ("nested": chat's, "flat": the Responses API's, "anthropic") and
-#: text (the oldest goes first). Their objects are frozen; their schemas are read, never changed, as a
-#: request's own are.
+#: Lists of tools kept, parsed, by their shape ("nested": chat's, "flat": the Responses API's, "anthropic",
+#: "gemini", "bedrock") and text (the oldest goes first). Their objects are frozen; their schemas are read,
+#: never changed, as a request's own are.
 MAX_KEPT_SPECS = 128
 _SPECS: Kept[tuple[str, bytes], tuple[ToolSpec, ...]] = Kept(MAX_KEPT_SPECS)
