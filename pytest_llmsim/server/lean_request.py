@@ -15,7 +15,7 @@ them field by field), and :func:`request_application` is
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from werkzeug.datastructures import EnvironHeaders
 from werkzeug.exceptions import HTTPException
@@ -23,16 +23,13 @@ from werkzeug.wrappers import Request, Response
 
 __all__ = ["LeanRequest", "request_application"]
 
-_T = TypeVar("_T")
-
-
-class _OnFirstRead(Generic[_T]):
+class _OnFirstRead:
     """A field computed from the environ on first read, then kept as a plain attribute of the request
     (a non-data descriptor: the instance's own value wins from then on, and assigning one works)."""
 
     __slots__ = ("_compute", "_name")
 
-    def __init__(self, compute: Callable[[dict[str, Any]], _T]) -> None:
+    def __init__(self, compute: Callable[[dict[str, Any]], Any]) -> None:
         self._compute = compute
         self._name = ""
 
