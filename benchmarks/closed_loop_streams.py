@@ -20,8 +20,14 @@ a cold start, every one measured (the first wave among them), no time limit.
 and send one request each (a new wave of users joining a loaded backend; the
 batch has room for them); their TTFT gets columns of its own.
 
+The client shares the machine's cores with the server; its own CPU per token
+(user + system of the reaped client) is reported beside the server's.
+``--client-nice N`` runs it under ``nice -n N``: the server then wins a core
+when both are ready, as with the client on another machine (the client's
+figures then include its own waits for a core).
+
     python benchmarks/closed_loop_streams.py [--streams 64,256] [--seconds 8] [--waves W] [--burst N]
-                                             [--io threads|gevent|loop]
+                                             [--io threads|gevent|loop] [--client-nice N]
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -53,12 +60,13 @@ def main() -> None:
                         help="count WAVES x streams requests from a cold start, every one measured (not --seconds)")
     parser.add_argument("--burst", type=int, default=0,
                         help="N more clients connecting at once a third of the way in, one request each")
+    parser.add_argument("--client-nice", type=int, default=0, help="run the client under nice -n N")
     args = parser.parse_args()
     counted = "every request" if args.waves else "steady state"
     burst_header = f" burst of {args.burst}: TTFT p50 / p99 / max ms |" if args.burst else ""
     print(f"| streams | requests | TTFT p50 ms (vs 100), {counted} | TTFT p99 ms | first wave: TTFT p50 / p99 ms | "
-          f"gap p50 ms | gap p99 ms (x itl) | server CPU µs/token |{burst_header}\n"
-          f"|---|---|---|---|---|---|---|---|{'---|' if args.burst else ''}")
+          f"gap p50 ms | gap p99 ms (x itl) | server CPU µs/token | client CPU µs/token |{burst_header}\n"
+          f"|---|---|---|---|---|---|---|---|---|{'---|' if args.burst else ''}")
     for streams in (int(s) for s in args.streams.split(",")):
         flags = ["--ttft", str(TTFT), "--itl", str(ITL), "--max-batch-size", str(streams + args.burst),
                  "--speed", "1", "--io", args.io]
@@ -66,12 +74,15 @@ def main() -> None:
         with server_process(llmsim_argv(*flags)) as (process, url):
             wait_ready()
             cpu_before = cpu_seconds(process.pid)
-            client = start_client(url, streams, args.seconds, streams, args.waves * streams)
+            clients_before = children_cpu_seconds()
+            client = start_client(url, streams, args.seconds, streams, args.waves * streams, args.client_nice)
             if args.burst:
                 time.sleep(args.seconds / 3)
-                burst = finish_client(start_client(url, args.burst, 0, streams + 7919, args.burst), "the burst")
+                burst = finish_client(start_client(url, args.burst, 0, streams + 7919, args.burst, args.client_nice),
+                                      "the burst")
             result = finish_client(client, f"the client at {streams} streams")
             cpu = cpu_seconds(process.pid) - cpu_before
+            client_cpu = children_cpu_seconds() - clients_before  # the clients, reaped; the server is not yet
         tokens = (result["completed"] + (burst["completed"] if burst else 0)) * TOKENS
         ttfts, gaps = result["ttfts"], result["gaps"]
         # Counted from a cold start, the first wave is about the first `streams` answers to end.
@@ -81,14 +92,24 @@ def main() -> None:
         p50, p99 = statistics.median(gaps) * 1000, percentile(gaps, 0.99) * 1000
         print(f"| {streams} | {result['completed']} | {ttft:.1f} ({ttft / (TTFT * 1000) - 1:+.1%}) | {ttft_p99:.1f} | "
               f"{first_p50:.1f} / {first_p99:.1f} | {p50:.2f} | {p99:.2f} ({p99 / (ITL * 1000):.2f}x) | "
-              f"{cpu / tokens * 1e6:.1f} |{burst_cells(burst)}", flush=True)
+              f"{cpu / tokens * 1e6:.1f} | {client_cpu / tokens * 1e6:.1f} |{burst_cells(burst)}", flush=True)
 
 
-def start_client(url: str, concurrency: int, seconds: float, seed: int, prompts: int) -> subprocess.Popen[str]:
-    """closed_loop_client.mjs in its own process: for ``seconds``, or ``prompts`` requests when > 0."""
-    return subprocess.Popen(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(concurrency),
-                             str(seconds), "16", str(TOKENS), str(seed), str(prompts)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def children_cpu_seconds() -> float:
+    """User + system seconds of this process's reaped children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def start_client(url: str, concurrency: int, seconds: float, seed: int, prompts: int,
+                 nice: int = 0) -> subprocess.Popen[str]:
+    """closed_loop_client.mjs in its own process (under ``nice -n NICE``): for ``seconds``, or ``prompts``
+    requests when > 0."""
+    command = ["node", os.path.join(HERE, "closed_loop_client.mjs"), url, str(concurrency), str(seconds), "16",
+               str(TOKENS), str(seed), str(prompts)]
+    if nice:
+        command = ["nice", "-n", str(nice), *command]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish_client(client: subprocess.Popen[str], name: str) -> dict[str, Any]:
