@@ -55,6 +55,18 @@ _share_the_default_ssl_context()
 INNER_PYTEST_ADDOPTS = "-p no:langsmith_plugin -p no:hypothesispytest"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long_running: one of the suite's longest tests (started first)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first (a stable sort keeps the rest in order). Under xdist the first items are handed
+    out round robin, so these start at once and overlap the many short ones; collected late (the
+    process-mode suites, each a whole pytest session of 20 s, are in ``test_remote.py``) one of them was
+    the run's tail, a worker busy alone while the other idled."""
+    items.sort(key=lambda item: item.get_closest_marker("long_running") is None)
+
+
 @pytest.fixture(autouse=True)
 def _lean_inner_pytest(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner pytest runs (in-process or subprocess) skip the slow plugins above."""

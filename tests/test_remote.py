@@ -155,6 +155,7 @@ HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_http_respo
                "test_keepalive.py", "test_wsgi_server.py"]
 
 
+@pytest.mark.long_running
 @pytest.mark.parametrize("isolation", ["process", "process-gevent", "process-loop"])
 def test_the_http_level_suites_pass_in_process_mode(isolation: str) -> None:
     """The same HTTP-level tests, each backend an `llmsim serve` subprocess instead of a thread: served
