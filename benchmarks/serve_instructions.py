@@ -10,9 +10,11 @@ waiting for the next request waits in ``epoll_wait`` (no instructions), so the c
 count. The engine's thread (a greenlet under ``--io loop``/``gevent``) is counted with everything else.
 
     python benchmarks/serve_instructions.py [--io loop] [--kinds chat,GET /health,hello] [--requests 300]
-        [REVISION ...]
+        [--sdk-headers] [REVISION ...]
 
-``hello`` is the loop core serving ``hello_wsgi.py`` (a canned answer: its HTTP layer alone). Each REVISION
+``hello`` is the loop core serving ``hello_wsgi.py`` (a canned answer: its HTTP layer alone).
+``--sdk-headers`` sends every request with the 17 headers the openai SDK sends (``x-stainless-*``, its
+user agent, a key): what an SDK's or a gateway's request costs, where wrk sends three. Each REVISION
 is a directory holding a checkout (``git worktree add /tmp/base HEAD``); without one, this checkout.
 Needs valgrind. About a minute per server.
 """
@@ -35,6 +37,14 @@ from common import HERE
 from request_cost import KINDS
 
 ROOT = os.path.dirname(HERE)
+# What openai-python 3.x sends besides Host, Content-Type and Content-Length (captured from its request).
+SDK_HEADERS = {
+    "Accept-Encoding": "gzip, deflate", "Connection": "keep-alive", "authorization": "Bearer sk-test",
+    "accept": "application/json", "user-agent": "OpenAI/Python 3.63.0", "x-stainless-lang": "python",
+    "x-stainless-package-version": "3.63.0", "x-stainless-os": "Linux", "x-stainless-arch": "x64",
+    "x-stainless-runtime": "CPython", "x-stainless-runtime-version": "3.11.7", "x-stainless-async": "false",
+    "x-stainless-retry-count": "0", "x-stainless-read-timeout": "600",
+}
 HELLO = "hello"
 GET_HEALTH = "GET /health"
 
@@ -57,7 +67,7 @@ def _request(kind: str) -> tuple[str, str, bytes | None]:
     return "POST", path, json.dumps(body).encode()
 
 
-def per_request(revision: str, kind: str, io: str, warm: int, requests: int) -> float:
+def per_request(revision: str, kind: str, io: str, warm: int, requests: int, sdk_headers: bool = False) -> float:
     """Instructions the server spent per request of ``kind``, after ``warm`` requests, over ``requests``."""
     with tempfile.TemporaryDirectory() as scratch:
         out = os.path.join(scratch, "callgrind.out")
@@ -80,6 +90,8 @@ def per_request(revision: str, kind: str, io: str, warm: int, requests: int) -> 
                 raise RuntimeError("the server did not start in 300 s")
             method, path, body = _request(kind)
             headers = {"Content-Type": "application/json"} if body is not None else {}
+            if sdk_headers:
+                headers.update(SDK_HEADERS)
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
             def send(count: int) -> None:
@@ -120,6 +132,7 @@ def main() -> None:
                              f"'{GET_HEALTH}', '{HELLO}'")
     parser.add_argument("--warm", type=int, default=100)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--sdk-headers", action="store_true", help="send the openai SDK's 17 headers")
     args = parser.parse_args()
     if shutil.which("callgrind_control") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
@@ -127,7 +140,8 @@ def main() -> None:
     print(f"| request (--io {args.io}) | " + " | ".join(args.revisions) + " | ratio to the first |")
     print("|---|" + "---|" * len(args.revisions) + "---|")
     for kind in kinds:
-        counts = [per_request(revision, kind, args.io, args.warm, args.requests) for revision in args.revisions]
+        counts = [per_request(revision, kind, args.io, args.warm, args.requests, args.sdk_headers)
+                  for revision in args.revisions]
         ratios = ", ".join(f"{count / counts[0]:.3f}" for count in counts[1:]) or "-"
         print(f"| {kind} | " + " | ".join(f"{count / 1000:,.1f} k" for count in counts) + f" | {ratios} |",
               flush=True)
