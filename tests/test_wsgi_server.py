@@ -186,6 +186,13 @@ def test_the_lean_header_parser_answers_as_the_standard_one() -> None:
         assert ours[name] == standard[name]
         assert ours.get_all(name) == standard.get_all(name)
         assert (name in ours) == (name in standard)
+        assert ours.count(name) == len(standard.get_all(name) or [])  # the index's count: X-Twice twice
+    # The index covers the block as parsed; a header set afterwards is read by a pass over the lines.
+    ours["X-Later"] = "set"
+    del ours["Host"]
+    ours.replace_header("Expect", "nothing")
+    assert (ours.get("x-later"), ours.get("host"), ours.count("x-later"), ours.get("expect")) == (
+        "set", None, 1, "nothing")
 
 
 # --- RFC 9112: what a request's head and chunked body may and may not be (checked against h11) ---

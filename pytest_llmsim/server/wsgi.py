@@ -25,7 +25,7 @@ from werkzeug.serving import DechunkedInput, ThreadedWSGIServer, WSGIRequestHand
 
 from .chunked import ChunkedBody, transfer_coding_problem
 from .environ import origin_form_environ
-from .headers import BadHeader, read_headers
+from .headers import BadHeader, ParsedHeaders, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
 from .tls import TLSRelay, opens_tls
@@ -165,12 +165,13 @@ class QuietRequestHandler(KeepAliveHandler):
     def _framing_problem(self) -> tuple[HTTPStatus, str] | None:
         """What RFC 9112 says to refuse in a request's head: HTTP/1.1 without exactly one Host (§3.2),
         a Transfer-Encoding this server cannot decode (§6.1), or one beside a Content-Length (§6.3)."""
-        pairs = self.headers.items()
-        if self.request_version == "HTTP/1.1" and sum(1 for name, _ in pairs if name.lower() == "host") != 1:
+        headers = self.headers
+        assert isinstance(headers, ParsedHeaders)  # read_headers' (parse_request above)
+        if self.request_version == "HTTP/1.1" and headers.count("host") != 1:
             return HTTPStatus.BAD_REQUEST, "An HTTP/1.1 request needs exactly one Host header"
-        codings = [value for name, value in pairs if name.lower() == "transfer-encoding"]
-        if codings:
-            if any(name.lower() == "content-length" for name, _ in pairs):
+        if headers.get("transfer-encoding") is not None:
+            codings = headers.get_all("transfer-encoding", [])
+            if headers.get("content-length") is not None:
                 return HTTPStatus.BAD_REQUEST, "Transfer-Encoding and Content-Length together"
             problem = transfer_coding_problem(codings)
             if problem is not None:
