@@ -21,7 +21,8 @@ and send one request each (a new wave of users joining a loaded backend; the
 batch has room for them); their TTFT gets columns of its own.
 
 The client shares the machine's cores with the server; its own CPU per token
-(user + system of the reaped client) is reported beside the server's.
+(user + system of the reaped client, its start-up included: about 0.1 s, a few per cent of a
+short run's) is reported beside the server's.
 ``--client-nice N`` runs it under ``nice -n N``: the server then wins a core
 when both are ready, as with the client on another machine (the client's
 figures then include its own waits for a core).
