@@ -76,6 +76,25 @@ def _lean_inner_pytest(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
 
 
 @pytest.fixture
+def bedrock(llm_backend: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[Any]:
+    """A bedrock-runtime client of ``llm_backend`` whose credentials never refresh and never leave the machine
+    (boto3 imported here: only its tests pay for it)."""
+    import boto3
+    import botocore.config
+
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.fspath(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.fspath(tmp_path / "credentials"))
+    client = boto3.client("bedrock-runtime", endpoint_url=llm_backend.root_url, region_name="us-east-1",
+                          aws_access_key_id="AKIDTEST", aws_secret_access_key="test",
+                          config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 1}))
+    yield client
+    client.close()
+
+
+@pytest.fixture
 def collect_garbage() -> Iterator[None]:
     """Finalize what the test's client libraries left behind now, not during a later ast.parse (see above);
     for tests of frameworks that leave event loops and transports unclosed."""

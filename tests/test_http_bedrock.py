@@ -4,9 +4,7 @@ and ``anthropic.AnthropicBedrock``; the event-stream framing read by botocore's 
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -26,21 +24,6 @@ MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 MESSAGES = [{"role": "user", "content": [{"text": "Say something short."}]}]
 WEATHER = {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}}]}
-
-
-@pytest.fixture
-def bedrock(llm_backend: LLMBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[Any]:
-    """A bedrock-runtime client whose credentials never refresh and never leave the machine."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.fspath(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.fspath(tmp_path / "credentials"))
-    client = boto3.client("bedrock-runtime", endpoint_url=llm_backend.root_url, region_name="us-east-1",
-                          aws_access_key_id="AKIDTEST", aws_secret_access_key="test",
-                          config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 1}))
-    yield client
-    client.close()
 
 
 def converse_url(backend: LLMBackend, action: str = "converse") -> str:

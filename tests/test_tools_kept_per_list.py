@@ -5,12 +5,9 @@ count), and a list with a bad tool is refused every time, in the API's own error
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import boto3
 import botocore.config
 import botocore.exceptions
 import jsonschema
@@ -105,21 +102,6 @@ def test_gemini(llm_backend: LLMBackend) -> None:
             assert "tools[0].functionDeclarations[1].name" in str(refused.value.message)
     finally:
         client.close()
-
-
-@pytest.fixture
-def bedrock(llm_backend: LLMBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[Any]:
-    """A bedrock-runtime client whose credentials never refresh and never leave the machine."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.fspath(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.fspath(tmp_path / "credentials"))
-    client = boto3.client("bedrock-runtime", endpoint_url=llm_backend.root_url, region_name="us-east-1",
-                          aws_access_key_id="AKIDTEST", aws_secret_access_key="test",
-                          config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 1}))
-    yield client
-    client.close()
 
 
 def test_bedrock_converse(bedrock: Any) -> None:
