@@ -5,6 +5,7 @@ retained memory (VmHWM / VmRSS from /proc), so a regression shows as a number.
     python benchmarks/abuse.py            # every case, about a minute
     python benchmarks/abuse.py --only amplification,shutdown
     python benchmarks/abuse.py --only attacks --io gevent   # one small request each (defects issue 1)
+    python benchmarks/abuse.py --only tls_drip --io loop    # handshakes that never end (defects part 3)
 
 Bounded: every case caps its request count and its time.
 """
@@ -239,6 +240,70 @@ def case_attacks(url: str, pid: int) -> None:
           f"{'/'.join(sorted(set(statuses)))} within {(time.monotonic() - started) * 1000:.0f} ms; {memory(pid)}")
 
 
+def _process_counts(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    return f"{threads} threads, {len(os.listdir(f'/proc/{pid}/fd'))} descriptors, {memory(pid)}"
+
+
+def _https_latencies(url: str, ca_file: str, count: int) -> list[float]:
+    """``count`` GET /health over HTTPS, each on a new connection (its handshake included): wall times."""
+    import ssl
+
+    trust = ssl.create_default_context(cafile=ca_file)
+    latencies = []
+    for _ in range(count):
+        started = time.monotonic()
+        with httpx.Client(verify=trust, timeout=30) as client:
+            client.get(url + "/health").raise_for_status()
+        latencies.append(time.monotonic() - started)
+    return latencies
+
+
+def case_tls_drip(url: str, pid: int) -> None:
+    """200 clients drip a ClientHello a byte every 2 s (reconnecting when cut) under a 256-descriptor
+    limit; an innocent HTTPS client's /health latency beside them, against its idle value."""
+    port = int(url.rsplit(":", 1)[1])
+    plain = f"http://127.0.0.1:{port}"
+    secure = f"https://127.0.0.1:{port}"
+    ca_file = httpx.get(plain + "/llmsim/v1/tls").json()["ca_file"]
+    idle = _https_latencies(secure, ca_file, 40)
+    print(f"  idle: HTTPS /health (new connection each) p50 {statistics.median(idle) * 1000:.1f} ms, "
+          f"max {max(idle) * 1000:.1f} ms; {_process_counts(pid)}")
+    stop = threading.Event()
+    cuts = [0]
+
+    def dripper() -> None:
+        while not stop.is_set():
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            except OSError:
+                time.sleep(0.5)
+                continue
+            with sock:
+                try:
+                    sock.sendall(b"\x16\x03\x01\x02\x00")
+                    while not stop.wait(2.0):
+                        sock.sendall(b"\0")
+                except OSError:
+                    cuts[0] += 1  # the server cut it: come back, as an attacker would
+
+    drippers = [threading.Thread(target=dripper, daemon=True) for _ in range(200)]
+    for thread in drippers:
+        thread.start()
+    time.sleep(2.0)
+    counts = _process_counts(pid)
+    loaded = _https_latencies(secure, ca_file, 40)
+    time.sleep(max(0.0, 8.0 - 2.0))  # past the 5 s deadline: the first drips are cut and come back
+    loaded += _https_latencies(secure, ca_file, 40)
+    stop.set()
+    for thread in drippers:
+        thread.join(timeout=5)
+    print(f"  200 dripping handshakes (keepalive_timeout 5 s, 256 descriptors): HTTPS /health p50 "
+          f"{statistics.median(loaded) * 1000:.1f} ms ({statistics.median(loaded) / statistics.median(idle):.2f}x "
+          f"idle), max {max(loaded) * 1000:.1f} ms; drips cut {cuts[0]}; during: {counts}")
+
+
 def _alive(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as status:
         return "State:\tZ" not in status.read()
@@ -251,18 +316,24 @@ CASES: dict[str, tuple[list[str], Callable[[str, int], object]]] = {
     "hangups": (["--itl", "0.01", "--speed", "1"], case_hangups),
     "shutdown": (["--itl", "0.01", "--speed", "1"], case_shutdown),
     "attacks": (["--speed", "inf"], case_attacks),
+    "tls_drip": (["--speed", "inf", "--tls", "true", "--keepalive-timeout", "5"], case_tls_drip),
 }
+# Cases run under a descriptor limit, as a container or a small VM would set it.
+DESCRIPTOR_LIMITS = {"tls_drip": 256}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(CASES), help="Comma-separated cases to run")
-    parser.add_argument("--io", default="threads", choices=["threads", "gevent"], help="llmsim serve --io")
+    parser.add_argument("--io", default="threads", choices=["threads", "gevent", "loop"], help="llmsim serve --io")
     args = parser.parse_args()
     for name in args.only.split(","):
         flags, case = CASES[name]
         print(f"{name} (--io {args.io}):", flush=True)
-        with server_process(llmsim_argv(*flags, "--io", args.io)) as (process, url):
+        argv = llmsim_argv(*flags, "--io", args.io)
+        if name in DESCRIPTOR_LIMITS:  # prlimit execs the server: the pid stays the server's
+            argv = ["prlimit", f"--nofile={DESCRIPTOR_LIMITS[name]}", *argv]
+        with server_process(argv, url_pattern=r"(https?://127\.0\.0\.1:\d+)") as (process, url):
             wait_ready()
             print(f"  start: {memory(process.pid)}")
             worker = threading.Thread(target=case, args=(url, process.pid))

@@ -8,11 +8,7 @@ request is followed by an innocent one, which must be answered at once.
 from __future__ import annotations
 
 import json
-import re
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from serve_process import Served
 
 from pytest_llmsim import LLMBackend
 
@@ -37,38 +34,6 @@ def schema_format(schema: dict[str, Any]) -> dict[str, Any]:
 def one_tool(parameters: dict[str, Any]) -> dict[str, Any]:
     return {"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}],
             "tool_choice": "required"}
-
-
-class Served:
-    """A ``llmsim serve`` process and its URL."""
-
-    def __init__(self, io: str) -> None:
-        self.io = io
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--io", io],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None
-        match = re.search(r"(http://127\.0\.0\.1:\d+)", self.process.stdout.readline())
-        assert match, self.process.stderr.read() if self.process.stderr else ""
-        self.url = match.group(1)
-
-    def post(self, path: str, body: Any, timeout: float = 20) -> httpx.Response:
-        return httpx.post(self.url + path, json=body, timeout=timeout)
-
-    def assert_alive(self) -> None:
-        """The process runs and answers an innocent request at once."""
-        assert self.process.poll() is None, f"the server died: exit {self.process.returncode}"
-        started = time.monotonic()
-        response = self.post(CHAT, chat(), timeout=10)
-        assert response.status_code == 200 and time.monotonic() - started < 5  # ms when alive; 5 s: a loaded machine
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGINT)
-        try:
-            return self.process.communicate(timeout=10)[1]
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.communicate()[1]
 
 
 @pytest.fixture(scope="module", params=["threads", "gevent", "loop"])

@@ -146,6 +146,7 @@ class LoopConnection:
         self._ready: deque[_Message] = deque()  # heads parsed and waiting their turn
         self._parsing: _Message | None = None
         self._stamp: float | None = accepted_at
+        self._accepted_at = accepted_at
         self._answering = False
         self._eof = False
         self.body_error: str | None = None
@@ -343,7 +344,9 @@ class LoopConnection:
             # A client that sends its next request at once never lets this greenlet block: let the
             # other connections have a turn first (as under --io gevent).
             time.sleep(0)
-        deadline = time.monotonic() + self.server.request_timeout()
+        # Over TLS the handshake and the first head share one deadline, from the accept on.
+        start = self._accepted_at if self.tls and not self._served else time.monotonic()
+        deadline = start + self.server.request_timeout()
         while not self._ready:
             if not self.fill(deadline):
                 return self._ready.popleft() if self._ready else None

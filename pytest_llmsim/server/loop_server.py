@@ -5,7 +5,8 @@ The listener accepts on the loop and starts a greenlet per connection
 the interface :class:`~.app.SimulatorServer` drives the threaded server by
 (``serve_forever``, ``shutdown``, ``server_close``, ``port``), listens with
 the same backlog, receive stamps and ``SO_REUSEPORT`` option, and terminates
-TLS the same way (a relay per HTTPS connection). Only in a process gevent has
+TLS the same way (the handshake in the connection's greenlet, one pump for every
+HTTPS connection). Only in a process gevent has
 patched: there the application's waits yield to the loop.
 """
 
@@ -23,7 +24,7 @@ import gevent
 from .keepalive import KeepAlivePolicy
 from .loop_connection import LoopConnection
 from .sockets import SO_TIMESTAMP
-from .tls import TLSRelay, opens_tls
+from .tls import TLSPump, opens_tls, terminate_tls
 from .wsgi import ACCEPT_BACKOFF, ACCEPT_BACKOFF_ERRORS, default_error_body, gevent_patched
 
 __all__ = ["LoopServer"]
@@ -67,7 +68,7 @@ class LoopServer:
         self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
         self.port = self.server_address[1]
         self._connections: set[socket.socket] = set()
-        self._relays: set[TLSRelay] = set()
+        self._tls_pump = TLSPump()  # relays every HTTPS connection's bytes, in one greenlet
         self._closed = False
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -110,32 +111,28 @@ class LoopServer:
             sock.close()
             return
         self._connections.add(sock)  # from here a close cuts it, a TLS peek's wait included
-        relay = self._tls_relay(sock)
-        tls = relay is not None
-        if relay is not None:  # served on the relay's plain end; the relay owns the client's socket
+        context = self.tls_context()
+        tls = context is not None and opens_tls(sock, self.request_timeout())
+        if tls:
+            # The handshake runs here, within the head deadline; the pump relays the session afterwards.
+            assert context is not None
+            session = terminate_tls(sock, context, accepted_at + self.request_timeout(), self._tls_pump)
             self._connections.discard(sock)
-            sock = relay.inner
+            if session is None:
+                sock.close()
+                return
+            sock = session.inner  # served on the plain end; the pump owns the client's socket
             self._connections.add(sock)
-            self._relays.add(relay)
         else:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         try:
             LoopConnection(self, sock, address, accepted_at, tls).serve()
         finally:
             self._connections.discard(sock)
-            if relay is not None:
-                self._relays.discard(relay)
 
     def forget(self, sock: socket.socket) -> None:
         """``sock``'s connection is closing: a server close no longer needs to cut it."""
         self._connections.discard(sock)
-
-    def _tls_relay(self, sock: socket.socket) -> TLSRelay | None:
-        """A relay terminating TLS for ``sock`` when HTTPS is served and its first byte opens a handshake."""
-        context = self.tls_context()
-        if context is None or not opens_tls(sock, self.request_timeout()):
-            return None
-        return TLSRelay(sock, context, self.request_timeout())
 
     def server_close(self) -> None:
         """Close the listening socket and cut every open connection (safe to call more than once)."""
@@ -149,5 +146,4 @@ class LoopServer:
                 connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        for relay in list(self._relays):
-            relay.cut()
+        self._tls_pump.close()

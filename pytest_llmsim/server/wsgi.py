@@ -28,7 +28,7 @@ from .environ import origin_form_environ
 from .headers import BadHeader, ParsedHeaders, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
 from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
-from .tls import TLSRelay, opens_tls
+from .tls import TLSPump, TLSSession, opens_tls, terminate_tls
 from .wire import error_response, response_head
 from .workers import HeadWatchdog, WorkerPool
 
@@ -70,19 +70,21 @@ class QuietRequestHandler(KeepAliveHandler):
         # StreamRequestHandler.setup, with our writer in place of its unbuffered one,
         # and a deadline for the request head (see PooledWSGIServer.request_timeout).
         self.connection = self.request
-        self.tls = getattr(_accepted, "tls", False)  # served through a TLSRelay: the socket is a local pair's end
+        self.tls = getattr(_accepted, "tls", False)  # TLS terminated: the socket is a local pair's end
         if not self.tls:
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.wfile = CoalescingWriter(self.connection)  # type: ignore[assignment]
         self.arrived_at = getattr(_accepted, "at", None)
         self._reader: PrefixedSocketReader | None = None
+        # Over TLS the handshake and the first head share one deadline, from the accept on.
+        since = self.arrived_at if self.tls else None
         if SO_TIMESTAMP is None:
-            self.server.watch_head(self.connection)
+            self.server.watch_head(self.connection, since=since)
             self.rfile = self.connection.makefile("rb", self.rbufsize)
             return
         self._reader = reader = PrefixedSocketReader(self.connection)
         self._waiting_on_client = lambda: reader.waiting  # bound once: passed with every request
-        self.server.watch_head(self.connection, self._waiting_on_client)
+        self.server.watch_head(self.connection, self._waiting_on_client, since)
         reader.receive_first()
         if reader.received_at is not None:
             self.arrived_at = reader.received_at
@@ -265,7 +267,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
         self.reuse_port = reuse_port  # SO_REUSEPORT: processes listening on one port share its connections
         self._pool = WorkerPool("llmsim-http-worker")
         self._connections: set[socket.socket] = set()
-        self._relays: set[TLSRelay] = set()
+        self._tls_pump = TLSPump()  # relays every HTTPS connection's bytes, in one thread
         # The certificate's context once HTTPS is served; until then no connection is peeked at.
         self.tls_context: Callable[[], ssl.SSLContext | None] = tls_context or (lambda: None)
         self._connections_lock = threading.Lock()
@@ -325,13 +327,16 @@ class PooledWSGIServer(ThreadedWSGIServer):
             if not self._accepted_one:  # none waiting (BlockingIOError), or accept() failed
                 return
 
-    def watch_head(self, connection: socket.socket, waiting_on_client: Callable[[], bool] | None = None) -> None:
-        """Start the request-head deadline of ``connection`` (``request_timeout`` seconds from now).
+    def watch_head(self, connection: socket.socket, waiting_on_client: Callable[[], bool] | None = None,
+                   since: float | None = None) -> None:
+        """Start the request-head deadline of ``connection`` (``request_timeout`` seconds from ``since``,
+        a ``time.monotonic()``, or from now).
 
         With ``waiting_on_client``, the deadline cuts the connection only when its handler is
         then blocked reading (see ``HeadWatchdog``); without, whatever the handler is doing.
         """
-        self._watchdog.watch(connection, time.monotonic() + self.request_timeout(), waiting_on_client)
+        start = time.monotonic() if since is None else since
+        self._watchdog.watch(connection, start + self.request_timeout(), waiting_on_client)
 
     def watch_body(self, connection: socket.socket, waiting_on_client: Callable[[], bool]) -> float:
         """Start the request-body deadline of ``connection`` (``request_timeout`` seconds from now); return it.
@@ -392,31 +397,30 @@ class PooledWSGIServer(ThreadedWSGIServer):
                 self.shutdown_request(request)
                 return
             self._connections.add(request)  # from here a close cuts it, a TLS peek's wait included
-        relay = self._tls_relay(request)
-        _accepted.tls = relay is not None
-        if relay is not None:  # the handler serves the relay's plain end; the relay owns the client's socket
+        context = self.tls_context()
+        _accepted.tls = False
+        if context is not None and opens_tls(request, self.request_timeout()):
+            # The handshake runs here, within the head deadline; the pump relays the session afterwards.
+            session = self._terminate_tls(request, context, accepted_at)
             with self._connections_lock:
                 self._connections.discard(request)
-                request = relay.inner
+                if session is None:
+                    self.shutdown_request(request)
+                    return
+                _accepted.tls = True
+                request = session.inner  # the handler serves the plain end; the pump owns the client's socket
                 self._connections.add(request)
-                self._relays.add(relay)
-                if self._closed:
-                    relay.cut()
         try:
             self.process_request_thread(request, client_address)
         finally:
             self._watchdog.release(request)
             with self._connections_lock:
                 self._connections.discard(request)
-                if relay is not None:
-                    self._relays.discard(relay)
 
-    def _tls_relay(self, request: socket.socket) -> TLSRelay | None:
-        """A relay terminating TLS for ``request`` when HTTPS is served and its first byte opens a handshake."""
-        context = self.tls_context()
-        if context is None or not opens_tls(request, self.request_timeout()):
-            return None
-        return TLSRelay(request, context, self.request_timeout())
+    def _terminate_tls(self, request: socket.socket, context: ssl.SSLContext,
+                       accepted_at: float) -> TLSSession | None:
+        """The TLS session of ``request``, handshaken by its head deadline; None when it was not."""
+        return terminate_tls(request, context, accepted_at + self.request_timeout(), self._tls_pump)
 
     def server_close(self) -> None:
         """Close the listening socket, cut every open connection, and end the workers (at most 1 s).
@@ -427,7 +431,6 @@ class PooledWSGIServer(ThreadedWSGIServer):
             first = not self._closed
             self._closed = True
             connections = list(self._connections)
-            relays = list(self._relays)
         if not first:
             return
         super().server_close()
@@ -437,8 +440,7 @@ class PooledWSGIServer(ThreadedWSGIServer):
                 connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        for relay in relays:
-            relay.cut()
+        self._tls_pump.close()
         self._pool.close(timeout=1.0)
 
 
