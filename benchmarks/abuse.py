@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 import httpx
-from common import llmsim_argv, rss_kib, server_process, wait_ready
+from common import cpu_seconds, llmsim_argv, rss_kib, server_process, wait_ready
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -304,6 +304,51 @@ def case_tls_drip(url: str, pid: int) -> None:
           f"idle), max {max(loaded) * 1000:.1f} ms; drips cut {cuts[0]}; during: {counts}")
 
 
+def _batch_lines(count: int) -> bytes:
+    return "\n".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": CHAT, "body": SMALL_CHAT})
+                     for i in range(count)).encode()
+
+
+def _run_batch(url: str, content: bytes) -> None:
+    with httpx.Client(timeout=120) as client:
+        uploaded = client.post(url + "/v1/files", files={"file": ("in.jsonl", content)}, data={"purpose": "batch"})
+        uploaded.raise_for_status()
+        batch = client.post(url + "/v1/batches", json={"input_file_id": uploaded.json()["id"], "endpoint": CHAT,
+                                                       "completion_window": "24h"}).json()
+        while client.get(f"{url}/v1/batches/{batch['id']}").json()["status"] != "completed":
+            time.sleep(0.05)
+
+
+def case_batch_sizes(url: str, pid: int) -> None:
+    """A batch's server CPU by its line count: linear means the per-line cost stays flat."""
+    for lines in (6_000, 24_000):
+        content = _batch_lines(lines)
+        before, started = cpu_seconds(pid), time.monotonic()
+        _run_batch(url, content)
+        cpu = cpu_seconds(pid) - before
+        print(f"  {lines:,} lines ({len(content) / 1e6:.1f} MB): server CPU {cpu:.2f} s "
+              f"({cpu / lines * 1e6:.0f} µs a line), wall {time.monotonic() - started:.2f} s; {_process_counts(pid)}")
+
+
+def case_stores(url: str, pid: int) -> None:
+    """What a client can make the backend keep: uploads and background responses, against their bounds."""
+    before = rss_kib(pid)
+    refused = 0
+    with httpx.Client(timeout=60) as client:
+        for _ in range(10):  # 7 MiB each, under max_body_bytes; the file store's 32 MiB bound refuses the rest
+            answer = client.post(url + "/v1/files", files={"file": ("x.jsonl", b"x" * (7 << 20))},
+                                 data={"purpose": "batch"})
+            refused += answer.status_code != 200
+        print(f"  ten 7 MiB uploads (max_stored_file_bytes 32 MiB): {10 - refused} kept, {refused} refused; "
+              f"RSS +{(rss_kib(pid) - before) / 1024:.0f} MiB; {memory(pid)}")
+        before = rss_kib(pid)
+        for _ in range(1_000):
+            client.post(url + "/v1/responses", json={"model": "m", "input": "hi", "max_output_tokens": 1_000,
+                                                     "background": True}).raise_for_status()
+    print(f"  1,000 background responses of 1,000 tokens (max_stored_response_bytes 1 MB): RSS "
+          f"+{(rss_kib(pid) - before) / 1024:.0f} MiB; {memory(pid)}")
+
+
 def _alive(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as status:
         return "State:\tZ" not in status.read()
@@ -316,6 +361,9 @@ CASES: dict[str, tuple[list[str], Callable[[str, int], object]]] = {
     "hangups": (["--itl", "0.01", "--speed", "1"], case_hangups),
     "shutdown": (["--itl", "0.01", "--speed", "1"], case_shutdown),
     "attacks": (["--speed", "inf"], case_attacks),
+    "batch_sizes": (["--speed", "inf"], case_batch_sizes),
+    "stores": (["--speed", "inf", "--max-stored-file-bytes", str(32 << 20), "--max-stored-response-bytes",
+                "1000000"], case_stores),
     "tls_drip": (["--speed", "inf", "--tls", "true", "--keepalive-timeout", "5"], case_tls_drip),
 }
 # Cases run under a descriptor limit, as a container or a small VM would set it.

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..sim import SimError, invalid
+from ..sim import SimError, invalid, wire_json
 from .openai_common import openai_error_body
+from .validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
 
 __all__ = ["BATCH_ENDPOINTS", "batch_object", "file_object", "parse_batch_lines", "result_lines"]
 
@@ -28,7 +29,10 @@ def file_object(file_id: str, filename: str, purpose: str, size: int, created_at
 
 
 def parse_batch_lines(data: bytes, endpoint: str) -> list[tuple[str, dict[str, Any]]]:
-    """``(custom_id, body)`` of each line of a batch input file (a 400 naming the first bad line)."""
+    """``(custom_id, body)`` of each line of a batch input file (a 400 naming the first bad line).
+
+    Each line is held to a request body's limits: JSON nested at most :data:`MAX_JSON_DEPTH` deep, no
+    lone surrogate."""
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     if not lines:
         raise invalid("The input file is empty: a batch needs at least one request.", "input_file_id",
@@ -36,11 +40,21 @@ def parse_batch_lines(data: bytes, endpoint: str) -> list[tuple[str, dict[str, A
     seen: set[str] = set()
     parsed = []
     for number, line in enumerate(lines, 1):
+        data = line.encode("utf-8", "surrogatepass")
         try:
-            item = json.loads(line)
-        except ValueError:
-            raise invalid(f"Line {number} of the input file is not valid JSON.", "input_file_id",
-                          "invalid_json_line") from None
+            item = wire_json.loads(data)
+        except (ValueError, RecursionError):
+            item = None
+            if not json_depth_exceeds(data):
+                raise invalid(f"Line {number} of the input file is not valid JSON.", "input_file_id",
+                              "invalid_json_line") from None
+        if json_depth_exceeds(data):
+            raise invalid(f"Line {number} of the input file is nested too deeply (more than {MAX_JSON_DEPTH} "
+                          f"levels of objects and arrays).", "input_file_id", "invalid_json_line")
+        if lone_surrogate(data, item) is not None:
+            raise invalid(f"Line {number} of the input file has a string with a lone surrogate (an unpaired "
+                          f"\\ud800-\\udfff escape), which is not valid Unicode.", "input_file_id",
+                          "invalid_json_line")
         if not isinstance(item, dict) or not isinstance(item.get("custom_id"), str) or \
                 not isinstance(item.get("body"), dict):
             raise invalid(f"Line {number} of the input file needs a 'custom_id' (a string) and a 'body' (an "

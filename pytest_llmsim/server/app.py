@@ -38,11 +38,12 @@ from ..sim.tokens import TokenizeError
 from .background import BackgroundJobs
 from .batch_routes import BatchRoutes
 from .control import CONTROL_PREFIX, ControlAPI
-from .exchange import RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
+from .exchange import CREDENTIAL_KEY, RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
 from .lean_request import request_application
 from .live_page import is_page_path, page_response, root_index
+from .loopback import is_loopback
 from .responder import GenerationResponder
 from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
@@ -120,11 +121,13 @@ class SimulatorServer(HTTPServer):
         for template, api in GENERATION_ROUTES.items():
             self.add_route(template, api)
         info = InfoRoutes(simulator, self.background)
-        for template, methods, handler, api, accepts in INFO_ROUTES:
-            self.routes.add(Route(template, methods, functools.partial(handler, info), api, accepts=accepts))
+        for template, methods, handler, api, accepts, keyed, stored in INFO_ROUTES:
+            self.routes.add(Route(template, methods, functools.partial(handler, info), api, accepts=accepts,
+                                  keyed=keyed, stored=stored))
         self.batches = BatchRoutes(simulator)  # OpenAI's files and batches, Anthropic's message batches
-        for template, methods, handler, api, accepts in BATCH_ROUTES:
-            self.routes.add(Route(template, methods, functools.partial(handler, self.batches), api, accepts=accepts))
+        for template, methods, handler, api, accepts, keyed, stored in BATCH_ROUTES:
+            self.routes.add(Route(template, methods, functools.partial(handler, self.batches), api, accepts=accepts,
+                                  keyed=keyed, stored=stored))
 
     def add_route(self, template: str, api: WireAPI, methods: tuple[str, ...] = ("POST",)) -> Route:
         """Serve generation requests to ``template`` with ``api`` (its ``{name}`` parts reach
@@ -310,9 +313,29 @@ class SimulatorServer(HTTPServer):
             error = SimError(405, f"Method {request.method} is not allowed on {path}; use {allowed}.",
                              code="method_not_allowed", headers={"Allow": allowed})
             return self._api_error(request, error)
+        if route.keyed or route.stored:
+            refusal = self._refused(request, route)
+            if refusal is not None:
+                return self._identified(request, route.api, refusal)
         if not route.generates and self.simulator.faults.targets(route.template):
             return self._identified(request, route.api, self._with_route_fault(request, match))
         return self._identified(request, route.api, route.handler(request, match))
+
+    def _refused(self, request: Request, route: Route) -> Response | None:
+        """A route that generates nothing, asked by a client it does not answer: the refusal, else None (the
+        key the client presented is then in the environ, for the stores it owns)."""
+        if route.stored and is_loopback(self.host) and not self.control.host_allowed(request.headers.get("Host")):
+            return self._api_error(request, SimError(
+                403, f"{route.template} answers only to Host localhost, 127.0.0.1, [::1] or the listen address while "
+                     f"the backend listens on loopback, not {request.headers.get('Host')!r} (allow more with "
+                     f"allowed_hosts, --allowed-hosts).", code="forbidden_host"))
+        if route.keyed:
+            try:
+                request.environ[CREDENTIAL_KEY] = self.simulator.check_credentials(
+                    request.headers, request.environ.get("QUERY_STRING", ""))
+            except SimError as error:
+                return self._api_error(request, error)
+        return None
 
     @staticmethod
     def _identified(request: Request, api: WireAPI, response: Response) -> Response:

@@ -38,6 +38,8 @@ class BackgroundJob:
         self.response_id = response_id
         self.status = "queued"
         self.events: list[bytes] = []
+        self.size_bytes = 0  # of the events kept: the registry's byte bound counts it
+        self._ran = False  # its thread is done with it (a cancel sets the status before)
         self._cond = threading.Condition()
 
     @property
@@ -66,6 +68,7 @@ class BackgroundJob:
             return
         with self._cond:
             self.events.extend(event + b"\n\n" for event in rendered.split(b"\n\n") if event)
+            self.size_bytes += len(rendered)
             self._cond.notify_all()
 
     def _run(self) -> None:
@@ -95,6 +98,7 @@ class BackgroundJob:
             self.simulator.finish(self.record, generation, Outcome.CUT_BY_FAULT, sum(sent))
             self.status = "cancelled"
         with self._cond:
+            self._ran = True
             self._cond.notify_all()
 
     def cancel(self) -> None:
@@ -102,6 +106,12 @@ class BackgroundJob:
         if not self.over:
             self.status = "cancelled"
             self.simulator.cancel(self.generation)
+
+    def wait(self) -> None:
+        """Return once the job's thread has finished with it (a cancelled one: its generation has stopped)."""
+        with self._cond:
+            while not self._ran:
+                self._cond.wait(0.5)
 
     def read(self, after: int = -1) -> Iterator[bytes]:
         """The events after event number ``after`` (-1: all), as they come, until the job is over."""

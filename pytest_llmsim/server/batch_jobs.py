@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from .job_registry import JobRegistry
 
 __all__ = ["BatchItem", "BatchJob", "BatchJobs"]
 
-CONCURRENCY = 2  # items of one job in the engine at once: interactive traffic keeps the other slots
+CONCURRENCY = 2  # items in the engine at once, over every job: interactive traffic keeps the other slots
 
 
 @dataclass
@@ -47,20 +48,34 @@ class BatchItem:
 
 @dataclass
 class BatchJob:
-    """A batch: its items, its state (``in_progress``, ``cancelling``, ``ended``) and its times."""
+    """A batch: its items, its state (``in_progress``, ``cancelling``, ``ended``), its times and the API key
+    that made it (``owner``; None when the backend checks no keys)."""
 
     id: str
     items: list[BatchItem]
     extra: dict[str, Any] = field(default_factory=dict)  # what the API echoes back (endpoint, metadata...)
+    owner: str | None = None
     state: str = "in_progress"
     created_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     cancel_requested_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cursor: int = 0  # the next item to start: items before it have started (or were cancelled)
+    _running: int = 0  # items started and not yet done
 
     @property
     def over(self) -> bool:
         return self.state == "ended"
+
+    @property
+    def size_bytes(self) -> int:
+        """Not counted: the registry bounds batches by number, each by its API's item limit."""
+        return 0
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether a cancel was asked (its waiting items will not run)."""
+        return self.state != "in_progress"
 
     def counts(self) -> tuple[int, int, int, int]:
         """(still to run, succeeded, failed, cancelled)."""
@@ -76,47 +91,101 @@ class BatchJob:
                 self.cancel_requested_at = time.time()
 
     def _next(self) -> BatchItem | None:
+        """The next item to run (marked started), or None: every item started, or the job cancelled (its
+        waiting items are then marked cancelled). Ends the job when nothing is left running."""
         with self._lock:
-            waiting = [item for item in self.items if not item.started]
+            item = None
             if self.state == "cancelling":
-                for item in waiting:
-                    item.started = item.cancelled = True
-                return None
-            if waiting:
-                waiting[0].started = True
-                return waiting[0]
-            return None
+                for waiting in self.items[self._cursor:]:
+                    waiting.started = waiting.cancelled = True
+                self._cursor = len(self.items)
+            elif self._cursor < len(self.items):
+                item = self.items[self._cursor]
+                self._cursor += 1
+                item.started = True
+                self._running += 1
+            self._end_if_done()
+            return item
+
+    def _done(self) -> None:
+        """An item of this job is over (run, failed or cancelled)."""
+        with self._lock:
+            self._running -= 1
+            self._end_if_done()
+
+    def _end_if_done(self) -> None:
+        if self.state != "ended" and self._running == 0 and (self._cursor == len(self.items)
+                                                             or self.state == "cancelling"):
+            if self.state == "cancelling":  # none running, none to start: what was left is cancelled
+                for waiting in self.items[self._cursor:]:
+                    waiting.started = waiting.cancelled = True
+                self._cursor = len(self.items)
+            self.state, self.ended_at = "ended", time.time()
 
 
 class BatchJobs(JobRegistry[BatchJob]):
-    """The batch jobs of one backend, by id; each runs on its own threads until its items are done."""
+    """The batch jobs of one backend, by id, run by at most ``CONCURRENCY`` threads shared by every job.
+
+    The workers take the jobs' items in turn (one item of each job with items left, round robin), so a
+    large batch does not hold back a small one, and exit when no job has an item left: a thousand batches
+    cost two threads, none once they are done. An item that finds the engine's queue full waits for a
+    place (:meth:`~..sim.runtime.Runtime.wait_for_room`), never polling; a cancel or a reset ends the wait.
+    """
 
     def __init__(self, simulator: Simulator) -> None:
         super().__init__()
         self.simulator = simulator
+        self._work_lock = threading.Lock()
+        self._queue: deque[BatchJob] = deque()  # jobs that may have items to start, in turn
+        self._workers = 0
+        self._epoch = 0  # bumped by clear(): an item of an older epoch is neither run nor logged
 
     def start(self, job: BatchJob) -> BatchJob:
         self.add(job)
-        count = min(CONCURRENCY, max(1, len(job.items)))
-        remaining = [count]
-        lock = threading.Lock()
-
-        def run() -> None:
-            while (item := job._next()) is not None:
-                self._run(item)
-            with lock:  # the last worker to finish ends the job
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                job.state, job.ended_at = "ended", time.time()
-
-        for _ in range(count):
-            threading.Thread(target=run, name=f"llmsim-batch-{job.id}", daemon=True).start()
+        with self._work_lock:
+            self._queue.append(job)
+            if self._workers < CONCURRENCY:
+                self._workers += 1
+                threading.Thread(target=self._work, args=(self._epoch,), name="llmsim-batch", daemon=True).start()
+        if not job.items:
+            job._next()  # nothing to run: it ends now
         return job
 
-    def _run(self, item: BatchItem) -> None:
+    def clear(self) -> None:
+        """Cancel every job (a reset): waiting items end now, running ones with the engine's reset."""
+        with self._work_lock:
+            self._epoch += 1
+            self._queue.clear()
+        super().clear()
+        self.simulator.runtime.wake_waiters()
+
+    def _take(self, epoch: int) -> tuple[BatchJob, BatchItem] | None:
+        """The next item to run, taking the jobs in turn; None when no job has one (the worker then exits)."""
+        with self._work_lock:
+            while self._queue and epoch == self._epoch:
+                job = self._queue.popleft()
+                item = job._next()
+                if item is not None:
+                    self._queue.append(job)  # its next item after the other jobs' turns
+                    return job, item
+            self._workers -= 1
+            return None
+
+    def _work(self, epoch: int) -> None:
+        while (taken := self._take(epoch)) is not None:
+            job, item = taken
+            try:
+                self._run(job, item, epoch)
+            finally:
+                job._done()
+
+    def _run(self, job: BatchJob, item: BatchItem, epoch: int) -> None:
         """One item through the simulator, as a non-streamed request of its API, logged like one."""
         simulator, api = self.simulator, item.api
+
+        def given_up() -> bool:
+            return job.cancelled or epoch != self._epoch
+
         record = RequestRecord(method="POST", path=item.path, headers=Headers(), body=item.body, route=item.path,
                                api=api.name)
         new_id = getattr(api, "new_request_id", None)
@@ -126,6 +195,7 @@ class BatchJobs(JobRegistry[BatchJob]):
             request = api.parse(item.body, NO_TARGET)
             request.stream = False
             request.api = api.name
+            request.credential = job.owner  # the key's own limits apply to its batches
             record.model = request.model
             while True:
                 try:
@@ -134,13 +204,21 @@ class BatchJobs(JobRegistry[BatchJob]):
                 except SimError as error:
                     if error.code != "queue_full":
                         raise
-                    time.sleep(0.01)  # behind interactive traffic: wait for room in the queue, never fail
+                    # behind interactive traffic: wait for a place in the queue, never fail
+                    if not simulator.runtime.wait_for_room(error.details.get("sequences", 1), given_up):
+                        item.cancelled = True
+                        return
         except SimError as error:
             item.error, item.status = error, error.status
             record.status, record.error = error.status, error.fields()
-            simulator.finish(record)
+            if epoch == self._epoch:
+                simulator.finish(record)
             return
         generation.ticket.wait()
+        if epoch != self._epoch:  # reset while it ran: the engine ended it, and the new backend never saw it
+            simulator.runtime.release(generation.ticket)
+            item.cancelled = True
+            return
         record.status = 200
         simulator.finish(record, generation)
         response_id = f"{api.id_prefix}{item.request_id.removeprefix('req_')[:24]}"

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
 from ..api import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES, WireAPI
@@ -20,7 +21,7 @@ from ..api import openai_batches as openai
 from ..sim import SimError, invalid
 from ..sim.simulator import Simulator
 from .batch_jobs import BatchItem, BatchJob, BatchJobs
-from .exchange import answer_error, read_json
+from .exchange import answer_error, credential_of, read_json
 from .responder import json_response
 from .routes import RouteMatch
 
@@ -28,8 +29,9 @@ __all__ = ["BatchRoutes"]
 
 ENDPOINT_APIS: dict[str, WireAPI] = {"/v1/chat/completions": OPENAI_CHAT, "/v1/completions": OPENAI_COMPLETIONS,
                                      "/v1/embeddings": OPENAI_EMBEDDINGS, "/v1/responses": OPENAI_RESPONSES}
-MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's batch input limit
 JSONL = "application/jsonl"
+# Multipart's own bytes around an upload's content (boundaries, part headers): allowed beyond max_body_bytes
+MULTIPART_SLACK = 64 * 1024
 
 
 def _not_found(kind: str, name: str) -> SimError:
@@ -37,18 +39,26 @@ def _not_found(kind: str, name: str) -> SimError:
 
 
 class BatchRoutes:
-    """Files, OpenAI batches and Anthropic message batches of one backend."""
+    """Files, OpenAI batches and Anthropic message batches of one backend.
+
+    Each belongs to the API key that made it (``owner``; None when the backend checks no keys): another
+    key is answered as if it did not exist, as the providers answer for another organisation's ids. The
+    files kept are bounded by ``max_stored_files`` and ``max_stored_file_bytes`` (an upload past either is
+    refused), and one upload by ``max_body_bytes``, as any request body.
+    """
 
     def __init__(self, simulator: Simulator) -> None:
         self.simulator = simulator
         self.jobs = BatchJobs(simulator)
-        self._files: dict[str, dict[str, Any]] = {}  # id -> file object, plus its "content"
+        self._files: dict[str, dict[str, Any]] = {}  # id -> file object, plus its "content" and "owner"
+        self._file_bytes = 0
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         self.jobs.clear()
         with self._lock:
             self._files.clear()
+            self._file_bytes = 0
 
     def _error(self, request: Request, match: RouteMatch, error: SimError) -> Response:
         return answer_error(self.simulator, request, match.route.api, error)
@@ -57,13 +67,20 @@ class BatchRoutes:
 
     def files(self, request: Request, match: RouteMatch) -> Response:
         """``POST /v1/files`` (multipart: ``purpose``, ``file``), ``GET /v1/files``."""
+        owner = credential_of(request)
         if request.method == "GET":
             with self._lock:
-                listed = [self._public(f) for f in self._files.values()]
+                listed = [self._public(f) for f in self._files.values() if f["owner"] == owner]
             return json_response({"object": "list", "data": listed, "has_more": False})
-        request.max_content_length = MAX_FILE_BYTES
-        upload = request.files.get("file")
-        purpose = request.form.get("purpose")
+        config = self.simulator.config
+        request.max_content_length = config.max_body_bytes + MULTIPART_SLACK
+        try:
+            upload = request.files.get("file")
+            purpose = request.form.get("purpose")
+        except RequestEntityTooLarge:
+            return self._error(request, match, SimError(
+                413, f"The file is too large: the limit is {config.max_body_bytes} bytes (max_body_bytes).",
+                param="file", code="file_too_large"))
         if purpose not in openai.FILE_PURPOSES:
             return self._error(request, match, invalid(f"Invalid 'purpose': {purpose!r}.", "purpose",
                                                        "invalid_value"))
@@ -71,23 +88,42 @@ class BatchRoutes:
             return self._error(request, match, invalid("Missing required parameter: 'file'.", "file",
                                                        "missing_required_parameter"))
         content = upload.read()
+        if len(content) > config.max_body_bytes:
+            return self._error(request, match, SimError(
+                413, f"The file is too large: the limit is {config.max_body_bytes} bytes (max_body_bytes).",
+                param="file", code="file_too_large"))
         file_id = "file-" + os.urandom(12).hex()
         stored = {**openai.file_object(file_id, upload.filename or "upload.jsonl", purpose, len(content),
-                                       time.time()), "content": content}
+                                       time.time()), "content": content, "owner": owner}
         with self._lock:
-            self._files[file_id] = stored
+            if len(self._files) >= config.max_stored_files or \
+                    self._file_bytes + len(content) > config.max_stored_file_bytes:
+                full = SimError(400, f"File storage is full: {len(self._files)} files of "
+                                     f"{self._file_bytes} bytes are kept (max_stored_files="
+                                     f"{config.max_stored_files}, max_stored_file_bytes="
+                                     f"{config.max_stored_file_bytes}); delete files first.",
+                                param="file", code="file_storage_full")
+            else:
+                full = None
+                self._files[file_id] = stored
+                self._file_bytes += len(content)
+        if full is not None:
+            return self._error(request, match, full)
         return json_response(self._public(stored))
 
     @staticmethod
     def _public(stored: dict[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in stored.items() if key != "content"}
+        return {key: value for key, value in stored.items() if key not in ("content", "owner")}
 
-    def _file(self, file_id: str) -> dict[str, Any] | None:
+    def _file(self, file_id: str, owner: str | None) -> dict[str, Any] | None:
+        """The file ``file_id`` if ``owner`` may read it: an upload, or a batch's output or error file."""
         with self._lock:
             stored = self._files.get(file_id)
         if stored is not None:
-            return stored
+            return stored if stored["owner"] == owner else None
         for job in self.jobs.all():  # a batch's output or error file, made when it ends
+            if job.owner != owner:
+                continue
             output, errors = self._result_files(job)
             if file_id in (output, errors):
                 content = openai.result_lines(job.items, job.id)[0 if file_id == output else 1]
@@ -99,18 +135,19 @@ class BatchRoutes:
     def file(self, request: Request, match: RouteMatch) -> Response:
         """``GET`` a file object, or ``DELETE`` the file."""
         file_id = match.params["id"]
-        stored = self._file(file_id)
+        stored = self._file(file_id, credential_of(request))
         if stored is None:
             return self._error(request, match, _not_found("file", file_id))
         if request.method == "DELETE":
             with self._lock:
-                self._files.pop(file_id, None)
+                if self._files.pop(file_id, None) is not None:
+                    self._file_bytes -= len(stored["content"])
             return json_response({"id": file_id, "object": "file", "deleted": True})
         return json_response(self._public(stored))
 
     def file_content(self, request: Request, match: RouteMatch) -> Response:
         """``GET /v1/files/{id}/content``: the file's bytes (a batch's results as JSONL)."""
-        stored = self._file(match.params["id"])
+        stored = self._file(match.params["id"], credential_of(request))
         if stored is None:
             return self._error(request, match, _not_found("file", match.params["id"]))
         return Response(stored["content"], status=200, content_type=JSONL)
@@ -130,8 +167,9 @@ class BatchRoutes:
 
     def batches(self, request: Request, match: RouteMatch) -> Response:
         """``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``), ``GET /v1/batches``."""
+        owner = credential_of(request)
         if request.method == "GET":
-            jobs = [job for job in reversed(self.jobs.all()) if job.id.startswith("batch_")]
+            jobs = [job for job in reversed(self.jobs.all()) if job.id.startswith("batch_") and job.owner == owner]
             data = [self._batch_body(job) for job in jobs]
             return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                                   "last_id": data[-1]["id"] if data else None, "has_more": False})
@@ -146,7 +184,7 @@ class BatchRoutes:
             if body.get("completion_window") != "24h":
                 raise invalid("Invalid 'completion_window': only '24h' is supported.", "completion_window",
                               "invalid_value")
-            stored = self._file(str(body.get("input_file_id")))
+            stored = self._file(str(body.get("input_file_id")), owner)
             if stored is None or stored["purpose"] != "batch":
                 raise invalid(f"Invalid 'input_file_id': no file with purpose 'batch' has id "
                               f"{body.get('input_file_id')!r}.", "input_file_id", "invalid_value")
@@ -156,14 +194,14 @@ class BatchRoutes:
         api = ENDPOINT_APIS[endpoint]
         job = BatchJob("batch_" + os.urandom(12).hex(), [BatchItem(cid, api, b, endpoint) for cid, b in lines],
                        {"endpoint": endpoint, "input_file_id": body["input_file_id"], "completion_window": "24h",
-                        "metadata": body.get("metadata")})
+                        "metadata": body.get("metadata")}, owner=owner)
         created = self._batch_body(job)  # as it is at creation, however fast it then runs
         self.jobs.start(job)
         return json_response(created)
 
     def _openai_job(self, request: Request, match: RouteMatch) -> BatchJob | Response:
         job = self.jobs.get(match.params["id"])
-        if job is None or not job.id.startswith("batch_"):
+        if job is None or not job.id.startswith("batch_") or job.owner != credential_of(request):
             return self._error(request, match, _not_found("batch", match.params["id"]))
         return job
 
@@ -185,8 +223,9 @@ class BatchRoutes:
 
     def message_batches(self, request: Request, match: RouteMatch) -> Response:
         """``POST /v1/messages/batches`` (``requests``), ``GET /v1/messages/batches``."""
+        owner = credential_of(request)
         if request.method == "GET":
-            jobs = [job for job in reversed(self.jobs.all()) if job.id.startswith("msgbatch_")]
+            jobs = [job for job in reversed(self.jobs.all()) if job.id.startswith("msgbatch_") and job.owner == owner]
             data = [anthropic.batch_object(job, self._results_url(request, job)) for job in jobs]
             return json_response({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
                                   "last_id": data[-1]["id"] if data else None})
@@ -196,14 +235,15 @@ class BatchRoutes:
         except SimError as error:
             return self._error(request, match, error)
         job = BatchJob("msgbatch_" + os.urandom(12).hex(),
-                       [BatchItem(cid, ANTHROPIC_MESSAGES, params, "/v1/messages") for cid, params in requests])
+                       [BatchItem(cid, ANTHROPIC_MESSAGES, params, "/v1/messages") for cid, params in requests],
+                       owner=owner)
         created = anthropic.batch_object(job, self._results_url(request, job))
         self.jobs.start(job)
         return json_response(created)
 
     def _anthropic_job(self, request: Request, match: RouteMatch) -> BatchJob | Response:
         job = self.jobs.get(match.params["id"])
-        if job is None or not job.id.startswith("msgbatch_"):
+        if job is None or not job.id.startswith("msgbatch_") or job.owner != credential_of(request):
             return self._error(request, match, SimError(404, f"Message batch {match.params['id']!r} not found.",
                                                         param="message_batch_id", code="not_found"))
         return job

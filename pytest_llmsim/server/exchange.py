@@ -24,12 +24,21 @@ from .request_body import read_json_body
 from .responder import json_response
 from .trusted_headers import TrustedHeaders
 
-__all__ = ["RECORD_KEY", "ROUTE_KEY", "answer_error", "headers_of", "new_record", "read_json", "read_logged_json",
-           "untokenizable"]
+__all__ = ["CREDENTIAL_KEY", "RECORD_KEY", "ROUTE_KEY", "answer_error", "credential_of", "headers_of", "new_record",
+           "read_json", "read_logged_json", "untokenizable"]
 
 ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
 RECORD_KEY = "llmsim.record"  # WSGI environ key: the request's log record, once made
+# WSGI environ key: the API key a request presented, when the backend checks keys (None: any will do). Files,
+# batches, stored and background responses and cached contents belong to the key that made them.
+CREDENTIAL_KEY = "llmsim.credential"
 UNKNOWN_ROUTE = "unknown"
+
+
+def credential_of(request: Request) -> str | None:
+    """The API key ``request`` presented and the backend accepted (None when it checks no keys)."""
+    credential: str | None = request.environ.get(CREDENTIAL_KEY)
+    return credential
 
 
 @functools.lru_cache(maxsize=256)

@@ -32,8 +32,8 @@ from ..api.vllm_extras import (
 from ..sim import SimError, invalid
 from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
 from ..sim.simulator import Simulator
-from .background import BackgroundJobs
-from .exchange import answer_error, new_record, read_json, read_logged_json
+from .background import BackgroundJob, BackgroundJobs
+from .exchange import answer_error, credential_of, new_record, read_json, read_logged_json
 from .responder import SSE_HEADERS, SSE_TYPE, complete_response, json_response
 from .routes import RouteMatch, request_target
 
@@ -66,30 +66,42 @@ class InfoRoutes:
         extra = getattr(match.route.api, "answer_headers", None)
         return json_response(counter.count_body(count), headers=extra() if extra is not None else None)
 
+    def _background(self, response_id: str, owner: str | None) -> BackgroundJob | None:
+        """The background job ``response_id`` if ``owner`` (the asking request's key) started it."""
+        job = self.background.get(response_id)
+        return job if job is not None and job.generation.request.credential == owner else None
+
     def stored_response(self, request: Request, match: RouteMatch) -> Response:
         """``GET`` a stored Responses API answer (a background one while it runs; ``?stream=true`` follows its
-        events, after ``starting_after``), or ``DELETE`` it."""
+        events, after ``starting_after``), or ``DELETE`` it (a running background one is cancelled first)."""
         response_id = match.params["id"]
-        job = self.background.get(response_id)
+        owner = credential_of(request)
+        job = self._background(response_id, owner)
         if request.method == "GET" and request.args.get("stream") == "true":
             if job is None:
                 return self._error(request, match, SimError(
                     400, "Only background responses can be streamed again; this response was not created with "
                          "background=true.", param="stream", code="invalid_value"))
             after = request.args.get("starting_after", "-1")
-            if not after.lstrip("-").isdigit():
-                return self._error(request, match, invalid(f"Invalid 'starting_after': {after!r} is not an integer.",
-                                                           "starting_after", "invalid_type"))
+            if not (after.isdigit() or after == "-1"):
+                return self._error(request, match, invalid(
+                    f"Invalid 'starting_after': {after!r} is not an event's sequence number (an integer, 0 or "
+                    f"more).", "starting_after", "invalid_value"))
             return Response(job.read(int(after)), status=200, content_type=SSE_TYPE, headers=SSE_HEADERS)
         if request.method == "GET" and job is not None and not job.over:
             return json_response(job.body())
+        conversations = self.simulator.conversations
         if request.method == "DELETE" and job is not None:
             job.cancel()
-        conversations = self.simulator.conversations
-        stored = conversations.get(response_id)
-        if stored is None and job is not None and request.method == "GET":
-            return json_response(job.body())  # over without a stored answer: cancelled
-        if stored is None or (request.method == "DELETE" and not conversations.delete(response_id)):
+            job.wait()  # then no stored answer can appear after the delete
+            self.background.delete(response_id)
+            conversations.delete(response_id, owner)
+            return json_response(deleted_response(response_id))
+        stored = conversations.get(response_id, owner)
+        if stored is None and job is not None and request.method == "GET" and job.status in ("cancelled", "failed"):
+            return json_response(job.body())  # over without a stored answer
+        # (a completed one whose answer the store has dropped is gone, as the provider answers an unknown id)
+        if stored is None or (request.method == "DELETE" and not conversations.delete(response_id, owner)):
             return self._error(request, match, response_not_found(response_id))
         if request.method == "DELETE":
             return json_response(deleted_response(response_id))
@@ -98,22 +110,22 @@ class InfoRoutes:
     def cancel_response(self, request: Request, match: RouteMatch) -> Response:
         """``POST /v1/responses/{id}/cancel``: end a background response now (as it is, once it is over)."""
         response_id = match.params["id"]
-        job = self.background.get(response_id)
+        owner = credential_of(request)
+        job = self._background(response_id, owner)
         if job is None:
             error = (SimError(400, "Only background responses can be cancelled.", param="response_id",
-                              code="invalid_value") if self.simulator.conversations.get(response_id) is not None
+                              code="invalid_value") if self.simulator.conversations.get(response_id, owner) is not None
                      else response_not_found(response_id))
             return self._error(request, match, error)
         job.cancel()
-        for _ in job.read(len(job.events)):  # wait for it to stop
-            pass
+        job.wait()
         return json_response(job.body())
 
     def input_items(self, request: Request, match: RouteMatch) -> Response:
         """``GET /v1/responses/{id}/input_items``: a stored response's input items (``order``, ``limit``,
         ``after``; newest first by default, as OpenAI lists them)."""
         response_id = match.params["id"]
-        stored = self.simulator.conversations.get(response_id)
+        stored = self.simulator.conversations.get(response_id, credential_of(request))
         if stored is None:
             return self._error(request, match, response_not_found(response_id))
         items = input_items(stored.messages, response_id)
@@ -158,12 +170,13 @@ class InfoRoutes:
     def cached_contents(self, request: Request, match: RouteMatch) -> Response:
         """Gemini's ``cachedContents``: ``POST`` creates one (a named cached prompt), ``GET`` lists them."""
         if request.method == "GET":
-            return json_response({"cachedContents": [stored.body for _, stored in
-                                                     self.simulator.conversations.named("cachedContents/")]})
+            return json_response({"cachedContents": [stored.body for _, stored in self.simulator.conversations.named(
+                "cachedContents/", credential_of(request))]})
         record = new_record(request)
         record.api = "gemini.cached_contents"
         try:
             parsed, fields = parse_cached_content(read_logged_json(request, self.simulator, record))
+            parsed.credential = credential_of(request)  # it belongs to the key that made it
             name = f"cachedContents/{os.urandom(8).hex()}"
             resource = self.simulator.keep_prefix(name, parsed, functools.partial(cached_content_resource, name,
                                                                                   fields))
@@ -176,8 +189,9 @@ class InfoRoutes:
     def cached_content(self, request: Request, match: RouteMatch) -> Response:
         """``GET`` one cached content, or ``DELETE`` it."""
         name = f"cachedContents/{match.params['id']}"
-        stored = self.simulator.conversations.get(name)
-        if stored is None or (request.method == "DELETE" and not self.simulator.conversations.delete(name)):
+        owner = credential_of(request)
+        stored = self.simulator.conversations.get(name, owner)
+        if stored is None or (request.method == "DELETE" and not self.simulator.conversations.delete(name, owner)):
             return self._error(request, match, SimError(404, f"CachedContent not found: {name}.", param="name",
                                                         code="not_found"))
         return json_response({} if request.method == "DELETE" else stored.body)

@@ -20,6 +20,9 @@ class Job(Protocol):
     @property
     def over(self) -> bool: ...
 
+    @property
+    def size_bytes(self) -> int: ...
+
     def cancel(self) -> None: ...
 
 
@@ -34,14 +37,16 @@ class JobRegistry(Generic[J]):
         self._lock = threading.Lock()
         self._jobs: OrderedDict[str, J] = OrderedDict()
 
-    def add(self, job: J) -> None:
+    def add(self, job: J, max_bytes: int | None = None) -> None:
+        """Keep ``job``; past ``max_kept`` jobs, or ``max_bytes`` of what they hold, the oldest finished go."""
         with self._lock:
             self._jobs[job.id] = job
-            while len(self._jobs) > self.max_kept:
+            held = sum(kept.size_bytes for kept in self._jobs.values()) if max_bytes is not None else 0
+            while len(self._jobs) > self.max_kept or (max_bytes is not None and held > max_bytes):
                 oldest = next(iter(self._jobs))
-                if not self._jobs[oldest].over:
+                if not self._jobs[oldest].over or oldest == job.id:
                     break
-                del self._jobs[oldest]
+                held -= self._jobs.pop(oldest).size_bytes
 
     def get(self, job_id: str) -> J | None:
         with self._lock:

@@ -199,7 +199,7 @@ class GenerationResponder:
         """Answer at once (the queued object, or a stream that follows the job); the job runs on without us."""
         job = BackgroundJob(self.simulator, record, generation, api, response_id)
         queued = job.body()
-        self.background.add(job)
+        self.background.add(job, self.simulator.config.max_stored_response_bytes)  # its events count
         job.start()
         if generation.request.stream:
             return Response(job.read(), status=200, content_type=SSE_TYPE, headers={**SSE_HEADERS, **headers})

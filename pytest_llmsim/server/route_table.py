@@ -96,13 +96,22 @@ GENERATION_ROUTES: dict[str, WireAPI] = {
 
 
 class InfoRoute(NamedTuple):
-    """A route that generates nothing: its handler (an ``InfoRoutes`` method) and whose error shape it uses."""
+    """A route that generates nothing: its handler (an ``InfoRoutes`` method) and whose error shape it uses.
+
+    ``keyed``: with ``required_api_key`` or ``api_keys`` set, it takes the API's keys as the API's generation
+    routes do (all but ``/health`` and ``/metrics``). ``stored``: it returns stored content (files, batches,
+    stored and background responses, cached contents, ``/metrics``), so while the backend listens on loopback
+    it answers only the Host names the control API does, and a web page that DNS rebinding pointed here
+    cannot read it; generation routes take any Host (gateways rewrite it to the provider's name).
+    """
 
     template: str
     methods: tuple[str, ...]
     handler: Callable[..., Response]  # (InfoRoutes, Request, RouteMatch) -> Response
     api: WireAPI
     accepts: Guard | None = None  # asked of the environ, where two APIs share the path
+    keyed: bool = True
+    stored: bool = False
 
 
 INFO_ROUTES: tuple[InfoRoute, ...] = (
@@ -110,17 +119,17 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
               functools.partial(InfoRoutes.count_tokens, counter=ANTHROPIC_COUNTER), ANTHROPIC_MESSAGES),
     InfoRoute("/v1/responses/input_tokens", ("POST",),
               functools.partial(InfoRoutes.count_tokens, counter=RESPONSES_COUNTER), OPENAI_RESPONSES),
-    InfoRoute("/v1/responses/{id}", ("GET", "DELETE"), InfoRoutes.stored_response, OPENAI_RESPONSES),
-    InfoRoute("/v1/responses/{id}/cancel", ("POST",), InfoRoutes.cancel_response, OPENAI_RESPONSES),
-    InfoRoute("/v1/responses/{id}/input_items", ("GET",), InfoRoutes.input_items, OPENAI_RESPONSES),
+    InfoRoute("/v1/responses/{id}", ("GET", "DELETE"), InfoRoutes.stored_response, OPENAI_RESPONSES, stored=True),
+    InfoRoute("/v1/responses/{id}/cancel", ("POST",), InfoRoutes.cancel_response, OPENAI_RESPONSES, stored=True),
+    InfoRoute("/v1/responses/{id}/input_items", ("GET",), InfoRoutes.input_items, OPENAI_RESPONSES, stored=True),
     InfoRoute("/v1/models", ("GET",), InfoRoutes.models, OPENAI_CHAT),
     InfoRoute("/v1/models/{id}", ("GET",), InfoRoutes.model, OPENAI_CHAT),
     InfoRoute("/v1/load_lora_adapter", ("POST",), InfoRoutes.load_lora, OPENAI_CHAT),
     InfoRoute("/v1/unload_lora_adapter", ("POST",), InfoRoutes.unload_lora, OPENAI_CHAT),
     InfoRoute("/tokenize", ("POST",), InfoRoutes.tokenize, OPENAI_CHAT),
     InfoRoute("/detokenize", ("POST",), InfoRoutes.detokenize, OPENAI_CHAT),
-    InfoRoute("/health", ("GET",), InfoRoutes.health, OPENAI_CHAT),
-    InfoRoute("/metrics", ("GET",), InfoRoutes.metrics, OPENAI_CHAT),
+    InfoRoute("/health", ("GET",), InfoRoutes.health, OPENAI_CHAT, keyed=False),
+    InfoRoute("/metrics", ("GET",), InfoRoutes.metrics, OPENAI_CHAT, keyed=False, stored=True),
     *(route for version in ("v1beta", "v1") for route in (
         InfoRoute(f"/{version}/models/{{model}}:countTokens", ("POST",),
                   functools.partial(InfoRoutes.count_tokens, counter=GEMINI_COUNTER), GEMINI_GENERATE),
@@ -129,9 +138,10 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
                   None if version == "v1beta" else gemini_key),
         InfoRoute(f"/{version}/models/{{model}}", ("GET",), InfoRoutes.gemini_model, GEMINI_GENERATE,
                   None if version == "v1beta" else gemini_key),
-        InfoRoute(f"/{version}/cachedContents", ("POST", "GET"), InfoRoutes.cached_contents, GEMINI_GENERATE),
+        InfoRoute(f"/{version}/cachedContents", ("POST", "GET"), InfoRoutes.cached_contents, GEMINI_GENERATE,
+                  stored=True),
         InfoRoute(f"/{version}/cachedContents/{{id}}", ("GET", "DELETE"), InfoRoutes.cached_content,
-                  GEMINI_GENERATE))),
+                  GEMINI_GENERATE, stored=True))),
     *(route for prefix in vertex_model_prefixes("google") for route in (
         InfoRoute(f"{prefix}/{{model}}:countTokens", ("POST",),
                   functools.partial(InfoRoutes.count_tokens, counter=VERTEX_COUNTER), VERTEX_GENERATE),
@@ -151,17 +161,18 @@ INFO_ROUTES: tuple[InfoRoute, ...] = (
     InfoRoute("/openai/v1/models/{id}", ("GET",), InfoRoutes.model, AZURE_V1_CHAT),
 )
 # The batch routes start work the engine runs later; each handler is a BatchRoutes method.
-BATCH_ROUTES: tuple[InfoRoute, ...] = (
-    InfoRoute("/v1/files", ("POST", "GET"), BatchRoutes.files, OPENAI_CHAT),
-    InfoRoute("/v1/files/{id}", ("GET", "DELETE"), BatchRoutes.file, OPENAI_CHAT),
-    InfoRoute("/v1/files/{id}/content", ("GET",), BatchRoutes.file_content, OPENAI_CHAT),
-    InfoRoute("/v1/batches", ("POST", "GET"), BatchRoutes.batches, OPENAI_CHAT),
-    InfoRoute("/v1/batches/{id}", ("GET",), BatchRoutes.batch, OPENAI_CHAT),
-    InfoRoute("/v1/batches/{id}/cancel", ("POST",), BatchRoutes.batch_cancel, OPENAI_CHAT),
-    InfoRoute("/v1/messages/batches", ("POST", "GET"), BatchRoutes.message_batches, ANTHROPIC_MESSAGES),
-    InfoRoute("/v1/messages/batches/{id}", ("GET", "DELETE"), BatchRoutes.message_batch, ANTHROPIC_MESSAGES),
-    InfoRoute("/v1/messages/batches/{id}/cancel", ("POST",), BatchRoutes.message_batch_cancel, ANTHROPIC_MESSAGES),
-    InfoRoute("/v1/messages/batches/{id}/results", ("GET",), BatchRoutes.message_batch_results, ANTHROPIC_MESSAGES),
-)
+BATCH_ROUTES: tuple[InfoRoute, ...] = tuple(
+    InfoRoute(template, methods, handler, api, stored=True) for template, methods, handler, api in (
+    ("/v1/files", ("POST", "GET"), BatchRoutes.files, OPENAI_CHAT),
+    ("/v1/files/{id}", ("GET", "DELETE"), BatchRoutes.file, OPENAI_CHAT),
+    ("/v1/files/{id}/content", ("GET",), BatchRoutes.file_content, OPENAI_CHAT),
+    ("/v1/batches", ("POST", "GET"), BatchRoutes.batches, OPENAI_CHAT),
+    ("/v1/batches/{id}", ("GET",), BatchRoutes.batch, OPENAI_CHAT),
+    ("/v1/batches/{id}/cancel", ("POST",), BatchRoutes.batch_cancel, OPENAI_CHAT),
+    ("/v1/messages/batches", ("POST", "GET"), BatchRoutes.message_batches, ANTHROPIC_MESSAGES),
+    ("/v1/messages/batches/{id}", ("GET", "DELETE"), BatchRoutes.message_batch, ANTHROPIC_MESSAGES),
+    ("/v1/messages/batches/{id}/cancel", ("POST",), BatchRoutes.message_batch_cancel, ANTHROPIC_MESSAGES),
+    ("/v1/messages/batches/{id}/results", ("GET",), BatchRoutes.message_batch_results, ANTHROPIC_MESSAGES),
+))
 # only some fault kinds apply there
 declare_routes_without_generation(template for template, *_ in (*INFO_ROUTES, *BATCH_ROUTES))

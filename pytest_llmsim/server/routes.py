@@ -38,6 +38,7 @@ class Route:
 
     ``accepts``, when set, is asked of the request's WSGI environ: two APIs may share a path (Gemini's
     ``GET /v1/models`` and OpenAI's), told apart by what the request carries (Google's API key).
+    ``keyed`` and ``stored`` say who may read it (see :class:`~.route_table.InfoRoute`).
     """
 
     template: str
@@ -46,6 +47,8 @@ class Route:
     api: WireAPI
     generates: bool = False
     accepts: Guard | None = None
+    keyed: bool = False  # a route that generates nothing checks the API's keys (generation routes check their own)
+    stored: bool = False  # returns stored content: on loopback, only to the Host names the control API accepts
 
     def takes(self, method: str | None) -> bool:
         """Whether ``method`` is one of the route's (HEAD where GET is; None: any)."""

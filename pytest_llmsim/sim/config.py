@@ -86,6 +86,8 @@ class SimConfig:
     keepalive_max_requests: int | None = None
     max_stored_responses: int = 1000
     max_stored_response_bytes: int = 256 * 1024 * 1024
+    max_stored_files: int = 1000
+    max_stored_file_bytes: int = 256 * 1024 * 1024
     max_trace_requests: int = 10_000
     max_queued_replies: int = 10_000
     max_rules: int = 1_000
@@ -366,6 +368,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "keepalive_timeout": _number(0.0, low_inclusive=False),
     "max_stored_responses": _integer(0),
     "max_stored_response_bytes": _integer(1),
+    "max_stored_files": _integer(0),
+    "max_stored_file_bytes": _integer(1),
     "max_trace_requests": _integer(0),
     "max_queued_replies": _integer(0),
     "max_rules": _integer(0),

@@ -23,10 +23,12 @@ __all__ = ["ConversationStore", "StoredExchange"]
 
 @dataclass(frozen=True)
 class StoredExchange:
-    """One stored answer: the conversation through it, and its rendered body."""
+    """One stored answer: the conversation through it, its rendered body, and the API key that made it
+    (``owner``; None when the backend checks no keys)."""
 
     messages: tuple[ChatMessage, ...]
     body: dict[str, Any]
+    owner: str | None = None
 
     def size_bytes(self) -> int:
         """About what it holds: its messages' text and its body's JSON (characters, plus a little per message)."""
@@ -59,22 +61,27 @@ class ConversationStore:
                 self._entries.clear()
                 self.total_bytes = 0
 
-    def get(self, response_id: str) -> StoredExchange | None:
+    def get(self, response_id: str, owner: str | None = None) -> StoredExchange | None:
+        """The entry, if ``owner`` (the asking request's API key) made it: another key's is not found."""
         with self._lock:
             entry = self._entries.get(response_id)
-        return entry[0] if entry is not None else None
+        return entry[0] if entry is not None and entry[0].owner == owner else None
 
-    def delete(self, response_id: str) -> bool:
+    def delete(self, response_id: str, owner: str | None = None) -> bool:
+        """Delete the entry if ``owner`` made it; whether it did."""
         with self._lock:
-            entry = self._entries.pop(response_id, None)
-            if entry is not None:
-                self.total_bytes -= entry[1]
-        return entry is not None
+            entry = self._entries.get(response_id)
+            if entry is None or entry[0].owner != owner:
+                return False
+            del self._entries[response_id]
+            self.total_bytes -= entry[1]
+        return True
 
-    def named(self, prefix: str) -> list[tuple[str, StoredExchange]]:
-        """The entries whose names start with ``prefix``, oldest first."""
+    def named(self, prefix: str, owner: str | None = None) -> list[tuple[str, StoredExchange]]:
+        """``owner``'s entries whose names start with ``prefix``, oldest first."""
         with self._lock:
-            return [(name, entry[0]) for name, entry in self._entries.items() if name.startswith(prefix)]
+            return [(name, entry[0]) for name, entry in self._entries.items()
+                    if name.startswith(prefix) and entry[0].owner == owner]
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -21,11 +21,11 @@ MAX_EMBEDDING_INPUT_TOKENS = 8192  # OpenAI's limits for text-embedding-3
 MAX_EMBEDDING_REQUEST_TOKENS = 300_000
 
 
-def queue_full(config: SimConfig) -> SimError:
-    """The 503 of a request that finds the waiting queue full."""
+def queue_full(config: SimConfig, sequences: int = 1) -> SimError:
+    """The 503 of a request that finds the waiting queue full (``details["sequences"]``: the places it needs)."""
     return SimError(503, f"The server is overloaded: the waiting queue is full "
                          f"(max_waiting={config.max_waiting}). Please retry later.",
-                    type="server_error", code="queue_full")
+                    type="server_error", code="queue_full", details={"sequences": sequences})
 
 
 def token_budgets(request: GenerationRequest, prompts: list[list[int]], config: SimConfig) -> tuple[list[int], int]:

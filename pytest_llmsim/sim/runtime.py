@@ -47,6 +47,10 @@ class Runtime:
         # Entered as the lock itself (the condition's __enter__ is a Python call in front of it, per request)
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
+        # Work that waits for a queue place (a batch's items) waits here, woken when the batch or queue changes
+        # (never on _cond: a notify() meant for the engine thread must not wake it instead).
+        self._room = threading.Condition(self._lock)
+        self._room_waiters = 0
         self._stopping = False
         self._listener = TicketListener()
         self._on_counts = on_counts  # every engine tells it when its batch or queue changes
@@ -63,8 +67,35 @@ class Runtime:
     def _new_engine(self, config: SimConfig) -> Engine:
         kind = StepEngine if config.scheduler == "step" else Engine
         engine = kind(config, self._listener, random.Random(f"latency:{config.seed}"))
-        engine.on_counts = self._on_counts
+        engine.on_counts = self._counts_changed
         return engine
+
+    def _counts_changed(self, now: float, running: int, waiting: int) -> None:
+        if self._on_counts is not None:
+            self._on_counts(now, running, waiting)
+        if self._room_waiters:
+            with self._lock:
+                self._room.notify_all()
+
+    def wait_for_room(self, count: int, give_up: Callable[[], bool], timeout: float = 1.0) -> bool:
+        """Wait until ``count`` sequences would find a batch slot or a queue place (True), or until
+        ``give_up()`` says so (False); it is asked whenever the batch or the queue changes, when
+        :meth:`wake_waiters` is called, and every ``timeout`` wall seconds."""
+        with self._lock:
+            self._room_waiters += 1
+            try:
+                while not self.can_admit(count):
+                    if give_up() or self._stopping:
+                        return False
+                    self._room.wait(timeout)
+                return True
+            finally:
+                self._room_waiters -= 1
+
+    def wake_waiters(self) -> None:
+        """Have every :meth:`wait_for_room` ask its ``give_up`` again (a batch cancelled, a reset)."""
+        with self._lock:
+            self._room.notify_all()
 
     # --- clock ---
 
@@ -238,6 +269,7 @@ class Runtime:
             self._anchor_virtual = 0.0
             self._anchor_wall = time.monotonic()
             self._cond.notify()
+            self._room.notify_all()
 
     @property
     def in_flight(self) -> int:

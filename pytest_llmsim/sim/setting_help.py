@@ -69,6 +69,8 @@ SETTING_HELP: dict[str, str] = {
     "max_stored_responses": "Responses API answers kept for previous_response_id and retrieval (oldest dropped)",
     "max_stored_response_bytes": "Bytes of text those stored answers may hold in all, their conversations "
                                  "included (oldest dropped; the newest always kept)",
+    "max_stored_files": "Files kept by /v1/files (batch inputs); an upload past it answers 400 file_storage_full",
+    "max_stored_file_bytes": "Bytes those files may hold in all; an upload past it answers 400 file_storage_full",
     "max_trace_requests": "Requests the backend's trace keeps (oldest dropped first); 0 turns recording off",
     "max_queued_replies": "Scripted replies that may wait in the queue (reply_with); more raise / answer 400",
     "max_rules": "Rules a backend may hold (on(), add_rule); more raise / answer 400",

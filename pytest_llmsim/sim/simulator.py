@@ -267,7 +267,7 @@ class Simulator:
         self._check_schemas(request)  # after the cheap limits: thousands of schemas cost seconds
         sequence_count = check_capacity(request, prompts, config)
         if not self.runtime.can_admit(sequence_count):
-            raise queue_full(config)
+            raise queue_full(config, sequence_count)
         rate_limit = None
         if self._limiter.active:
             rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged_tokens(request, prompts, budgets),
@@ -302,7 +302,7 @@ class Simulator:
             ticket.wait()
             self.runtime.release(ticket)
             self._release_model(request)
-            raise queue_full(config)
+            raise queue_full(config, len(sequences))
         marked = None
         if request.cache_breakpoint is not None:
             marked_messages = request.messages[:request.cache_breakpoint]
@@ -321,7 +321,7 @@ class Simulator:
         """Put the stored conversation a request continues in front of its own messages."""
         if request.previous_id is None:
             return
-        stored = self.conversations.get(request.previous_id)
+        stored = self.conversations.get(request.previous_id, request.credential)
         if stored is None:
             if request.previous_param != "previous_response_id":
                 raise SimError(404, f"{request.previous_param} {request.previous_id!r} was not found (or it "
@@ -340,7 +340,7 @@ class Simulator:
         prompt, Gemini's ``cachedContents``), with the body ``body_of(token count)``; returns the body."""
         self.count_prompt(request)  # the checks a prompt gets (tokenizable, valid schemas)
         body = body_of(self.tokenizer.chat_prefix_length(request.messages))  # as a request's cached prefix counts
-        self.conversations.put(name, StoredExchange(tuple(request.messages), body))
+        self.conversations.put(name, StoredExchange(tuple(request.messages), body, request.credential))
         return body
 
     def remember(self, response_id: str, generation: Generation, body: dict[str, Any]) -> None:
@@ -350,7 +350,7 @@ class Simulator:
         said = generation.texts()[0] if not output.calls else json.dumps(
             [{"name": call.name, "arguments": call.arguments} for call in output.calls])
         messages = (*request.messages[request.preamble:], ChatMessage("assistant", said))
-        self.conversations.put(response_id, StoredExchange(messages, body))
+        self.conversations.put(response_id, StoredExchange(messages, body, request.credential))
 
     def count_prompt(self, request: GenerationRequest) -> int:
         """Prompt tokens of ``request`` as the engine would count them (nothing is run)."""
