@@ -149,10 +149,10 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
     ("/api/chat", {"model": "m", "messages": ASK, "options": {"warp": 9}}, "options.warp"),
     ("/api/chat", {"model": "m", "messages": ASK, "format": "yaml"}, "format"),
     ("/api/chat", {"model": "m", "messages": ASK, "think": "maximum"}, "think"),
-    ("/api/chat", {"model": "m", "messages": ASK, "bogus": 1}, "bogus"),
-    ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "x", "mood": "sunny"}]},
-     "messages[0].mood"),
     ("/api/generate", {"model": "m", "prompt": 3}, "prompt"),
+    ("/api/chat", {"model": "m", "messages": ASK, "keep_alive": "99999999h"}, "keep_alive"),  # past Go's Duration
+    ("/api/generate", {"model": "m", "prompt": "x", "keep_alive": 1e18}, "keep_alive"),
+    ("/api/embeddings", {"model": "m", "prompt": ["a", "b"]}, "prompt"),  # the legacy prompt is one string
     ("/api/embed", {"model": "m", "input": []}, "input"),
 ])
 def test_bad_input_is_ollamas_error_naming_the_field(llm_backend: LLMBackend, path: str, payload: Any,
@@ -160,6 +160,58 @@ def test_bad_input_is_ollamas_error_naming_the_field(llm_backend: LLMBackend, pa
     response = httpx.post(llm_backend.url_for(path), json=payload)
     assert response.status_code == 400 and isinstance(response.json()["error"], str)
     assert llm_backend.requests[-1].error is not None and llm_backend.requests[-1].error["param"] == param
+
+
+def test_a_keep_alive_past_a_duration_leaves_api_ps_working(llm_backend: LLMBackend) -> None:
+    httpx.post(llm_backend.url_for("/api/chat"), json={"model": "m", "messages": ASK, "keep_alive": "99999999h"})
+    assert httpx.get(llm_backend.url_for("/api/ps")).status_code == 200
+    longest = client(llm_backend).chat(model="m", messages=ASK, stream=False, keep_alive="2562047h")  # Go's most
+    assert longest.done
+    (loaded,) = client(llm_backend).ps().models
+    assert loaded.expires_at is not None
+
+
+def test_fields_ollama_does_not_define_are_ignored_and_logged(llm_backend: LLMBackend) -> None:
+    body = {"model": "m", "stream": False, "bogus": 1, "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "w", "arguments": {}}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}]}
+    answer = httpx.post(llm_backend.url_for("/api/chat"), json=body)
+    assert answer.status_code == 200, answer.text
+    assert llm_backend.requests[-1].ignored_fields == ["bogus", "messages[2].tool_call_id"]
+    llm_backend.configure(strict_fields=True)  # refused for those who ask, in Ollama's shape
+    strict = httpx.post(llm_backend.url_for("/api/chat"), json=body)
+    assert strict.status_code == 400 and "bogus" in strict.json()["error"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # LiteLLM's own event loops
+def test_litellm_ollama_chat_tool_loop(llm_backend: LLMBackend) -> None:
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    litellm = pytest.importorskip("litellm")
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "weather in Paris?"}]
+    first = litellm.completion(model="ollama_chat/llama3", messages=messages, tools=tools, tool_choice="required",
+                               api_base=llm_backend.root_url, max_tokens=40)
+    (call,) = first.choices[0].message.tool_calls
+    messages += [first.choices[0].message.model_dump(), {"role": "tool", "tool_call_id": call.id,
+                                                         "content": "sunny"}]
+    second = litellm.completion(model="ollama_chat/llama3", messages=messages, api_base=llm_backend.root_url,
+                                max_tokens=4)
+    assert second.usage.completion_tokens == 4
+    assert "messages[2].tool_call_id" in llm_backend.requests[-1].ignored_fields
+
+
+def test_durations_are_never_zero_at_zero_latency(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.0, itl=0.0, speed=float("inf"))
+    answer = client(llm_backend).chat(model="m", messages=ASK, stream=False, options={"num_predict": 5})
+    assert answer.eval_count == 5 and answer.eval_duration > 0 and answer.prompt_eval_duration > 0
+    assert answer.eval_count / (answer.eval_duration / 1e9) > 0  # as Ollama's CLI prints tokens per second
+    assert answer.total_duration == answer.load_duration + answer.prompt_eval_duration + answer.eval_duration
+    embedded = client(llm_backend).embed(model="m", input="a")
+    assert embedded.total_duration > 0
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # LiteLLM's own event loops

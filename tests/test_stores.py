@@ -72,9 +72,8 @@ def test_every_route_of_an_api_takes_its_keys(keyed: LLMBackend, method: str, pa
 
 
 def test_a_keyless_client_cannot_upload_or_batch_through_the_sdk(keyed: LLMBackend) -> None:
-    with _openai(keyed, "sk-wrong") as client:
-        with pytest.raises(openai.AuthenticationError):
-            client.files.create(file=("in.jsonl", io.BytesIO(_batch_file())), purpose="batch")
+    with _openai(keyed, "sk-wrong") as client, pytest.raises(openai.AuthenticationError):
+        client.files.create(file=("in.jsonl", io.BytesIO(_batch_file())), purpose="batch")
     with anthropic.Anthropic(base_url=keyed.root_url, api_key="sk-wrong", max_retries=0) as claude, \
             pytest.raises(anthropic.AuthenticationError):
         claude.messages.batches.list()
@@ -239,3 +238,23 @@ def test_starting_after_must_be_an_event_number(llm_backend: LLMBackend, after: 
                                                                               "starting_after": after})
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == "starting_after"
+
+
+def test_lora_adapters_and_ollamas_loaded_models_are_bounded(llm_backend: LLMBackend) -> None:
+    from pytest_llmsim.sim.model_residency import MAX_LOADED_MODELS, ModelResidency
+    from pytest_llmsim.sim.simulator import MAX_LORA_ADAPTERS
+
+    simulator = llm_backend._server.simulator
+    for number in range(MAX_LORA_ADAPTERS):
+        simulator.load_adapter(f"a{number}", "/x")
+    answer = httpx.post(llm_backend.root_url + "/v1/load_lora_adapter", json={"lora_name": "one-more",
+                                                                            "lora_path": "/x"})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "too_many_lora_adapters"
+    residency = ModelResidency()
+    busy = residency.acquire("busy", 0.0, 0.0, 1e9)  # in use: never unloaded
+    assert busy == 0.0
+    for number in range(3 * MAX_LOADED_MODELS):
+        residency.acquire(f"m{number}", float(number), 0.0, 1e9)
+        residency.release(f"m{number}", float(number))
+    loaded = residency.loaded(3.0 * MAX_LOADED_MODELS)
+    assert len(loaded) <= MAX_LOADED_MODELS and "busy" in {model.name for model in loaded}

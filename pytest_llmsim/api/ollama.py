@@ -44,6 +44,12 @@ GENERATE_FIELDS = ("model", "prompt", "suffix", "system", "template", "context",
                    "stream", "keep_alive", "images", "think")
 VERSION = "0.12.0"
 DEFAULT_KEEP_ALIVE = 300.0  # Ollama's default, 5m
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9  # Go's time.Duration (about 292 years): longer ones do not parse
+MESSAGE_FIELDS = frozenset({"role", "content", "images", "tool_calls", "tool_name", "thinking"})
+# Simulated seconds each token takes at least in the reported durations: at zero latency a client that
+# prints tokens per second (eval_count / eval_duration, as Ollama's CLI and Open WebUI do) still divides by more
+# than 0. A real server never reports 0.
+MIN_SECONDS_PER_TOKEN = 1e-4
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -52,10 +58,10 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _known(body: dict[str, Any], fields: tuple[str, ...]) -> None:
-    for key in body:
-        if key not in fields:
-            raise invalid(f"invalid request: unknown field {key!r}", key, "unknown_field")
+def _unknown(body: dict[str, Any], fields: tuple[str, ...] | frozenset[str], where: str = "") -> list[str]:
+    """The fields of ``body`` Ollama does not define (``where`` prefixes their names). Ollama's JSON binding
+    skips them; the backend lists them in the request's ``ignored_fields`` (``strict_fields`` refuses them)."""
+    return [where + key for key in body if key not in fields]
 
 
 def _model(body: dict[str, Any]) -> str:
@@ -107,6 +113,9 @@ def keep_alive_seconds(body: dict[str, Any]) -> float:
         return DEFAULT_KEEP_ALIVE
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         seconds = float(value)
+        if abs(seconds) > MAX_DURATION_SECONDS:
+            raise invalid(f"keep_alive: {value!r} seconds is longer than a duration can be (at most "
+                          f"{MAX_DURATION_SECONDS:.4g} s, about 292 years)", "keep_alive", "invalid_value")
     elif isinstance(value, str) and value:
         text = value.strip()
         sign = -1.0 if text.startswith("-") else 1.0
@@ -117,6 +126,8 @@ def keep_alive_seconds(body: dict[str, Any]) -> float:
         if not parts or "".join(number + unit for number, unit in parts) != text:
             raise invalid(f"time: invalid duration {value!r}", "keep_alive", "invalid_value")
         seconds = sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+        if abs(seconds) > MAX_DURATION_SECONDS:  # Go's ParseDuration: an overflow is an invalid duration
+            raise invalid(f"time: invalid duration {value!r}", "keep_alive", "invalid_value")
     else:
         raise invalid(f"keep_alive must be a number of seconds or a duration such as '5m', not {describe(value)}",
                       "keep_alive", "invalid_type")
@@ -138,7 +149,7 @@ def _think(body: dict[str, Any]) -> ReasoningAsk | None:
 
 def parse_chat(body: Any) -> GenerationRequest:
     body = expect_object(body)
-    _known(body, CHAT_FIELDS)
+    ignored = _unknown(body, CHAT_FIELDS)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise invalid("messages must be a list", "messages", "invalid_type")
@@ -147,10 +158,7 @@ def parse_chat(body: Any) -> GenerationRequest:
         if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "tool"):
             raise invalid(f"messages[{i}].role must be system, user, assistant or tool", f"messages[{i}].role",
                           "invalid_value")
-        unknown = sorted(set(message) - {"role", "content", "images", "tool_calls", "tool_name", "thinking"})
-        if unknown:
-            raise invalid(f"messages[{i}]: unknown field {unknown[0]!r}", f"messages[{i}].{unknown[0]}",
-                          "unknown_field")
+        ignored += _unknown(message, MESSAGE_FIELDS, f"messages[{i}].")  # LiteLLM's tool_call_id, say
         if not isinstance(message.get("thinking", ""), str):  # an earlier answer's thinking: not counted
             raise invalid(f"messages[{i}].thinking must be a string", f"messages[{i}].thinking", "invalid_type")
         if message.get("images"):
@@ -171,12 +179,12 @@ def parse_chat(body: Any) -> GenerationRequest:
                              n=1, stops=stops, seed=seed, messages=parsed,
                              tools_text=tools_text(tools),
                              tool_use=openai_tool_use({"tools": tools}, flat=False), output_format=_format(body),
-                             keep_alive=keep_alive_seconds(body), reasoning=_think(body))
+                             keep_alive=keep_alive_seconds(body), reasoning=_think(body), ignored_fields=ignored)
 
 
 def parse_generate(body: Any) -> GenerationRequest:
     body = expect_object(body)
-    _known(body, GENERATE_FIELDS)
+    ignored = _unknown(body, GENERATE_FIELDS)
     if body.get("images"):
         raise invalid("images are not simulated by pytest-llmsim", "images", "unsupported_value")
     prompt = body.get("prompt", "")
@@ -190,18 +198,25 @@ def parse_generate(body: Any) -> GenerationRequest:
                              include_usage=True, max_tokens=max_tokens, max_tokens_param="options.num_predict",
                              n=1, stops=stops, seed=seed, messages=messages, prompt_param="prompt",
                              output_format=_format(body), wire={"generate": True},
-                             keep_alive=keep_alive_seconds(body), reasoning=_think(body))
+                             keep_alive=keep_alive_seconds(body), reasoning=_think(body), ignored_fields=ignored)
 
 
 def _durations(generation: Generation) -> dict[str, int]:
+    """Ollama's durations in nanoseconds of simulated time, each token taking at least
+    ``MIN_SECONDS_PER_TOKEN`` (so a division by them is always defined)."""
     seq = generation.sequences[0]
     first = seq.first_token_at if seq.first_token_at is not None else seq.finished_at
     end = seq.finished_at if seq.finished_at is not None else first
     load = round(generation.load_time * 1e9)
+    prompt_floor = max(1, generation.prompt_tokens) * MIN_SECONDS_PER_TOKEN
+    eval_floor = max(1, generation.completion_tokens) * MIN_SECONDS_PER_TOKEN
     if first is None or end is None or seq.arrival != seq.arrival:  # NaN: never ran
-        return {"total_duration": load, "load_duration": load, "prompt_eval_duration": 0, "eval_duration": 0}
-    return {"total_duration": load + round((end - seq.arrival) * 1e9), "load_duration": load,
-            "prompt_eval_duration": round((first - seq.arrival) * 1e9), "eval_duration": round((end - first) * 1e9)}
+        prompt_eval, evaluated = prompt_floor, eval_floor
+    else:
+        prompt_eval, evaluated = max(first - seq.arrival, prompt_floor), max(end - first, eval_floor)
+    prompt_ns, eval_ns = round(prompt_eval * 1e9), round(evaluated * 1e9)
+    return {"total_duration": load + prompt_ns + eval_ns, "load_duration": load, "prompt_eval_duration": prompt_ns,
+            "eval_duration": eval_ns}
 
 
 def _done(generation: Generation) -> dict[str, Any]:
@@ -321,9 +336,15 @@ class OllamaEmbed(OllamaErrors):
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         body = expect_object(body)
-        _known(body, ("model", "prompt", "options", "keep_alive") if self.legacy else
-               ("model", "input", "truncate", "options", "keep_alive", "dimensions"))
+        ignored = _unknown(body, ("model", "prompt", "options", "keep_alive") if self.legacy else
+                           ("model", "input", "truncate", "options", "keep_alive", "dimensions"))
         value = body.get("prompt" if self.legacy else "input")
+        if self.legacy and value is not None and not isinstance(value, str):
+            # its prompt is one string: Go's JSON binding refuses a list (it hid a gateway's bug to take one)
+            kind = ("array" if isinstance(value, list) else "object" if isinstance(value, dict)
+                    else "bool" if isinstance(value, bool) else "number")
+            raise invalid(f"json: cannot unmarshal {kind} into Go struct field EmbeddingRequest.prompt of type "
+                          f"string", "prompt", "invalid_type")
         inputs = [value] if isinstance(value, str) else value
         if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) and i for i in inputs):
             field = "prompt" if self.legacy else "input"
@@ -335,7 +356,7 @@ class OllamaEmbed(OllamaErrors):
         return GenerationRequest(kind="embedding", model=_model(body), stream=False, include_usage=False,
                                  max_tokens=0, n=1, stops=[], seed=None, prompts=texts, dimensions=dimensions,
                                  prompt_param="prompt" if self.legacy else "input",
-                                 keep_alive=keep_alive_seconds(body))
+                                 keep_alive=keep_alive_seconds(body), ignored_fields=ignored)
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         vectors = generation.embeddings()

@@ -4,7 +4,9 @@ A cold model takes ``load_seconds`` of simulated time before its first
 request can run; requests that arrive while it loads wait for the same
 load. A loaded model stays loaded while requests use it and for its
 ``keep_alive`` after the last one ends (0: unloaded at once; infinite:
-never), as Ollama keeps it.
+never), as Ollama keeps it. At most ``MAX_LOADED_MODELS`` are kept: a new
+one past it unloads the idle model loaded longest ago, as Ollama does when
+``OLLAMA_MAX_LOADED_MODELS`` is reached (a model in use is never unloaded).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import math
 import threading
 from dataclasses import dataclass
 
-__all__ = ["LoadedModel", "ModelResidency"]
+__all__ = ["MAX_LOADED_MODELS", "LoadedModel", "ModelResidency"]
+
+MAX_LOADED_MODELS = 1_000  # far above a real server's, and a bound on what a client's model names can fill
 
 
 @dataclass(slots=True)
@@ -43,11 +47,24 @@ class ModelResidency:
         with self._lock:
             model = self._models.get(name)
             if model is None or not model.loaded_at(now):
+                self._models.pop(name, None)
+                self._make_room(now)
                 model = self._models[name] = LoadedModel(name, now + load_seconds, keep_alive)
             model.in_use += 1
             model.keep_alive = keep_alive  # the latest request's keep_alive sets the timer, as in Ollama
             model.expires_at = math.inf
             return max(0.0, model.ready_at - now)
+
+    def _make_room(self, now: float) -> None:
+        """Forget the models unloaded by ``now``; past the bound, unload the idle one loaded longest ago."""
+        if len(self._models) < MAX_LOADED_MODELS:
+            return
+        for gone in [name for name, model in self._models.items() if not model.loaded_at(now)]:
+            del self._models[gone]
+        if len(self._models) >= MAX_LOADED_MODELS:
+            idle = next((name for name, model in self._models.items() if model.in_use == 0), None)
+            if idle is not None:
+                del self._models[idle]
 
     def release(self, name: str, now: float) -> None:
         """A request for ``name`` ended at ``now``: the last one starts the model's keep-alive timer."""

@@ -34,6 +34,8 @@ from .trace import TraceRecorder
 
 __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Simulator"]
 
+MAX_LORA_ADAPTERS = 1_000  # loaded at once (vLLM keeps --max-cpu-loras in memory): a bound on a client's loads
+
 MAX_LAG_SAMPLES = 4096  # emit-lag samples kept per request (one per write of tokens)
 
 
@@ -164,6 +166,9 @@ class Simulator:
             if name in self.adapters:
                 raise SimError(400, f"The lora adapter '{name}' has already been loaded.", param="lora_name",
                                code="lora_adapter_exists")
+            if len(self.adapters) >= MAX_LORA_ADAPTERS:
+                raise SimError(400, f"At most {MAX_LORA_ADAPTERS} LoRA adapters can be loaded; unload one first.",
+                               param="lora_name", code="too_many_lora_adapters")
             self.adapters[name] = path
 
     def unload_adapter(self, name: str) -> None:
