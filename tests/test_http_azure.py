@@ -80,7 +80,7 @@ def test_a_tool_call_and_structured_output(llm_backend: LLMBackend, azure: opena
 
 
 def test_a_missing_or_unknown_api_version_is_resource_not_found(llm_backend: LLMBackend) -> None:
-    for version in (None, "1999"):
+    for version in (None, "1999", "2024-13-45", "9999-99-99-preview", "2024-02-30", "1999-01-01"):
         response = httpx.post(deployment_url(llm_backend, version=version), json={"messages": ASK})
         assert response.status_code == 404
         assert response.json() == {"error": {"code": "404", "message": "Resource not found"}}

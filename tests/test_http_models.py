@@ -203,6 +203,18 @@ def test_tokenize_and_detokenize(llm_backend: LLMBackend) -> None:
     assert neither.status_code == 400
 
 
+def test_a_chat_prompts_tokens_have_strings_and_read_back(llm_backend: LLMBackend) -> None:
+    chat = httpx.post(llm_backend.root_url + "/tokenize", json={
+        "model": "m", "messages": [{"role": "user", "content": "Hello world"}], "return_token_strs": True})
+    assert chat.status_code == 200, chat.text
+    strings = chat.json()["token_strs"]
+    assert strings[:3] == ["<|im_start|>", "user", "<|im_sep|>"] and "<|im_end|>" in strings
+    back = httpx.post(llm_backend.root_url + "/detokenize", json={"model": "m", "tokens": chat.json()["tokens"]})
+    assert back.status_code == 200, back.text
+    assert back.json()["prompt"] == "".join(strings)
+    assert back.json()["prompt"].startswith("<|im_start|>user<|im_sep|>Hello world<|im_end|>")
+
+
 # --- KV cache ---
 
 @pytest.mark.llm_config(block_size=4, kv_cache_blocks=8, ttft=0.1, itl=0.05, speed=5, cache_capacity_blocks=0)

@@ -23,6 +23,7 @@ Any key (``api-key`` or ``Authorization: Bearer``) is accepted.
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +47,22 @@ NOT_FILTERED = {"filtered": False, "severity": "safe"}
 CONTENT_FILTER_RESULTS = {kind: NOT_FILTERED for kind in ("hate", "self_harm", "sexual", "violence")}
 
 
+FIRST_API_YEAR = 2022  # Azure OpenAI's first versions (2022-03-01-preview)
+
+
 def api_version_known(query: Any) -> bool:
-    """Whether ``?api-version=`` names a version Azure serves (a date, ``-preview``, or ``v1``/``latest``)."""
+    """Whether ``?api-version=`` names a version Azure could serve: a real date from 2022 to next year (with or
+    without ``-preview``), or ``v1``, ``latest``, ``preview`` (``2024-13-45`` names none)."""
     version = query.get("api-version")
-    return isinstance(version, str) and API_VERSION.match(version) is not None
+    if not isinstance(version, str) or API_VERSION.match(version) is None:
+        return False
+    if not version[:1].isdigit():
+        return True
+    try:
+        day = datetime.date.fromisoformat(version[:10])
+    except ValueError:
+        return False
+    return FIRST_API_YEAR <= day.year <= datetime.date.today().year + 1
 
 
 class AzureOpenAI:

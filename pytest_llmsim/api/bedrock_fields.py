@@ -42,6 +42,9 @@ def _block_text(block: Any, param: str) -> tuple[str, str]:
         return json.dumps({"name": value.get("name"), "input": value.get("input")}), "call"
     if kind == "toolResult" and isinstance(value, dict):
         parts = value.get("content") or []
+        if not isinstance(parts, list):
+            raise invalid(f"{param}.toolResult.content: expected a list of content blocks, got {describe(parts)}.",
+                          f"{param}.toolResult.content", "invalid_type")
         texts = [str(part["text"]) if isinstance(part.get("text"), str) else json.dumps(part.get("json"))
                  for part in parts if isinstance(part, dict)]
         return "".join(texts), "result"
@@ -134,7 +137,8 @@ def _tool_specs(tools: list[Any]) -> tuple[ToolSpec, ...]:
         if isinstance(tool, dict) and "cachePoint" in tool:
             continue
         spec = tool.get("toolSpec") if isinstance(tool, dict) else None
-        schema = spec.get("inputSchema", {}).get("json") if isinstance(spec, dict) else None
+        input_schema = spec.get("inputSchema") if isinstance(spec, dict) else None
+        schema = input_schema.get("json") if isinstance(input_schema, dict) else None
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(schema, dict):
             raise invalid(f"toolConfig.tools.{i}.toolSpec: a name and inputSchema.json are required.",
                           f"toolConfig.tools.{i}.toolSpec", "invalid_value")

@@ -74,7 +74,11 @@ def _messages(body: dict[str, Any]) -> list[ChatMessage]:
         text = _content(message.get("content", ""), f"messages[{i}].content")
         if role == "assistant" and message.get("tool_calls"):
             text += json.dumps(message["tool_calls"])
-        parsed.append(ChatMessage(role, text + (message.get("tool_plan") or "")))
+        plan = message.get("tool_plan")
+        if plan is not None and not isinstance(plan, str):
+            raise invalid(f"invalid request: messages[{i}].tool_plan must be a string, not {describe(plan)}.",
+                          f"messages[{i}].tool_plan", "invalid_type")
+        parsed.append(ChatMessage(role, text + (plan or "")))
     return parsed
 
 

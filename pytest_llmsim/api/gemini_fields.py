@@ -185,7 +185,8 @@ def gemini_tool_use(body: dict[str, Any]) -> ToolUse | None:
         return None
     if allowed is not None:
         names = {spec.name for spec in specs}
-        if not isinstance(allowed, list) or not allowed or any(name not in names for name in allowed):
+        if not isinstance(allowed, list) or not allowed or any(not isinstance(name, str) or name not in names
+                                                               for name in allowed):
             raise invalid("Invalid value at 'toolConfig.functionCallingConfig.allowedFunctionNames': each must be "
                           "the name of a declared function.", "toolConfig.functionCallingConfig.allowedFunctionNames",
                           "invalid_value")

@@ -255,8 +255,7 @@ class InfoRoutes:
             return self._error(request, match, error)
         tokenizer = self.simulator.tokenizer
         ids = tokenizer.encode(prompt) if prompt is not None else tokenizer.chat_prompt(messages or [])
-        strings = [tokenizer.encoding.decode_single_token_bytes(t).decode("utf-8", errors="replace")
-                   for t in ids] if with_strings else None
+        strings = [tokenizer.token_text(token) for token in ids] if with_strings else None
         return json_response(tokenize_body(ids, self.simulator.config.max_model_len, strings))
 
     def detokenize(self, request: Request, match: RouteMatch) -> Response:
@@ -264,12 +263,12 @@ class InfoRoutes:
         try:
             body, _ = read_json(request, self.simulator)
             tokens = detokenize_tokens(body)
-            bad = tokenizer.first_invalid_id(tokens)
+            bad = tokenizer.first_undecodable(tokens)  # what /tokenize returns reads back, chat framing included
             if bad is not None:
                 raise unknown_token(bad, tokenizer.name)
         except SimError as error:
             return self._error(request, match, error)
-        return json_response(detokenize_body(tokenizer.encoding.decode(tokens)))
+        return json_response(detokenize_body(tokenizer.decode_framed(tokens)))
 
     def health(self, request: Request, match: RouteMatch) -> Response:
         return complete_response(b"", "text/plain; charset=utf-8")  # werkzeug's Response("")'s type

@@ -72,6 +72,8 @@ _SINGLE_FILE_ENCODINGS = ("r50k_base", "p50k_base", "p50k_edit", "cl100k_base", 
 # ChatML markers of cl100k-era chat models: each message is
 # <|im_start|>role<|im_sep|>content<|im_end|>, the 3 framing tokens OpenAI counts.
 IM_START, IM_END, IM_SEP = 100264, 100265, 100266
+# What /tokenize shows them as and /detokenize reads them back as (the encoding itself cannot decode them).
+FRAMING_TEXT = {IM_START: "<|im_start|>", IM_END: "<|im_end|>", IM_SEP: "<|im_sep|>"}
 
 _FILLER_WORDS = (
     "the model answer token batch cache prefix request server latency stream queue time "
@@ -301,6 +303,36 @@ class Tokenizer:
     def valid_token_id(self, token: int) -> bool:
         """True for an id the encoding can decode (in range and assigned)."""
         return 0 <= token < self._n_vocab and token not in self._unassigned
+
+    def token_text(self, token: int) -> str:
+        """One token as text (a framing token of a chat prompt as its name), for ``/tokenize``'s strings."""
+        framing = FRAMING_TEXT.get(token)
+        if framing is not None:
+            return framing
+        return self.encoding.decode_single_token_bytes(token).decode("utf-8", errors="replace")
+
+    def decode_framed(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, a chat prompt's framing tokens included (as their names): what ``/tokenize``
+        of ``messages`` returned reads back. Call :meth:`first_undecodable` first."""
+        pieces: list[str] = []
+        run: list[int] = []
+        for token in ids:
+            framing = FRAMING_TEXT.get(token)
+            if framing is None:
+                run.append(token)
+                continue
+            if run:
+                pieces.append(self.encoding.decode(run))
+                run = []
+            pieces.append(framing)
+        if run:
+            pieces.append(self.encoding.decode(run))
+        return "".join(pieces)
+
+    def first_undecodable(self, ids: Sequence[int]) -> int | None:
+        """The first id :meth:`decode_framed` cannot read, or None (framing tokens are read)."""
+        return self.first_invalid_id([token for token in ids if token not in FRAMING_TEXT]
+                                     if any(token in FRAMING_TEXT for token in ids) else ids)
 
     def first_invalid_id(self, ids: Sequence[int]) -> int | None:
         """The first id of ``ids`` the encoding cannot decode, or None: a token-id prompt is checked in a
