@@ -47,6 +47,7 @@ class Served:
         assert response.status_code == 200 and time.monotonic() - started < 5  # ms when alive; 5 s: a loaded machine
 
     def stop(self) -> str:
+        """Stop the server; what it wrote on stderr."""
         self.process.send_signal(signal.SIGINT)
         try:
             return self.process.communicate(timeout=10)[1]

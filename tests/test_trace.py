@@ -279,3 +279,11 @@ def test_batch_samples_keep_the_newest_rows_with_the_last_change_at_each_instant
             kept.append(row)
         assert rows.rows() == kept[-capacity:]
     assert _Rows(3, 0).rows() == []
+
+
+def test_the_svg_writer_escapes_what_xml_cannot_hold(llm_backend: LLMBackend) -> None:
+    httpx.post(llm_backend.base_url + "/chat/completions", json={"model": "m\x01<x>", "max_tokens": 2,
+                                                                 "messages": [{"role": "user", "content": "hi"}]})
+    svg = httpx.get(llm_backend.root_url + "/llmsim/v1/trace", params={"format": "svg", "title": "a\x01b\x1f<c>"})
+    root = ElementTree.fromstring(svg.content)  # parses: the live page's timeline draws
+    assert "a\ufffdb\ufffd<c>" in "".join(root.itertext())

@@ -27,6 +27,7 @@ from .chunked import transfer_coding_problem
 from .environ import request_environ
 from .keepalive import DISCARD_LIMIT, KeepAlivePolicy, drain_before_close
 from .loop_answer import SERVER_HEADER, Answer
+from .request_head import content_length_problem, method_problem, target_problem
 from .sockets import SO_TIMESTAMP, CoalescingWriter, receive_stamped
 from .wire import error_response
 from .wsgi import ACCEPTED_AT, BODY_DEADLINE
@@ -263,16 +264,18 @@ class LoopConnection:
         if self._raw_target is not None:
             message.target, self._raw_target = bytearray(self._raw_target), None
         length = coding = None
+        lengths: list[str] = []
         hosts = 0
         for name, value in message.headers:
             lowered = name.lower()
             if lowered == "content-length":
                 length = value
+                lengths.append(value)
             elif lowered == "transfer-encoding":
                 coding = value if coding is None else f"{coding}, {value}"
             elif lowered == "host":
                 hosts += 1
-        message.problem = self._framing_problem(message, hosts, length, coding)
+        message.problem = self._framing_problem(message, hosts, length, coding, lengths)
         if length is not None and length.isdigit():
             message.length = int(length)
         message.has_body = bool(message.length) or coding is not None
@@ -284,8 +287,8 @@ class LoopConnection:
             raise message.problem
 
     @staticmethod
-    def _framing_problem(message: _Message, hosts: int, length: str | None,
-                         coding: str | None) -> _Refused | None:
+    def _framing_problem(message: _Message, hosts: int, length: str | None, coding: str | None,
+                         lengths: list[str]) -> _Refused | None:
         """What RFC 9112 says to refuse in a head (as the threaded server does): HTTP/2 and later on
         this port, HTTP/1.1 without exactly one Host, a coding this server cannot decode, a coding
         beside a length."""
@@ -296,6 +299,10 @@ class LoopConnection:
             return _Refused(505, f"Invalid HTTP version ({message.version[5:]})")
         if message.version == "HTTP/1.1" and hosts != 1:
             return _Refused(400, "An HTTP/1.1 request needs exactly one Host header")
+        refused = (method_problem(message.method) or target_problem(message.method, message.target.decode("iso-8859-1"))
+                   or content_length_problem(lengths))
+        if refused is not None:
+            return _Refused(400, refused)
         if coding is not None:
             if length is not None:
                 return _Refused(400, "Transfer-Encoding and Content-Length together")

@@ -223,6 +223,7 @@ class GenerationResponder:
             generation.ticket.wait(gone)
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
             self._abandon(record, generation, Outcome.CLIENT_GONE, 0)
+            drop_connection(request)  # 499 is the log's word for it: nothing is written to a client that has gone
             return Response(b"", status=499)  # never reaches the client
         action = fault.effect.at_end(fault) if fault is not None else None
         if isinstance(action, Drop):
@@ -273,8 +274,9 @@ class GenerationResponder:
         direct = self._direct_writer(request, generation, events, fault)
         try:
             before = fault.effect.before_headers(fault, stream=True) if fault is not None else None
-            if isinstance(before, Stall) and self.simulator.stall(before.seconds, gone):
-                return  # gone during a stall before the headers: no bytes at all
+            if (isinstance(before, Stall) and self.simulator.stall(before.seconds, gone)) or gone():
+                drop_connection(request)  # gone before the headers (a stall, a half-closed client): no bytes at all
+                return
             yield b""  # send the headers now, as a real server does on admission
             out: list[bytes] = []  # what goes out with the closing events
             if direct is not None:
@@ -327,6 +329,7 @@ class GenerationResponder:
                 on_complete()
             yield tail
         except ClientGone:
+            drop_connection(request)  # no closing chunk for a client that has gone: it would read a whole stream
             return  # the finally below cancels and accounts it
         finally:
             if not complete:  # a hang-up (or a failed write), a fault's cut, or a reset

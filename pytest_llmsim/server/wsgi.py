@@ -27,6 +27,7 @@ from .chunked import ChunkedBody, transfer_coding_problem
 from .environ import origin_form_environ
 from .headers import BadHeader, ParsedHeaders, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
+from .request_head import content_length_problem, method_problem, target_problem
 from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
 from .tls import TLSPump, TLSSession, opens_tls, terminate_tls
 from .wire import error_response, response_head
@@ -139,6 +140,10 @@ class QuietRequestHandler(KeepAliveHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
             return False
         self.command, self.path = words[0], words[1]
+        refused = method_problem(self.command) or target_problem(self.command, self.path)
+        if refused is not None:
+            self.send_error(HTTPStatus.BAD_REQUEST, refused)
+            return False
         if self.requests_served:
             # A later request on a kept-alive connection arrived when its bytes reached the host, however late
             # its handler got to them; one pipelined behind the previous (already read with it) arrives now,
@@ -171,6 +176,9 @@ class QuietRequestHandler(KeepAliveHandler):
         assert isinstance(headers, ParsedHeaders)  # read_headers' (parse_request above)
         if self.request_version == "HTTP/1.1" and headers.count("host") != 1:
             return HTTPStatus.BAD_REQUEST, "An HTTP/1.1 request needs exactly one Host header"
+        length = content_length_problem(headers.get_all("content-length", []))
+        if length is not None:
+            return HTTPStatus.BAD_REQUEST, length
         if headers.get("transfer-encoding") is not None:
             codings = headers.get_all("transfer-encoding", [])
             if headers.get("content-length") is not None:
@@ -290,6 +298,17 @@ class PooledWSGIServer(ThreadedWSGIServer):
             raise OSError(error.errno, f"cannot listen on {host}:{port}: {error.strerror or error}") from None
         if SO_TIMESTAMP is not None:  # inherited by accepted sockets; stamps from the first packet on
             self.socket.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver's report of a handler's exception, without the ones a connection's end raises.
+
+        A deadline cutting an idle connection (the head watchdog shuts its socket) ends the handler's read
+        with an ``OSError`` (under gevent, its ``cancel_wait_ex``: EBADF), as does a client that reset: a
+        2.4 KB traceback on stderr for each was noise. Anything else is still reported.
+        """
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
     def server_bind(self) -> None:
         try:

@@ -11,11 +11,22 @@ drawn (the newest); the picture says how many were left out.
 from __future__ import annotations
 
 import math
-from html import escape
+import re
+from html import escape as _html_escape
 
 from .trace import TracedRequest, TraceRecorder, request_title
 
 __all__ = ["MAX_ROWS", "timeline_svg"]
+
+# Characters XML 1.0 does not allow in a document (C0 controls but tab, newline and return; lone surrogates;
+# U+FFFE, U+FFFF): one of them in a logged method or path made the whole SVG unparseable.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    """``text`` as XML character data: markup escaped, characters XML cannot hold replaced by U+FFFD."""
+    return _html_escape(_NOT_XML.sub("\ufffd", text))
+
 
 MAX_ROWS = 200
 WIDTH = 1000
