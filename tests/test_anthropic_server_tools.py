@@ -11,7 +11,7 @@ import pytest
 
 from pytest_llmsim import LLMBackend
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-5-5"
 SEARCH: Any = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]
 ASK: Any = [{"role": "user", "content": "What is the weather in Paris today?"}]
 

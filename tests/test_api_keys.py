@@ -39,7 +39,7 @@ def test_every_api_answers_an_unknown_key_in_its_shape(llm_backend: LLMBackend) 
     llm_backend.configure(api_keys=["sk-good"])
     claude = anthropic.Anthropic(base_url=llm_backend.root_url, api_key="sk-bad", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as refused:
-        claude.messages.create(model="claude-sonnet-4-5", max_tokens=4, messages=ASK)
+        claude.messages.create(model="claude-sonnet-5-5", max_tokens=4, messages=ASK)
     assert isinstance(refused.value.body, dict) and refused.value.body["error"]["type"] == "authentication_error"
     claude.close()
     gemini = httpx.post(llm_backend.url_for("/v1beta/models/gemini-2.5-flash:generateContent"),

@@ -113,7 +113,7 @@ def test_a_bad_batch_is_a_400_naming_the_field(llm_backend: LLMBackend, client: 
 
 
 def test_an_anthropic_message_batch_and_its_results(llm_backend: LLMBackend, claude: Any) -> None:
-    requests = [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-4-5", "max_tokens": 5 if i else -1,
+    requests = [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-5-5", "max_tokens": 5 if i else -1,
                                                    "messages": ASK}} for i in range(3)]
     batch = claude.messages.batches.create(requests=requests)
     assert batch.processing_status == "in_progress" and batch.results_url is None
@@ -133,7 +133,7 @@ def test_an_anthropic_message_batch_and_its_results(llm_backend: LLMBackend, cla
 def test_an_anthropic_batch_is_cancelled_and_not_deleted_while_it_runs(llm_backend: LLMBackend,
                                                                        claude: Any) -> None:
     llm_backend.configure(itl=0.05, speed=1.0)
-    requests = [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": ASK}}
+    requests = [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-5-5", "max_tokens": 20, "messages": ASK}}
                 for i in range(6)]
     batch = claude.messages.batches.create(requests=requests)
     with pytest.raises(anthropic.BadRequestError):

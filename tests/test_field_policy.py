@@ -25,7 +25,7 @@ from pytest_llmsim.api.openai_responses_fields import RESPONSE_FIELDS
 
 ASK: Any = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": ASK, "max_tokens": 4}
-MESSAGES = {"model": "claude-sonnet-4-5", "messages": ASK, "max_tokens": 4}
+MESSAGES = {"model": "claude-sonnet-5-5", "messages": ASK, "max_tokens": 4}
 RESPONSES = {"model": "m", "input": "hi", "max_output_tokens": 4}
 
 

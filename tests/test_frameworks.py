@@ -10,10 +10,10 @@ from pytest_llmsim import LLMBackend
 
 def test_langchain_chat_anthropic_with_its_default_max_tokens(llm_backend: LLMBackend) -> None:
     langchain_anthropic = pytest.importorskip("langchain_anthropic")
-    model = langchain_anthropic.ChatAnthropic(model="claude-sonnet-4-5", base_url=llm_backend.root_url, api_key="t")
+    model = langchain_anthropic.ChatAnthropic(model="claude-sonnet-5-5", base_url=llm_backend.root_url, api_key="t")
     answer = model.invoke("hi")
     sent = llm_backend.requests[-1]
-    assert sent.body["max_tokens"] == 64_000 and sent.status == 200  # the model's largest, taken as Anthropic does
+    assert sent.body["max_tokens"] == 128_000 and sent.status == 200  # the model's largest, taken as Anthropic does
     assert answer.usage_metadata is not None and 512 <= answer.usage_metadata["output_tokens"] <= 1024
     chunks = list(model.stream("hi"))
     total = chunks[0]

@@ -158,7 +158,9 @@ def until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     return True
 
 
-@pytest.mark.llm_config(lora_adapters=("a", "b"), max_loras=1, max_batch_size=4, ttft=5.0, speed=10)
+# ttft 600 s at speed 10: a minute of wall time before a's request could end, however loaded the machine; once
+# the queue has been seen, speed=inf finishes everything at once (a wall-clock window failed at load 13 on 2 cores)
+@pytest.mark.llm_config(lora_adapters=("a", "b"), max_loras=1, max_batch_size=4, ttft=600.0, speed=10)
 def test_max_loras_makes_other_adapters_wait(llm_backend: LLMBackend) -> None:
     done: dict[str, float] = {}
 
@@ -169,14 +171,15 @@ def test_max_loras_makes_other_adapters_wait(llm_backend: LLMBackend) -> None:
 
     first = threading.Thread(target=ask, args=("a",))
     first.start()
-    assert until(lambda: llm_backend.running == 1)
+    assert until(lambda: llm_backend.running == 1, timeout=30)
     others = [threading.Thread(target=ask, args=(m,)) for m in ("b", "llmsim")]
     for thread in others:
         thread.start()
-    assert until(lambda: llm_backend.running == 2 and llm_backend.waiting == 1)
+    assert until(lambda: llm_backend.running == 2 and llm_backend.waiting == 1, timeout=30)
     info = [line for line in llm_backend.prometheus_text().splitlines() if line.startswith("vllm:lora_requests_info")]
     assert info and 'running_lora_adapters="a"' in info[0] and 'waiting_lora_adapters="b"' in info[0]
     assert 'max_lora="1"' in info[0]
+    llm_backend.configure(speed=float("inf"))  # seen: the rest of the simulated time passes at once
     for thread in [first, *others]:
         thread.join()
     by_model = {r.model: r for r in llm_backend.requests}

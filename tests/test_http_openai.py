@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -257,6 +258,19 @@ def test_own_routes_next_to_the_simulator(llm_backend: LLMBackend) -> None:
         pytest.skip("httpserver routes live in the test's own process")
     llm_backend.httpserver.expect_request("/v1/embeddings", method="POST").respond_with_json({"data": []})
     assert httpx.post(llm_backend.url_for("/v1/embeddings"), json={}).json() == {"data": []}
+
+
+def test_simulator_routes_are_served_beside_a_tests_own_handlers(llm_backend: LLMBackend) -> None:
+    if not isinstance(llm_backend, LLMBackend):
+        pytest.skip("httpserver routes live in the test's own process")
+    llm_backend.httpserver.expect_request("/my/upstream", method="POST").respond_with_json({"mine": True})
+    for body in ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},):
+        sized = httpx.post(llm_backend.url_for("/v1/chat/completions"), json=body, timeout=30)
+        assert sized.status_code == 200, sized.text  # it waited 5 s for a body already read, then a 408
+        chunked = httpx.post(llm_backend.url_for("/v1/chat/completions"), timeout=30,
+                             content=iter([json.dumps(body).encode()]), headers={"Content-Type": "application/json"})
+        assert chunked.status_code == 200, chunked.text
+    assert httpx.post(llm_backend.url_for("/my/upstream"), json={}).json() == {"mine": True}
 
 
 def test_the_log_names_the_wire_api_of_each_request(llm_backend: LLMBackend) -> None:

@@ -51,7 +51,7 @@ def test_create_partial_streams_a_growing_instance(llm_backend: LLMBackend, open
 def test_a_response_model_over_anthropic(llm_backend: LLMBackend) -> None:
     raw = anthropic.Anthropic(base_url=llm_backend.root_url, api_key="test", max_retries=0)
     client = instructor.from_anthropic(raw)
-    user = client.messages.create(model="claude-sonnet-4-5", max_tokens=1024, response_model=User, messages=ASK)
+    user = client.messages.create(model="claude-sonnet-5-5", max_tokens=1024, response_model=User, messages=ASK)
     assert isinstance(user, User) and user.age == int(user.age)
     assert llm_backend.requests[-1].body["tool_choice"]["type"] == "tool"
     raw.close()

@@ -22,6 +22,9 @@ ASK: Any = [{"role": "user", "content": "hi"}]
     ("gpt-4", ModelLimits(8_192, 8_192)),
     ("o3-mini", ModelLimits(200_000, 100_000)),
     ("claude-sonnet-4-5-20250929", ModelLimits(200_000, 64_000)),
+    ("claude-sonnet-4-6", ModelLimits(1_000_000, 128_000)),  # Anthropic's models pages, 2026-12
+    ("claude-opus-5-5", ModelLimits(1_000_000, 128_000)),
+    ("anthropic.claude-sonnet-5-5-v1:0", ModelLimits(1_000_000, 128_000)),
     ("claude-opus-4-1", ModelLimits(200_000, 32_000)),
     ("us.anthropic.claude-3-5-haiku-20241022-v1:0", ModelLimits(200_000, 8_192)),
     ("anthropic.claude-3-haiku-20240307-v1:0", ModelLimits(200_000, 4_096)),

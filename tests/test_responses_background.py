@@ -21,16 +21,20 @@ def client(llm_backend: LLMBackend) -> Any:
 
 
 def test_a_background_response_is_polled_until_it_completes(llm_backend: LLMBackend, client: Any) -> None:
-    llm_backend.configure(itl=0.01, speed=1.0)  # 40 tokens: 0.4 s of wall time
+    # 40 tokens of 10 s at speed 10: 40 s of wall time at most, however loaded the machine; once it has been
+    # seen in progress, speed=inf ends it at once (a 0.4 s window failed at load 13 on 2 cores)
+    llm_backend.configure(itl=10.0, speed=10.0)
     queued = client.responses.create(model="gpt-4o", input="hi", background=True, max_output_tokens=40)
     assert queued.status == "queued" and queued.background is True and queued.output == []
     seen = {queued.status}
     response = queued
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
         time.sleep(0.005)
         response = client.responses.retrieve(queued.id)
         seen.add(response.status)
+        if response.status == "in_progress":
+            llm_backend.configure(speed=float("inf"))
     assert response.status == "incomplete" and response.usage.output_tokens == 40  # cut by its own limit
     assert "in_progress" in seen
     (record,) = [r for r in llm_backend.requests if r.api == "openai.responses"]

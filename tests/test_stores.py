@@ -241,8 +241,8 @@ def test_starting_after_must_be_an_event_number(llm_backend: LLMBackend, after: 
 
 
 def test_lora_adapters_and_ollamas_loaded_models_are_bounded(llm_backend: LLMBackend) -> None:
+    from pytest_llmsim.sim.lora_adapters import MAX_LORA_ADAPTERS
     from pytest_llmsim.sim.model_residency import MAX_LOADED_MODELS, ModelResidency
-    from pytest_llmsim.sim.simulator import MAX_LORA_ADAPTERS
 
     simulator = llm_backend._server.simulator
     for number in range(MAX_LORA_ADAPTERS):

@@ -41,7 +41,7 @@ def test_the_official_sdks_are_served_over_https(backend: LLMBackend) -> None:
     # anthropic's SDK runs on its own HTTP package (httpx2): its client takes the same trust
     with anthropic.DefaultHttpxClient(verify=_trusting(backend)) as claude_http:
         claude = anthropic.Anthropic(base_url=backend.root_url, api_key="k", http_client=claude_http)
-        message = claude.messages.create(model="claude-sonnet-4-5", max_tokens=6,
+        message = claude.messages.create(model="claude-sonnet-5-5", max_tokens=6,
                                          messages=[{"role": "user", "content": "hi"}])
         assert message.usage.output_tokens == 6
     records = backend.requests

@@ -64,7 +64,7 @@ def test_anthropic_messages(llm_backend: LLMBackend) -> None:
     tools: list[Any] = [{"name": "lookup", "input_schema": PARAMS}]
 
     def send() -> tuple[dict[str, Any], int]:
-        answer = claude.messages.create(model="claude-sonnet-4-5", max_tokens=200, tools=tools,
+        answer = claude.messages.create(model="claude-sonnet-5-5", max_tokens=200, tools=tools,
                                         tool_choice={"type": "any"}, messages=[{"role": "user", "content": PROMPT}])
         call = next(block for block in answer.content if block.type == "tool_use")
         return call.input, answer.usage.input_tokens  # type: ignore[return-value]
@@ -72,7 +72,7 @@ def test_anthropic_messages(llm_backend: LLMBackend) -> None:
     _twice(send)
     for _ in range(2):
         with pytest.raises(anthropic.BadRequestError) as refused:
-            claude.messages.create(model="claude-sonnet-4-5", max_tokens=16, tools=[*tools, {"name": "no_schema"}],
+            claude.messages.create(model="claude-sonnet-5-5", max_tokens=16, tools=[*tools, {"name": "no_schema"}],
                                    messages=[{"role": "user", "content": PROMPT}])
         assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
         assert "tools.1.input_schema" in refused.value.body["error"]["message"]  # type: ignore[index]

@@ -18,6 +18,7 @@ Anthropic Messages), ``POST /v1/messages/count_tokens``,
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import os
 import ssl
@@ -378,7 +379,12 @@ class SimulatorServer(HTTPServer):
 
     def _test_handler_matches(self, request: Request) -> bool:
         """Whether one of the test's ``expect_request`` handlers would answer ``request``."""
-        request.get_data()  # matchers may compare the body: keep it for the handler
+        data = request.get_data()  # matchers may compare the body: keep it for the handler
+        # ... and for a simulator route, which reads the environ's input itself: it would wait out the body's
+        # deadline (408) for bytes already read
+        environ = request.environ
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(data), str(len(data))
+        environ.pop("wsgi.input_terminated", None)
         if self.oneshot_handlers.match(request) or self.handlers.match(request):
             return True
         return bool(self.ordered_handlers) and self.ordered_handlers[0].matcher.match(request)

@@ -27,7 +27,7 @@ from .chunked import ChunkedBody, transfer_coding_problem
 from .environ import origin_form_environ
 from .headers import BadHeader, ParsedHeaders, read_headers
 from .keepalive import KeepAliveHandler, KeepAlivePolicy
-from .request_head import content_length_problem, method_problem, target_problem
+from .request_head import HeadRefused, content_length_problem, split_request_line
 from .sockets import SO_TIMESTAMP, CoalescingWriter, PrefixedSocketReader, nonblocking_socket
 from .tls import TLSPump, TLSSession, opens_tls, terminate_tls
 from .wire import error_response, response_head
@@ -117,33 +117,13 @@ class QuietRequestHandler(KeepAliveHandler):
         self.command = None  # type: ignore[assignment]
         self.request_version = self.default_request_version
         self.close_connection = True
-        self.requestline = requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        words = requestline.split()
-        if not words:
-            self.send_error(HTTPStatus.BAD_REQUEST, "Bad request line (empty)")
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        try:
+            self.command, self.path, version = split_request_line(self.requestline)
+        except HeadRefused as refused:
+            self.send_error(HTTPStatus(refused.status), refused.why)
             return False
-        if len(words) >= 2 and "" in requestline.split(" "):  # method SP target SP version (RFC 9112 §3)
-            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line ({requestline[:100]!r}): one space apart")
-            return False
-        if len(words) >= 3:
-            version = words[-1]
-            numbers = version[5:].split(".") if version.startswith("HTTP/") else []
-            if len(numbers) != 2 or not all(n.isdigit() and len(n) <= 10 for n in numbers):
-                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
-                return False
-            if (int(numbers[0]), int(numbers[1])) >= (2, 0):
-                self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
-                                f"Invalid HTTP version ({version[5:]})")
-                return False
-            self.request_version = version
-        if not 2 <= len(words) <= 3 or (len(words) == 2 and words[0] != "GET"):
-            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
-            return False
-        self.command, self.path = words[0], words[1]
-        refused = method_problem(self.command) or target_problem(self.command, self.path)
-        if refused is not None:
-            self.send_error(HTTPStatus.BAD_REQUEST, refused)
-            return False
+        self.request_version = version or self.request_version
         if self.requests_served:
             # A later request on a kept-alive connection arrived when its bytes reached the host, however late
             # its handler got to them; one pipelined behind the previous (already read with it) arrives now,

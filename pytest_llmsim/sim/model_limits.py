@@ -41,6 +41,12 @@ CATALOG: tuple[tuple[str, ModelLimits], ...] = (
     ("o1*", ModelLimits(200_000, 100_000)),
     ("o3*", ModelLimits(200_000, 100_000)),
     ("o4-mini*", ModelLimits(200_000, 100_000)),
+    # Anthropic's models pages (2026-12): Opus and Sonnet 4.6, and every 5 family, 1M in and 128K out
+    ("claude-opus-4-6*", ModelLimits(1_000_000, 128_000)),
+    ("claude-sonnet-4-6*", ModelLimits(1_000_000, 128_000)),
+    ("claude-opus-5*", ModelLimits(1_000_000, 128_000)),
+    ("claude-sonnet-5*", ModelLimits(1_000_000, 128_000)),
+    ("claude-fable-5*", ModelLimits(1_000_000, 128_000)),
     ("claude-opus-4-5*", ModelLimits(200_000, 64_000)),
     ("claude-opus-4*", ModelLimits(200_000, 32_000)),
     ("claude-sonnet-4*", ModelLimits(200_000, 64_000)),

@@ -19,6 +19,7 @@ from .conversations import ConversationStore, StoredExchange
 from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
 from .generation import Generation, Outcome
+from .lora_adapters import LoraAdapters
 from .metrics import Metrics, MetricsSnapshot
 from .model_residency import ModelResidency
 from .planned import filtered
@@ -33,8 +34,6 @@ from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
 __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Simulator"]
-
-MAX_LORA_ADAPTERS = 1_000  # loaded at once (vLLM keeps --max-cpu-loras in memory): a bound on a client's loads
 
 MAX_LAG_SAMPLES = 4096  # emit-lag samples kept per request (one per write of tokens)
 
@@ -57,7 +56,7 @@ class Simulator:
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self.planner = content.planner(self.tokenizer, self._filler, self.config)
         self.script = content.script(self.config)
-        self.adapters: dict[str, str] = dict.fromkeys(self.config.lora_adapters, "")  # LoRA name -> path
+        self.adapters = LoraAdapters(dict.fromkeys(self.config.lora_adapters, ""))  # LoRA name -> path
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
         self.faults = FaultInjector(self.config.seed)
         self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
@@ -110,7 +109,7 @@ class Simulator:
             self.script.clear()
             self.residency.clear()
             self.trace.clear(config.max_trace_requests)
-            self.adapters = dict.fromkeys(config.lora_adapters, "")
+            self.adapters = LoraAdapters(dict.fromkeys(config.lora_adapters, ""))
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
             self._limiter = RateLimiter(config.rpm, config.tpm)
@@ -131,7 +130,7 @@ class Simulator:
             self._key_limiters = KeyLimiters()
         self.planner = self._content.planner(self.tokenizer, self._filler, config)
         if config.lora_adapters != self.config.lora_adapters:
-            self.adapters = {name: self.adapters.get(name, "") for name in config.lora_adapters}
+            self.adapters = LoraAdapters((name, self.adapters.get(name, "")) for name in config.lora_adapters)
         self.faults.seed = config.seed
         script = self.script
         script.max_replies, script.max_rules, script.max_bytes = (config.max_queued_replies, config.max_rules,
@@ -161,23 +160,15 @@ class Simulator:
         return list(dict.fromkeys([config.model, *config.served_models, *self.adapters]))
 
     def load_adapter(self, name: str, path: str) -> None:
-        """Load a LoRA adapter (vLLM's ``/v1/load_lora_adapter``); 400 if one of that name is loaded."""
+        """Load a LoRA adapter (vLLM's ``/v1/load_lora_adapter``); 400 if one of that name is loaded, or
+        ``MAX_LORA_ADAPTERS`` are."""
         with self._lock:
-            if name in self.adapters:
-                raise SimError(400, f"The lora adapter '{name}' has already been loaded.", param="lora_name",
-                               code="lora_adapter_exists")
-            if len(self.adapters) >= MAX_LORA_ADAPTERS:
-                raise SimError(400, f"At most {MAX_LORA_ADAPTERS} LoRA adapters can be loaded; unload one first.",
-                               param="lora_name", code="too_many_lora_adapters")
-            self.adapters[name] = path
+            self.adapters.load(name, path)
 
     def unload_adapter(self, name: str) -> None:
         """Unload a LoRA adapter; 404 when none of that name is loaded."""
         with self._lock:
-            if name not in self.adapters:
-                raise SimError(404, f"The lora adapter '{name}' cannot be found.", param="lora_name",
-                               code="lora_adapter_not_found")
-            del self.adapters[name]
+            self.adapters.unload(name)
 
     def _check_model(self, request: GenerationRequest) -> str | None:
         """The LoRA adapter a request names (None: the base model); 404 for an unknown model when strict."""
