@@ -13,7 +13,7 @@ from .server.app import SimulatorServer
 from .server.control import host_name
 from .server.verbs import BackendVerbs
 from .sim.config import SimConfig
-from .sim.faults import Fault
+from .sim.faults import Fault, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
 from .sim.simulator import Simulator
@@ -218,8 +218,13 @@ class LLMBackend(BackendAssertions):
 
     @property
     def faults(self) -> list[Fault]:
-        """The faults armed, in the order they are tried."""
+        """The faults armed, in the order they are tried (a spent ``times`` fault is no longer armed)."""
         return self._verbs.faults
+
+    @property
+    def fault_states(self) -> list[FaultState]:
+        """Every fault added since the last clear: each one's ``hits`` and whether it is ``spent``."""
+        return self._verbs.fault_states
 
     def clear_faults(self) -> None:
         """Disarm every fault."""

@@ -20,7 +20,7 @@ from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to
 from .server.loopback import DIRECT, is_loopback
 from .sim.codecs import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
 from .sim.config import ConfigError, SimConfig
-from .sim.faults import Fault, FaultError
+from .sim.faults import Fault, FaultError, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
 
@@ -185,8 +185,17 @@ class RemoteBackend(BackendAssertions):
 
     @property
     def faults(self) -> list[Fault]:
-        """The faults armed, in the order they are tried."""
-        return [fault_from_json(item) for item in self._call("GET", "faults")]
+        """The faults armed, in the order they are tried (a spent ``times`` fault is no longer armed)."""
+        return [state.fault for state in self.fault_states if not state.spent]
+
+    @property
+    def fault_states(self) -> list[FaultState]:
+        """Every fault added since the last clear: each one's ``hits`` and whether it is ``spent``."""
+        states = []
+        for item in self._call("GET", "faults"):
+            hits, spent = int(item.pop("hits", 0)), bool(item.pop("spent", False))
+            states.append(FaultState(fault_from_json(item), hits, spent))
+        return states
 
     def clear_faults(self) -> None:
         """Disarm every fault."""

@@ -218,9 +218,16 @@ def test_faults_are_counted_in_metrics(llm_backend: LLMBackend) -> None:
                for s in f.samples if s.name == "llmsim:faults_injected_total"}
     assert samples == {("llmsim:faults_injected_total", "rate_limit"): 2.0,
                        ("llmsim:faults_injected_total", "server_error"): 1.0}
-    assert llm_backend.faults[0].kind == "rate_limit"
+    # both spent: no longer armed, listed with their hits (in process mode, read from GET /llmsim/v1/faults)
+    assert llm_backend.faults == []
+    assert [(s.fault.kind, s.hits, s.spent) for s in llm_backend.fault_states] == [
+        ("rate_limit", 2, True), ("server_error", 1, True)]
+    llm_backend.add_fault("overloaded", times=3)
+    ask(llm_backend)
+    (armed,) = llm_backend.faults
+    assert armed.kind == "overloaded" and llm_backend.fault_states[-1].hits == 1
     llm_backend.clear_faults()
-    assert llm_backend.faults == [] and ask(llm_backend).status_code == 200
+    assert llm_backend.faults == [] and llm_backend.fault_states == [] and ask(llm_backend).status_code == 200
 
 
 @pytest.mark.parametrize(("kind", "params", "message"), [

@@ -110,6 +110,51 @@ def test_the_page_shows_the_numbers_the_metrics_have(llm_backend: LLMBackend, br
     page.page.close()
 
 
+def test_the_page_tells_the_truth_about_faults_and_history(llm_backend: LLMBackend, browser: Any) -> None:
+    """A new user's view after traffic with faults, the page opened afterwards (defects issue, part 3)."""
+    from playwright.sync_api import expect
+
+    llm_backend.configure(speed=float("inf"))
+    llm_backend.add_fault("server_error", times=2)
+    llm_backend.add_fault("drop", after_tokens=3, header_only=True)
+    llm_backend.add_fault("error_event", after_tokens=3, header_only=True)
+    with httpx.Client() as client:
+        statuses = [client.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT).status_code
+                    for _ in range(4)]
+        for kind in ("drop", "error_event"):
+            try:
+                with client.stream("POST", llm_backend.url_for("/v1/chat/completions"), json={**CHAT, "stream": True},
+                                   headers={"x-llmsim-fault": kind}) as stream:
+                    for _ in stream.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass  # the drop ends the stream under the client
+    assert statuses == [500, 500, 200, 200]
+    state = llm_backend.fault_states[0]
+    assert (state.fault.kind, state.hits, state.spent) == ("server_error", 2, True)
+    page = Page(browser, llm_backend.url_for("/llmsim/ui"))
+    expect(page.page.locator("#connection")).to_have_text("live")
+    # the spent fault is listed as spent, with its hits
+    first = page.page.locator("#faults tbody tr").first
+    expect(first).to_contain_text("server_error")
+    expect(first).to_contain_text("spent")
+    assert first.locator("td").nth(2).inner_text() == "2"
+    # how each request ended, and the faulted ones counted (two 500s, a drop, an error event)
+    expect(page.page.locator("#request-log tbody tr")).to_have_count(6)
+    ended = page.page.locator("#request-log tbody tr td:nth-child(14)").all_inner_texts()
+    assert ended == ["error event", "dropped", "completed", "completed", "error", "error"]  # newest first
+    assert page.text("#faulted-total") == "4"
+    # the charts draw the traffic from before the page was opened (the backend kept it)
+    expect(page.page.locator("#batch-chart polyline")).not_to_have_count(0)
+    expect(page.page.locator("#rate-chart polyline")).to_have_count(1)
+    history = httpx.get(llm_backend.url_for("/llmsim/v1/history")).json()
+    assert history["samples"] and history["samples"][-1]["total"] == 6
+    # the timeline's legend stays above the scrolling rows
+    assert page.page.locator("#timeline-legend").is_visible()
+    assert page.errors == []
+    page.page.close()
+
+
 def test_a_fault_armed_from_the_page_fails_the_next_request(llm_backend: LLMBackend, live: Page) -> None:
     from playwright.sync_api import expect
 

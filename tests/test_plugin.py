@@ -154,7 +154,9 @@ def test_fault_markers(pytester: pytest.Pytester, helpers: None) -> None:
             statuses = [ask(llm_backend).status_code for _ in range(4)]
             assert statuses == [429, 429, 503, 200]
             assert ask(llm_backend, content="module level").status_code == 500
-            assert [f.kind for f in llm_backend.faults] == ["overloaded", "rate_limit", "server_error"]
+            assert [f.kind for f in llm_backend.faults] == ["overloaded", "server_error"]  # rate_limit is spent
+            assert [(s.fault.kind, s.spent) for s in llm_backend.fault_states] == [
+                ("overloaded", False), ("rate_limit", True), ("server_error", False)]
 
         def test_reset_clears_faults(llm_backend):
             assert [f.kind for f in llm_backend.faults] == ["server_error"]

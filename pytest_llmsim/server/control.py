@@ -106,6 +106,7 @@ class ControlAPI:
             ("GET", "rules"): self._get_rules,
             ("POST", "rules"): self._add_rule,
             ("GET", "metrics"): self._metrics,
+            ("GET", "history"): self._history,
             ("GET", "histograms"): self._histograms,
             ("GET", "fault-kinds"): self._fault_kinds,
             ("GET", "requests"): self._requests,
@@ -200,8 +201,16 @@ class ControlAPI:
         self._verbs.reset(None if not settings else self._verbs.base.replace(**settings))
         return _json(config_to_json(self._verbs.config))
 
+    def _history(self, request: Request) -> Response:
+        """The last five minutes of load, one sample a second (the live page's charts, kept server-side)."""
+        history = self._verbs.simulator.history
+        return _json({"seconds": history.seconds, "samples": history.recent()})
+
     def _get_faults(self, request: Request) -> Response:
-        return _json([dataclasses.asdict(fault) for fault in self._verbs.faults])
+        """Every fault added since the last clear, in the order tried, with ``hits`` and ``spent`` (a ``times``
+        fault whose times are used: listed, no longer tried)."""
+        return _json([{**dataclasses.asdict(state.fault), "hits": state.hits, "spent": state.spent}
+                      for state in self._verbs.fault_states])
 
     def _add_fault(self, request: Request) -> Response:
         body = self._body(request)

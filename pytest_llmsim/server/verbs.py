@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..content.replies import Reply, Rule
 from ..sim.config import SimConfig
-from ..sim.faults import Fault
+from ..sim.faults import Fault, FaultState
 from ..sim.metrics import MetricsSnapshot
 from ..sim.request_log import RequestRecord
 from ..sim.trace_svg import timeline_svg
@@ -79,6 +79,11 @@ class BackendVerbs:
     def faults(self) -> list[Fault]:
         """The armed faults, in the order they are tried."""
         return self.simulator.faults.faults
+
+    @property
+    def fault_states(self) -> list[FaultState]:
+        """Every fault added since the last clear, with its hits and whether it is spent."""
+        return self.simulator.faults.states()
 
     def clear_faults(self) -> None:
         """Disarm every fault."""

@@ -113,6 +113,8 @@ class FaultEffect(Protocol):
     params: tuple[str, ...]
     #: Whether it applies on routes that generate nothing (health checks, model discovery).
     on_routes_without_generation: bool
+    #: How the log and the live page say a request it cut short ended ("dropped", "error event", ...).
+    ending: str
 
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
@@ -138,6 +140,7 @@ class _Effect:
 
     params: tuple[str, ...] = ()
     on_routes_without_generation = False
+    ending = "cut"
 
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         return None
@@ -202,6 +205,7 @@ class ErrorEventEffect(_Effect):
     """A stream: ``after_tokens`` tokens, then the API's error event; not streamed: a 500."""
 
     params: tuple[str, ...] = ("after_tokens", "message")
+    ending = "error event"
 
     def cut_at(self, fault: FaultParams) -> int:
         return fault.after_tokens
@@ -217,6 +221,7 @@ class DropEffect(_Effect):
     """A stream: ``after_tokens`` tokens, then the connection closes; not streamed: closed unanswered."""
 
     params: tuple[str, ...] = ("after_tokens",)
+    ending = "dropped"
 
     def cut_at(self, fault: FaultParams) -> int:
         return fault.after_tokens
@@ -253,6 +258,7 @@ class MalformedEffect(_Effect):
     """A stream: one broken event after ``after_tokens`` tokens; not streamed: the body cut in half."""
 
     params: tuple[str, ...] = ("after_tokens",)
+    ending = "malformed"
 
     def cut_at(self, fault: FaultParams) -> int:
         return fault.after_tokens

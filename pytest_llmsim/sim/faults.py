@@ -33,7 +33,7 @@ from .fault_effects import EFFECTS, Fail, FaultEffect
 from .patterns import Pattern, PatternError, compile_pattern
 from .request import SimError
 
-__all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector",
+__all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector", "FaultState",
            "declare_routes_without_generation", "fault_kinds"]
 
 FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
@@ -177,6 +177,15 @@ class _Armed:
     pattern: Pattern | None = field(default=None)
 
 
+@dataclass(frozen=True)
+class FaultState:
+    """An added fault, how many requests it has hit, and whether it is spent (its ``times`` all used)."""
+
+    fault: Fault
+    hits: int
+    spent: bool
+
+
 class FaultInjector:
     """The faults added to one backend, and the choice of one per request."""
 
@@ -199,8 +208,14 @@ class FaultInjector:
 
     @property
     def faults(self) -> list[Fault]:
+        """The faults still armed (a spent ``times`` fault is no longer tried), in the order they are tried."""
+        return [state.fault for state in self.states() if not state.spent]
+
+    def states(self) -> list[FaultState]:
+        """Every fault added since the last clear, with its hits and whether it is spent."""
         with self._lock:
-            return [armed.fault for armed in self._armed]
+            return [FaultState(armed.fault, armed.matched, armed.fault.times is not None
+                               and armed.matched >= armed.fault.times) for armed in self._armed]
 
     def select(self, n: int, headers: HeaderLookup, model: str | None,
                prompt_text: Callable[[], str], route: str | None = None) -> Fault | None:

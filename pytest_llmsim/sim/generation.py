@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
+from .fault_effects import EFFECTS
 from .request import GenerationRequest, RateLimitStatus
 from .request_log import RequestRecord
 from .sequence import SeqState, SimSequence
 from .ticket import Ticket
 from .tokens import PlannedOutput
 
-__all__ = ["CLIENT_CLOSED_REQUEST", "Generation", "LogprobTable", "Outcome", "TokenLogprob"]
+__all__ = ["CLIENT_CLOSED_REQUEST", "Generation", "LogprobTable", "Outcome", "TokenLogprob", "ending"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,18 @@ class Outcome(Enum):
     COMPLETE = "complete"  # the client was sent the whole answer
     CLIENT_GONE = "client_gone"  # the client hung up first: status 499, cancelled
     CUT_BY_FAULT = "cut_by_fault"  # the server ended it on purpose (a fault)
+
+
+def ending(record: RequestRecord, outcome: Outcome) -> str:
+    """How ``record``'s request ended for its client (see :attr:`RequestRecord.ended`)."""
+    if record.status == 0:
+        return "dropped"
+    if record.cancelled or outcome is Outcome.CLIENT_GONE:
+        return "client gone"
+    if outcome is Outcome.CUT_BY_FAULT:
+        effect = EFFECTS.get(record.fault or "")
+        return effect.ending if effect is not None else "cut"
+    return "error" if record.status >= 400 else "completed"
 
 
 @dataclass(slots=True)

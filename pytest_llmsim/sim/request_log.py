@@ -43,7 +43,9 @@ class RequestRecord:
     the wire API of a generation route (``openai.chat``, ``openai.completions``);
     ``rule`` the name of the scripted rule that answered it, if one did;
     ``request_id`` the id its answer carried (``x-request-id``, ``request-id``);
-    ``ignored_fields`` the body's fields no version of its API defines (accepted, no effect).
+    ``ignored_fields`` the body's fields no version of its API defines (accepted, no effect);
+    ``ended`` how it ended for the client: ``completed``, ``error`` (a 4xx or 5xx answer), ``client gone``,
+    or what the fault that cut it short did (``dropped``, ``error event``, ``malformed``, ``cut``).
     ``body`` is the parsed JSON body (kept as the bytes received until it is
     first read, so a logged record is no graph of objects for the garbage
     collector to scan), or, when it was larger than
@@ -77,6 +79,7 @@ class RequestRecord:
     rule: str | None = None
     request_id: str | None = None
     ignored_fields: list[str] = field(default_factory=list)
+    ended: str = ""
     body_bytes: int = 0
     body_truncated: bool = False
 

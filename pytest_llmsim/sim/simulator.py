@@ -18,7 +18,8 @@ from .content_model import ContentModel, Planner, ScriptBook
 from .conversations import ConversationStore, StoredExchange
 from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
-from .generation import Generation, Outcome
+from .generation import Generation, Outcome, ending
+from .load_history import LoadHistory
 from .lora_adapters import LoraAdapters
 from .metrics import Metrics, MetricsSnapshot
 from .model_residency import ModelResidency
@@ -29,7 +30,7 @@ from .request_limits import charged_tokens, check_capacity, check_embedding, che
 from .request_log import RequestLog, RequestRecord
 from .runtime import Runtime
 from .secrets import accepted_key
-from .ticket import CLIENT_CHECK_INTERVAL
+from .ticket import hold
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
@@ -47,7 +48,8 @@ class Simulator:
         self._base = config or SimConfig()
         self.config = self._base
         self.trace = TraceRecorder(self.config.max_trace_requests)
-        self.runtime = Runtime(self.config, self.trace.sample)
+        self.history = LoadHistory()  # the live page's charts: kept whether a page is open or not
+        self.runtime = Runtime(self.config, self._counts_changed)
         self.metrics = Metrics(self.config.model)
         self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
         self.conversations = ConversationStore(self.config.max_stored_responses, self.config.max_stored_response_bytes)
@@ -109,6 +111,7 @@ class Simulator:
             self.script.clear()
             self.residency.clear()
             self.trace.clear(config.max_trace_requests)
+            self.history.clear()
             self.adapters = LoraAdapters(dict.fromkeys(config.lora_adapters, ""))
             self._epoch += 1
             self.faults = FaultInjector(config.seed)
@@ -117,6 +120,11 @@ class Simulator:
             self._request_numbers = itertools.count(1)
             self._wake_stalls.set()
             self._wake_stalls = threading.Event()
+
+    def _counts_changed(self, now: float, running: int, waiting: int) -> None:
+        """The engine's batch or queue changed (under the runtime's lock): the trace and the history note it."""
+        self.trace.sample(now, running, waiting)
+        self.history.counts(now, running, waiting)
 
     def _apply(self, config: SimConfig) -> None:
         if config.model != self.config.model:
@@ -220,21 +228,9 @@ class Simulator:
         return self.faults.select(number, headers, request.model, prompt_text, route)
 
     def stall(self, seconds: float, client_gone: Callable[[], bool] | None = None) -> bool:
-        """Hold the calling handler for ``seconds`` of wall time.
-
-        Ends early on reset or stop; returns True, early, when ``client_gone``
-        (asked every ``CLIENT_CHECK_INTERVAL``) says the client hung up.
-        """
-        wake = self._wake_stalls
-        deadline = time.monotonic() + seconds
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if wake.wait(left if client_gone is None else min(left, CLIENT_CHECK_INTERVAL)):
-                return False
-            if client_gone is not None and client_gone():
-                return True
+        """Hold the calling handler for ``seconds`` of wall time (:func:`.ticket.hold`); ends early on reset
+        or stop, and returns True, early, when ``client_gone`` says the client hung up."""
+        return hold(seconds, self._wake_stalls, client_gone)
 
     # --- serving ---
 
@@ -418,7 +414,9 @@ class Simulator:
                 gaps = generation.gap_runs()
                 queried = generation.queried_tokens
                 lags = generation.emit_lags
+            record.ended = ending(record, outcome)
             self.metrics.observe(record, gaps, queried, lags)
+            self.history.request_ended()
             self.log.append(record)
             if self.trace.enabled:
                 self.trace.request(record, generation.sequences if generation is not None else [],
@@ -444,3 +442,4 @@ class Simulator:
         capacity = self.config.kv_cache_blocks or self.config.cache_capacity_blocks
         return self.metrics.render(running, waiting, lora, (min(used / capacity, 1.0) if capacity else 0.0,
                                                             preemptions))
+

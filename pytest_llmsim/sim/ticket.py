@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from .sequence import SimSequence
 
 __all__ = ["CLIENT_CHECK_INTERVAL", "FINISH", "QUIET_CHECK_INTERVAL", "TOKEN", "ClientGone", "Ticket",
-           "TicketListener"]
+           "TicketListener", "hold"]
 
 # How often a handler waiting for tokens checks whether its client hung up.
 CLIENT_CHECK_INTERVAL = 0.05
@@ -163,3 +163,17 @@ class TicketListener:
     def on_finish(self, seq: SimSequence, now: float) -> None:
         if seq.owner is not None:
             seq.owner.post(FINISH, seq, seq.emitted, now)
+
+
+def hold(seconds: float, wake: threading.Event, client_gone: Callable[[], bool] | None = None) -> bool:
+    """Wait ``seconds`` of wall time, or until ``wake`` is set (False either way); True, early, when
+    ``client_gone`` (asked every ``CLIENT_CHECK_INTERVAL``) says the client hung up."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if wake.wait(left if client_gone is None else min(left, CLIENT_CHECK_INTERVAL)):
+            return False
+        if client_gone is not None and client_gone():
+            return True

@@ -1,7 +1,7 @@
 """A backend's trace as an SVG picture a person can read without a tool.
 
 Requests are rows of bars coloured by phase (queued, prefill, decode) on a
-simulated-time axis from 0, in seconds; faults, errors and hang-ups are
+simulated-time axis from the first request drawn, in seconds; faults, errors and hang-ups are
 marked (never over a label or past the edge); under them, the batch's
 running and waiting counts as step charts with their own count axis. Plain
 SVG text: no plotting library to install. At most ``MAX_ROWS`` requests are
@@ -81,10 +81,10 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
     """The picture of a trace's requests and batch samples (see :meth:`TraceRecorder.snapshot`)."""
     left_out = max(0, len(requests) - MAX_ROWS) + dropped
     requests = requests[-MAX_ROWS:]  # in order of arrival
-    # The axis starts at 0, or, when earlier requests are left out, where the first one drawn arrived (the
-    # batch chart then starts with the state it had at that instant).
-    origin = requests[0].at if left_out and requests else 0.0
-    if left_out and requests:
+    # The axis starts where the first request drawn arrived (traffic that began 11 s after the backend did would
+    # sit in the right quarter of an axis from 0); the batch chart starts with the state it had at that instant.
+    origin = requests[0].at if requests else 0.0
+    if requests:
         before = [sample for sample in samples if sample[0] <= origin]
         samples = [sample for sample in samples if sample[0] > origin]
         if before:

@@ -77,6 +77,7 @@ function showMetrics(metrics) {
   $("waiting").textContent = metrics.waiting;
   $("max-running").textContent = metrics.max_running;
   $("errors-total").textContent = notOk;
+  $("faulted-total").textContent = Object.values(metrics.faults || {}).reduce((sum, count) => sum + count, 0);
   $("ttft-p50").textContent = seconds(metrics.ttft.p50);
   $("itl-p50").textContent = seconds(metrics.itl.p50);
   $("e2e-p50").textContent = seconds(metrics.e2e.p50);
@@ -174,11 +175,12 @@ function showFaults(faults) {
   const defaults = { after_tokens: 0, seconds: 1, factor: 2, side: "prompt", header_only: false };
   for (const fault of faults) {
     const params = Object.entries(fault)
-      .filter(([key, value]) => key !== "kind" && value !== null && defaults[key] !== value)
+      .filter(([key, value]) => !["kind", "hits", "spent"].includes(key) && value !== null && defaults[key] !== value)
       .map(([key, value]) => `${key}=${value}`).join(", ");
-    row(tbody, [fault.kind, params]);
+    const tr = row(tbody, [fault.kind, params, fault.hits, fault.spent ? "spent" : "armed"]);
+    if (fault.spent) tr.className = "spent";
   }
-  if (!faults.length) row(tbody, ["none armed", ""]);
+  if (!faults.length) row(tbody, ["none armed", "", "", ""]);
 }
 
 function showRules(rules) {
@@ -209,8 +211,9 @@ function showLog(page) {
   page.records.slice().reverse().forEach((record, i) => {
     const tr = row(tbody, [page.offset + page.records.length - i, record.api, record.method, record.path,
       record.model, record.status, record.stream ? "yes" : "", record.prompt_tokens, record.completion_tokens,
-      record.cached_tokens, seconds(record.ttft), seconds(record.e2e), record.fault]);
-    if (record.status >= 400) tr.cells[5].className = "bad";
+      record.cached_tokens, seconds(record.ttft), seconds(record.e2e), record.fault, record.ended]);
+    if (record.status >= 400 || record.status === 0) tr.cells[5].className = "bad";
+    if (record.ended && record.ended !== "completed") tr.cells[13].className = "bad";
     if (record.api && !known.has(record.api)) {
       known.add(record.api);
       apis.add(new Option(record.api, record.api));
@@ -317,6 +320,16 @@ async function refresh() {
   tick += 1;
 }
 
+/** The load the backend kept before this page opened (or since a reset): the charts start with it. */
+async function loadHistory() {
+  const history = await control("GET", "history");
+  const now = performance.now() / 1000;
+  samples.length = 0;
+  for (const sample of history.samples) {
+    samples.push({ t: now - sample.ago, total: sample.total, running: sample.running, waiting: sample.waiting });
+  }
+}
+
 async function poll() {
   await refresh();
   setTimeout(poll, 1000);
@@ -329,12 +342,13 @@ async function start() {
     await control("DELETE", "faults"); return "faults cleared"; }));
   $("settings-form").addEventListener("submit", applySettings);
   $("reset-backend").addEventListener("click", () => act(async () => {
-    settingsShown = false; samples.length = 0; await control("POST", "reset", {}); return "backend reset"; }));
+    settingsShown = false; await control("POST", "reset", {}); await loadHistory(); return "backend reset"; }));
   $("log-filters").addEventListener("input", () => { tick = 0; refresh(); });
   $("log-filters").addEventListener("submit", (event) => event.preventDefault());
   try {
     faultKinds = await control("GET", "fault-kinds");
     showFaultForm();
+    await loadHistory();
   } catch (error) {
     say(error.message, true);
   }
