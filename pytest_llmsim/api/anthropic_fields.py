@@ -20,6 +20,7 @@ from typing import Any
 
 from ..sim import ChatMessage, GenerationRequest, invalid
 from ..sim.request import OutputFormat, ReasoningAsk
+from .anthropic_context import context_edits
 from .field_policy import FieldPolicy
 from .tool_fields import anthropic_output_format, anthropic_tool_use
 from .tools_text import tools_text
@@ -124,12 +125,11 @@ def _content_text(content: Any, param: str) -> tuple[str, bool]:
 # Every field of anthropic's MessageCreateParams (tests/test_field_policy.py walks it).
 MESSAGE_FIELDS = FieldPolicy.of(
     honoured=("model", "max_tokens", "messages", "system", "stop_sequences", "stream", "tools", "tool_choice",
-              "output_config", "cache_control", "thinking"),
+              "output_config", "cache_control", "thinking", "context_management"),
     no_effect=("temperature", "top_p", "top_k", "metadata", "service_tier", "inference_geo", "speed",
                "user_profile_id", "workspace_id", "diagnostics"),
     refused={"container": "code execution containers are not simulated",
-             "mcp_servers": "MCP servers are not simulated",
-             "context_management": "context management is not simulated"})
+             "mcp_servers": "MCP servers are not simulated"})
 
 
 def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationRequest:
@@ -189,7 +189,8 @@ def parse_messages(body: Any, *, require_max_tokens: bool = True) -> GenerationR
                              n=1, stops=list(stops), seed=None, messages=parsed,
                              tools_text=tools_text(tools), cache_breakpoint=breakpoint_at,
                              tool_use=tool_use, output_format=_output_format(body),
-                             ignored_fields=MESSAGE_FIELDS.check(body), reasoning=_thinking(body, max_tokens))
+                             ignored_fields=MESSAGE_FIELDS.check(body), reasoning=_thinking(body, max_tokens),
+                             context_edits=context_edits(body, 1 if system is not None else 0))
 
 
 def _output_format(body: dict[str, Any]) -> OutputFormat | None:

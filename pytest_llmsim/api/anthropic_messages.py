@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import GenerationRequest, RateLimitStatus, SimError, wire_json
 from ..sim.request import ToolSpec
 from ..sim.tokens import PlannedCall, PlannedOutput
+from .anthropic_context import applied_edits_body, original_tokens_body
 from .anthropic_fields import parse_messages, thinking_signature
 from .anthropic_server_tools import result_block, server_tool_usage, server_use_block
 from .base import NO_TARGET, PIECE_MARK, RequestTarget, random_hex
@@ -255,9 +256,12 @@ class MessagesStream:
         else:
             last_block = self._first + max(len(output.calls) - 1, 0)
             blocks = _event("content_block_stop", {"type": "content_block_stop", "index": last_block})
-        return blocks + _event("message_delta", {"type": "message_delta",
-                                                 "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                                 "usage": usage(generation)})  # the whole usage, as sent now
+        delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                                 "usage": usage(generation)}  # the whole usage, as sent now
+        edited = applied_edits_body(generation.request)
+        if edited is not None:
+            delta["context_management"] = edited
+        return blocks + _event("message_delta", delta)
 
     def closing(self) -> bytes:
         return _event("message_stop", {"type": "message_stop"})
@@ -293,9 +297,13 @@ class AnthropicMessages:
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         reason, sequence = _stop_reason(generation)
-        return {"id": response_id, "type": "message", "role": "assistant", "model": generation.request.model,
+        body = {"id": response_id, "type": "message", "role": "assistant", "model": generation.request.model,
                 "content": _content(generation), "stop_reason": reason,
                 "stop_sequence": sequence, "usage": usage(generation)}
+        edited = applied_edits_body(generation.request)
+        if edited is not None:
+            body["context_management"] = edited
+        return body
 
     def stream(self, generation: Generation, response_id: str) -> MessagesStream:
         return MessagesStream(generation, response_id)
@@ -338,8 +346,9 @@ class AnthropicCounter:
     def parse_count(self, body: Any, target: RequestTarget) -> GenerationRequest:
         return parse_messages(body, require_max_tokens=False)
 
-    def count_body(self, count: int) -> dict[str, Any]:
-        return {"input_tokens": count}
+    def count_body(self, count: int, request: GenerationRequest) -> dict[str, Any]:
+        edited = original_tokens_body(request)
+        return {"input_tokens": count} if edited is None else {"input_tokens": count, "context_management": edited}
 
 
 ANTHROPIC_COUNTER = AnthropicCounter()

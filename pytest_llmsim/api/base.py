@@ -147,8 +147,8 @@ class TokenCounter(Protocol):
     def parse_count(self, body: Any, target: RequestTarget) -> GenerationRequest:
         """The request whose prompt is counted (raises :class:`SimError`)."""
 
-    def count_body(self, count: int) -> dict[str, Any]:
-        """The answer: ``count`` prompt tokens."""
+    def count_body(self, count: int, request: GenerationRequest) -> dict[str, Any]:
+        """The answer: ``count`` prompt tokens of ``request`` (whose prompt it was: an API may say more of it)."""
 
 
 class WireAPI(Protocol):

@@ -293,7 +293,7 @@ class BedrockCounter:
             return parse_messages(_invoke_body(inner, model), require_max_tokens=False)
         raise invalid("input: expected {converse: {...}} or {invokeModel: {body: ...}}.", "input", "invalid_value")
 
-    def count_body(self, count: int) -> dict[str, Any]:
+    def count_body(self, count: int, request: GenerationRequest) -> dict[str, Any]:
         return {"inputTokens": count}
 
 

@@ -391,7 +391,7 @@ class GeminiCounter:
         inner = body.get("generateContentRequest")
         return parse_generate(inner if isinstance(inner, dict) else body, _model_in(target), False)
 
-    def count_body(self, count: int) -> dict[str, Any]:
+    def count_body(self, count: int, request: GenerationRequest) -> dict[str, Any]:
         return {"totalTokens": count, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": count}]}
 
 

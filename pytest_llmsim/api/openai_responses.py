@@ -278,7 +278,7 @@ class ResponsesCounter:
             body = {key: value for key, value in body.items() if key not in ("stream", "background")}
         return parse_responses(body)
 
-    def count_body(self, count: int) -> dict[str, Any]:
+    def count_body(self, count: int, request: GenerationRequest) -> dict[str, Any]:
         return {"object": "response.input_tokens", "input_tokens": count}
 
 

@@ -15,10 +15,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from .request import ChatMessage
+from .request import ChatMessage, SimError
 from .wire_json import dumps
 
-__all__ = ["ConversationStore", "StoredExchange"]
+__all__ = ["ConversationStore", "StoredExchange", "continued_not_found"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +85,13 @@ class ConversationStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def continued_not_found(param: str, response_id: str) -> SimError:
+    """The answer to a request continuing a conversation the store does not have (or another key's): the
+    Responses API's 400 for ``previous_response_id``, else a 404 naming ``param``."""
+    if param != "previous_response_id":
+        return SimError(404, f"{param} {response_id!r} was not found (or it expired).", param=param,
+                        code="not_found")
+    return SimError(400, f"Previous response with id '{response_id}' not found.", param="previous_response_id",
+                    code="previous_response_not_found")

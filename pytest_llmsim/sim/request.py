@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .context_edits import AppliedEdit, ContextEdit
 from .tokens import ChatMessage
 
 __all__ = ["ChatMessage", "GenerationRequest", "OutputFormat", "RateLimitStatus", "ReasoningAsk", "SimError",
@@ -198,6 +199,11 @@ class GenerationRequest:
     reasoning: ReasoningAsk | None = None
     background: bool = False
     credential: str | None = None
+    # parts of the prompt the client asked the server to clear (Anthropic's context editing), and once the
+    # prompt is counted: its tokens before them, and what each did
+    context_edits: tuple[ContextEdit, ...] = ()
+    unedited_prompt_tokens: int | None = None
+    applied_edits: list[AppliedEdit] = field(default_factory=list)
 
     @property
     def after_tool_result(self) -> bool:

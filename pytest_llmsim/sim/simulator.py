@@ -15,7 +15,8 @@ from typing import Any
 
 from .config import SimConfig
 from .content_model import ContentModel, Planner, ScriptBook
-from .conversations import ConversationStore, StoredExchange
+from .context_edits import apply_edits
+from .conversations import ConversationStore, StoredExchange, continued_not_found
 from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
 from .generation import Generation, Outcome, ending
@@ -310,21 +311,21 @@ class Simulator:
             self.residency.release(request.model, self.runtime.virtual_now())
 
     def _continue(self, request: GenerationRequest) -> None:
-        """Put the stored conversation a request continues in front of its own messages."""
-        if request.previous_id is None:
-            return
-        stored = self.conversations.get(request.previous_id, request.credential)
-        if stored is None:
-            if request.previous_param != "previous_response_id":
-                raise SimError(404, f"{request.previous_param} {request.previous_id!r} was not found (or it "
-                                    f"expired).", param=request.previous_param, code="not_found")
-            raise SimError(400, f"Previous response with id '{request.previous_id}' not found.",
-                           param="previous_response_id", code="previous_response_not_found")
-        own = request.preamble
-        request.messages = [*request.messages[:own], *stored.messages, *request.messages[own:]]
-        if request.cache_continued:  # the stored messages are the request's cached prefix
-            request.cache_breakpoint = own + len(stored.messages)
-        request.previous_id = None  # resolved: a retry of start() must not prepend it twice
+        """Put the stored conversation a request continues in front of its own messages; then apply the context
+        edits it asks for (:mod:`.context_edits`), the prompt counted as the engine will count it."""
+        if request.previous_id is not None:
+            stored = self.conversations.get(request.previous_id, request.credential)
+            if stored is None:
+                raise continued_not_found(request.previous_param, request.previous_id)
+            own = request.preamble
+            request.messages = [*request.messages[:own], *stored.messages, *request.messages[own:]]
+            if request.cache_continued:  # the stored messages are the request's cached prefix
+                request.cache_breakpoint = own + len(stored.messages)
+            request.previous_id = None  # resolved: a retry of start() must not prepend it twice
+        if request.context_edits and request.unedited_prompt_tokens is None:  # once: start() may be retried
+            request.unedited_prompt_tokens, request.applied_edits = apply_edits(
+                request.messages, request.context_edits,
+                lambda: sum(len(ids) for ids in self._prompts(request, self.tokenizer)[0]))
 
     def keep_prefix(self, name: str, request: GenerationRequest,
                     body_of: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
