@@ -11,7 +11,7 @@ from .content.replies import ErrorReply, Rule, ToolCall, load_conversation  # no
 from .pool import BackendPool  # noqa: E402
 from .remote import RemoteBackend, RemoteError  # noqa: E402
 from .sim.config import ConfigError, SimConfig  # noqa: E402
-from .sim.faults import FAULT_KINDS, Fault, FaultError  # noqa: E402
+from .sim.faults import FAULT_KINDS, Fault, FaultError, FaultState  # noqa: E402
 from .sim.metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .sim.request_log import RequestRecord  # noqa: E402
 from .sim.secrets import key_fingerprint  # noqa: E402
@@ -26,6 +26,7 @@ __all__ = [
     "ErrorReply",
     "Fault",
     "FaultError",
+    "FaultState",
     "LLMBackend",
     "LLMSimLagWarning",
     "MetricsSnapshot",
