@@ -3,6 +3,7 @@
 Closed-loop clients in other processes (4 x 8 by default) (a new request as soon as one ends) send
 a seeded mix of every API: plain and streamed chats, streams the client abandons midway,
 requests that get a fault by header (429, 500, drop, error event, stall, malformed),
+uploads and their batches and background responses (the stores a client fills, each bounded),
 tool calls and JSON-schema answers (streamed or not), embeddings, Anthropic Messages with a
 `cache_control` system prompt, Responses chains (`previous_response_id`), bad input (400),
 unknown paths (404) and /metrics scrapes. After each round
@@ -70,7 +71,9 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
         "type": "string"}}}, "required": ["answer", "tags"]}}}
 SYSTEM = "You are a careful assistant for a gateway's tests. " * 40  # a cacheable prefix of ~400 tokens
 KINDS = {"chat": 20, "stream": 20, "abandon": 8, "fault": 10, "bad": 4, "unknown": 3, "metrics": 3,
-         "tools": 8, "schema": 6, "embed": 5, "anthropic": 7, "responses": 6}
+         "tools": 8, "schema": 6, "embed": 5, "anthropic": 7, "responses": 6, "stores": 2}
+BATCH_LINE = ('{"custom_id": "r%d", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", '
+              '"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}}')
 
 
 def one_request(client: httpx.Client, url: str, rng: random.Random) -> None:
@@ -104,6 +107,14 @@ def one_request(client: httpx.Client, url: str, rng: random.Random) -> None:
                 "model": "m", "max_tokens": rng.randint(8, 64), "stream": stream,
                 "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
                 "messages": [{"role": "user", "content": f"question {rng.randint(0, 99)}"}]})
+        elif kind == "stores":  # what a client makes the backend keep: a file and its batch, a background response
+            lines = "\n".join(BATCH_LINE % i for i in range(rng.randint(1, 50))).encode()
+            uploaded = client.post(url + "/v1/files", files={"file": ("in.jsonl", lines)}, data={"purpose": "batch"})
+            if uploaded.status_code == 200:
+                client.post(url + "/v1/batches", json={"input_file_id": uploaded.json()["id"], "endpoint": CHAT,
+                                                       "completion_window": "24h"})
+            client.post(url + "/v1/responses", json={"model": "m", "input": "hi", "max_output_tokens": 64,
+                                                     "background": True})
         elif kind == "responses":  # a chain of two: the second continues the first
             first = client.post(url + "/v1/responses", json={"model": "m", "input": "start", "max_output_tokens": 16})
             if first.status_code == 200:

@@ -161,7 +161,10 @@ def test_a_half_closed_client_is_sent_nothing(served: Served) -> None:
                     received = sock.recv(65536)
                 except ConnectionResetError:
                     received = b""
-            assert received == b"", received[:200]
+            if body is CHAT_BODY:
+                assert received == b"", received[:200]
+            else:  # a stream's headers go out at admission, which may come before the client's FIN does
+                assert b" 499 " not in received and not received.endswith(b"0\r\n\r\n"), received[:300]
         records = httpx.get(served.url + "/llmsim/v1/requests").json()["records"]
         assert [record["status"] for record in records[-2:]] == [499, 499]
     finally:
