@@ -258,3 +258,21 @@ def test_lora_adapters_and_ollamas_loaded_models_are_bounded(llm_backend: LLMBac
         residency.release(f"m{number}", float(number))
     loaded = residency.loaded(3.0 * MAX_LOADED_MODELS)
     assert len(loaded) <= MAX_LOADED_MODELS and "busy" in {model.name for model in loaded}
+
+
+def test_finished_batches_are_kept_within_the_stored_bytes(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(speed=float("inf"), max_stored_file_bytes=20_000)
+    content = _batch_file(lines=20)  # ~3 KB of requests a batch
+    with _openai(llm_backend, "k") as client:
+        uploaded = client.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+        made = []
+        for _ in range(12):
+            batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                          completion_window="24h")
+            made.append(batch.id)
+            _wait(lambda batch_id=batch.id: client.batches.retrieve(batch_id).status, lambda s: s == "completed")
+        kept = llm_backend._server.batches.jobs.all()
+        assert sum(job.size_bytes for job in kept) <= 20_000 + len(content)  # the newest is always kept
+        assert len(kept) < 12 and kept[-1].id == made[-1]
+        with pytest.raises(openai.NotFoundError):
+            client.batches.retrieve(made[0])  # dropped, oldest first

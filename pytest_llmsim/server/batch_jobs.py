@@ -55,6 +55,7 @@ class BatchJob:
     items: list[BatchItem]
     extra: dict[str, Any] = field(default_factory=dict)  # what the API echoes back (endpoint, metadata...)
     owner: str | None = None
+    input_bytes: int = 0  # the requests' size as received: what the registry's byte bound counts
     state: str = "in_progress"
     created_at: float = field(default_factory=time.time)
     ended_at: float | None = None
@@ -69,8 +70,8 @@ class BatchJob:
 
     @property
     def size_bytes(self) -> int:
-        """Not counted: the registry bounds batches by number, each by its API's item limit."""
-        return 0
+        """About what it keeps: its requests (their answers are of the same order, at most ``max_tokens``)."""
+        return self.input_bytes
 
     @property
     def cancelled(self) -> bool:
@@ -141,7 +142,8 @@ class BatchJobs(JobRegistry[BatchJob]):
         self._epoch = 0  # bumped by clear(): an item of an older epoch is neither run nor logged
 
     def start(self, job: BatchJob) -> BatchJob:
-        self.add(job)
+        # kept: at most MAX_KEPT_JOBS, and finished ones past max_stored_file_bytes of inputs go, oldest first
+        self.add(job, self.simulator.config.max_stored_file_bytes)
         with self._work_lock:
             self._queue.append(job)
             if self._workers < CONCURRENCY:

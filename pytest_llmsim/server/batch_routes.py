@@ -194,7 +194,7 @@ class BatchRoutes:
         api = ENDPOINT_APIS[endpoint]
         job = BatchJob("batch_" + os.urandom(12).hex(), [BatchItem(cid, api, b, endpoint) for cid, b in lines],
                        {"endpoint": endpoint, "input_file_id": body["input_file_id"], "completion_window": "24h",
-                        "metadata": body.get("metadata")}, owner=owner)
+                        "metadata": body.get("metadata")}, owner=owner, input_bytes=len(stored["content"]))
         created = self._batch_body(job)  # as it is at creation, however fast it then runs
         self.jobs.start(job)
         return json_response(created)
@@ -230,13 +230,13 @@ class BatchRoutes:
             return json_response({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
                                   "last_id": data[-1]["id"] if data else None})
         try:
-            body, _ = read_json(request, self.simulator)
+            body, raw = read_json(request, self.simulator)
             requests = anthropic.parse_batch_requests(body)
         except SimError as error:
             return self._error(request, match, error)
         job = BatchJob("msgbatch_" + os.urandom(12).hex(),
                        [BatchItem(cid, ANTHROPIC_MESSAGES, params, "/v1/messages") for cid, params in requests],
-                       owner=owner)
+                       owner=owner, input_bytes=len(raw))
         created = anthropic.batch_object(job, self._results_url(request, job))
         self.jobs.start(job)
         return json_response(created)
