@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
+from polling import wait_for
 
 from pytest_llmsim import LLMBackend
 
@@ -21,15 +21,6 @@ ASK = [{"role": "user", "content": "hi"}]
 def _line(number: int, url: str = "/v1/chat/completions", **body: Any) -> str:
     return json.dumps({"custom_id": f"request-{number}", "method": "POST", "url": url,
                        "body": {"model": "gpt-4o", "messages": ASK, "max_tokens": 5, **body}})
-
-
-def _wait(poll: Any, done: Any, seconds: float = 10.0) -> Any:
-    deadline = time.monotonic() + seconds
-    value = poll()
-    while not done(value) and time.monotonic() < deadline:
-        time.sleep(0.01)
-        value = poll()
-    return value
 
 
 @pytest.fixture
@@ -54,7 +45,7 @@ def test_an_openai_batch_runs_its_file_and_writes_output_and_error_files(llm_bac
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                   completion_window="24h", metadata={"job": "nightly"})
     assert batch.status == "in_progress" and batch.request_counts.total == 4
-    batch = _wait(lambda: client.batches.retrieve(batch.id), lambda b: b.status == "completed")
+    batch = wait_for(lambda: client.batches.retrieve(batch.id), lambda b: b.status == "completed")
     assert (batch.request_counts.completed, batch.request_counts.failed) == (3, 1)
     assert batch.metadata == {"job": "nightly"}
     output = [json.loads(line) for line in client.files.content(batch.output_file_id).text.splitlines()]
@@ -79,7 +70,7 @@ def test_a_batch_runs_behind_interactive_traffic(llm_backend: LLMBackend, client
     assert interactive.usage.completion_tokens == 5
     assert client.batches.retrieve(batch.id).status == "in_progress"  # the interactive request did not wait
     assert llm_backend.metrics.max_running <= 3  # the batch took at most two slots
-    batch = _wait(lambda: client.batches.retrieve(batch.id), lambda b: b.status == "completed", 30)
+    batch = wait_for(lambda: client.batches.retrieve(batch.id), lambda b: b.status == "completed", 30)
     assert batch.request_counts.completed == 8
 
 
@@ -90,7 +81,7 @@ def test_an_openai_batch_can_be_cancelled(llm_backend: LLMBackend, client: Any) 
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                   completion_window="24h")
     assert client.batches.cancel(batch.id).status == "cancelling"
-    batch = _wait(lambda: client.batches.retrieve(batch.id), lambda b: b.status == "cancelled")
+    batch = wait_for(lambda: client.batches.retrieve(batch.id), lambda b: b.status == "cancelled")
     assert batch.status == "cancelled" and batch.request_counts.completed < 6
 
 
@@ -117,7 +108,7 @@ def test_an_anthropic_message_batch_and_its_results(llm_backend: LLMBackend, cla
                                                    "messages": ASK}} for i in range(3)]
     batch = claude.messages.batches.create(requests=requests)
     assert batch.processing_status == "in_progress" and batch.results_url is None
-    batch = _wait(lambda: claude.messages.batches.retrieve(batch.id), lambda b: b.processing_status == "ended")
+    batch = wait_for(lambda: claude.messages.batches.retrieve(batch.id), lambda b: b.processing_status == "ended")
     counts = batch.request_counts
     assert (counts.succeeded, counts.errored, counts.processing) == (2, 1, 0)
     assert batch.results_url == f"{llm_backend.root_url}/v1/messages/batches/{batch.id}/results"
@@ -141,7 +132,7 @@ def test_an_anthropic_batch_is_cancelled_and_not_deleted_while_it_runs(llm_backe
     early = httpx.get(llm_backend.url_for(f"/v1/messages/batches/{batch.id}/results"))
     assert early.status_code == 400  # no results before it ends (the SDK does not even ask)
     assert claude.messages.batches.cancel(batch.id).processing_status == "canceling"
-    batch = _wait(lambda: claude.messages.batches.retrieve(batch.id), lambda b: b.processing_status == "ended")
+    batch = wait_for(lambda: claude.messages.batches.retrieve(batch.id), lambda b: b.processing_status == "ended")
     assert batch.request_counts.canceled > 0
     kinds = {result.result.type for result in claude.messages.batches.results(batch.id)}
     assert "canceled" in kinds

@@ -17,6 +17,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from polling import wait_for
 
 from pytest_llmsim import LLMBackend
 
@@ -27,15 +28,6 @@ def _batch_file(lines: int = 2, **body: Any) -> bytes:
     return "\n".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
                                  "body": {"model": "m", "messages": ASK, "max_tokens": 3, **body}})
                      for i in range(lines)).encode()
-
-
-def _wait(poll: Any, done: Any, seconds: float = 20.0) -> Any:
-    deadline = time.monotonic() + seconds
-    value = poll()
-    while not done(value) and time.monotonic() < deadline:
-        time.sleep(0.02)
-        value = poll()
-    return value
 
 
 @pytest.fixture
@@ -94,7 +86,7 @@ def test_files_and_batches_belong_to_the_key_that_made_them(keyed: LLMBackend) -
         with pytest.raises(openai.NotFoundError):
             bob.batches.retrieve(batch.id)
         assert [b.id for b in bob.batches.list()] == []
-        done = _wait(lambda: alice.batches.retrieve(batch.id), lambda b: b.status == "completed")
+        done = wait_for(lambda: alice.batches.retrieve(batch.id), lambda b: b.status == "completed")
         assert done.output_file_id is not None
         with pytest.raises(openai.NotFoundError):
             bob.files.content(done.output_file_id)
@@ -157,7 +149,7 @@ def test_a_reset_ends_batch_items_waiting_for_queue_room(llm_backend: LLMBackend
     blocker = threading.Thread(target=lambda: httpx.post(llm_backend.base_url + "/chat/completions", timeout=30,
                                                          json={"model": "m", "messages": ASK, "max_tokens": 2}))
     blocker.start()
-    _wait(lambda: llm_backend.metrics.running, lambda running: running == 1)
+    wait_for(lambda: llm_backend.metrics.running, lambda running: running == 1)
     with _openai(llm_backend, "k") as client:
         uploaded = client.files.create(file=("in.jsonl", io.BytesIO(_batch_file(lines=6))), purpose="batch")
         client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
@@ -169,7 +161,7 @@ def test_a_reset_ends_batch_items_waiting_for_queue_room(llm_backend: LLMBackend
     time.sleep(0.5)  # items that outlived the reset would run now, in this backend
     assert llm_backend.requests == []
     # the batch's workers ended with the reset (two at most while it waited)
-    assert _wait(threading.active_count, lambda count: count <= threads_before - 2, 10) <= threads_before - 2
+    assert wait_for(threading.active_count, lambda count: count <= threads_before - 2, 10) <= threads_before - 2
 
 
 def test_many_batches_share_two_workers(llm_backend: LLMBackend) -> None:
@@ -208,7 +200,7 @@ def test_background_events_count_against_the_stored_bytes(llm_backend: LLMBacken
         ids = [client.responses.create(model="m", input="hi", max_output_tokens=200, background=True).id
                for _ in range(30)]
         server = llm_backend._server
-        assert _wait(server.background.all, lambda jobs: all(job.over for job in jobs))
+        assert wait_for(server.background.all, lambda jobs: all(job.over for job in jobs))
         kept = server.background.all()
         assert sum(job.size_bytes for job in kept) <= 20_000 + max(job.size_bytes for job in kept)
         assert len(kept) < 30
@@ -270,7 +262,7 @@ def test_finished_batches_are_kept_within_the_stored_bytes(llm_backend: LLMBacke
             batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                           completion_window="24h")
             made.append(batch.id)
-            _wait(lambda batch_id=batch.id: client.batches.retrieve(batch_id).status, lambda s: s == "completed")
+            wait_for(lambda batch_id=batch.id: client.batches.retrieve(batch_id).status, lambda s: s == "completed")
         kept = llm_backend._server.batches.jobs.all()
         assert sum(job.size_bytes for job in kept) <= 20_000 + len(content)  # the newest is always kept
         assert len(kept) < 12 and kept[-1].id == made[-1]
