@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -153,15 +152,16 @@ def test_a_reset_ends_batch_items_waiting_for_queue_room(llm_backend: LLMBackend
     with _openai(llm_backend, "k") as client:
         uploaded = client.files.create(file=("in.jsonl", io.BytesIO(_batch_file(lines=6))), purpose="batch")
         client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    (job,) = llm_backend._server.batches.jobs.all()
+    # the two workers have each taken an item, which now waits for room (on the engine's queue, not a timer)
+    assert wait_for(lambda: sum(item.started for item in job.items), lambda started: started == 2) == 2
     threads_before = threading.active_count()
-    time.sleep(0.2)  # the batch's items now wait for room
     llm_backend.reset()
     blocker.join(timeout=30)
     llm_backend.configure(speed=float("inf"))
-    time.sleep(0.5)  # items that outlived the reset would run now, in this backend
+    # the batch's workers end with the reset; once they have, nothing of the batch can run in this backend
+    assert wait_for(threading.active_count, lambda count: count <= threads_before - 2) <= threads_before - 2
     assert llm_backend.requests == []
-    # the batch's workers ended with the reset (two at most while it waited)
-    assert wait_for(threading.active_count, lambda count: count <= threads_before - 2, 10) <= threads_before - 2
 
 
 def test_many_batches_share_two_workers(llm_backend: LLMBackend) -> None:

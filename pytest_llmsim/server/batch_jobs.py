@@ -146,7 +146,7 @@ class BatchJobs(JobRegistry[BatchJob]):
         self.add(job, self.simulator.config.max_stored_file_bytes)
         with self._work_lock:
             self._queue.append(job)
-            if self._workers < CONCURRENCY:
+            while self._workers < min(CONCURRENCY, len(job.items)):  # a lone batch runs two items at once too
                 self._workers += 1
                 threading.Thread(target=self._work, args=(self._epoch,), name="llmsim-batch", daemon=True).start()
         if not job.items:
