@@ -117,16 +117,19 @@ class ControlAPI:
             ("GET", "fleet"): self._fleet,
         }
 
+    def _allowed_names(self) -> frozenset[str]:
+        return LOOPBACK_NAMES | self.allowed_hosts | {host_name(self._server.host)}
+
     def host_allowed(self, host: str | None) -> bool:
         """Whether a request naming ``host`` (its Host header) may be answered: loopback's names, the listen
         address and ``allowed_hosts``; a page that DNS rebinding pointed here names its own site."""
-        return host is None or host_name(host) in LOOPBACK_NAMES | self.allowed_hosts | {host_name(self._server.host)}
+        return host is None or host_name(host) in self._allowed_names()
 
     def _refusal(self, request: Request) -> Response | None:
         """A 403 for a request a web page could have made (another origin, or DNS rebinding), else None."""
-        allowed = LOOPBACK_NAMES | self.allowed_hosts | {host_name(self._server.host)}
+        allowed = self._allowed_names()
         host = request.headers.get("Host")
-        if not self.host_allowed(host):
+        if host is not None and host_name(host) not in allowed:
             return _error(403, f"The control API answers only to Host localhost, 127.0.0.1, [::1] or the listen "
                                f"address, not {host!r} (allow more with --allowed-hosts).", "forbidden_host")
         origin = request.headers.get("Origin")

@@ -156,7 +156,9 @@ class QuietRequestHandler(KeepAliveHandler):
         assert isinstance(headers, ParsedHeaders)  # read_headers' (parse_request above)
         if self.request_version == "HTTP/1.1" and headers.count("host") != 1:
             return HTTPStatus.BAD_REQUEST, "An HTTP/1.1 request needs exactly one Host header"
-        length = content_length_problem(headers.get_all("content-length", []))
+        lengths = headers.count("content-length")  # from the block's index: get_all() passes over every line
+        length = content_length_problem([headers["content-length"]] if lengths == 1 else
+                                        headers.get_all("content-length", []) if lengths else [])
         if length is not None:
             return HTTPStatus.BAD_REQUEST, length
         if headers.get("transfer-encoding") is not None:

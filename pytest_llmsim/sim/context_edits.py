@@ -52,7 +52,7 @@ class AppliedEdit:
 
 
 def apply_edits(messages: list[ChatMessage], edits: tuple[ContextEdit, ...],
-                count: Callable[[], int]) -> tuple[int, list[AppliedEdit]]:
+                count: Callable[[], int]) -> tuple[int, tuple[AppliedEdit, ...]]:
     """Apply ``edits`` to ``messages`` in place (``count`` counts the prompt they make); the prompt's tokens
     before any edit, and the edits that acted."""
     original = count()
@@ -78,4 +78,4 @@ def apply_edits(messages: list[ChatMessage], edits: tuple[ContextEdit, ...],
             messages[:] = before  # not worth it: the prompt stays as it was
             continue
         applied.append(AppliedEdit(edit.name, len(cleared), freed))
-    return original, applied
+    return original, tuple(applied)

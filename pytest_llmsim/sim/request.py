@@ -203,7 +203,7 @@ class GenerationRequest:
     # prompt is counted: its tokens before them, and what each did
     context_edits: tuple[ContextEdit, ...] = ()
     unedited_prompt_tokens: int | None = None
-    applied_edits: list[AppliedEdit] = field(default_factory=list)
+    applied_edits: tuple[AppliedEdit, ...] = ()
 
     @property
     def after_tool_result(self) -> bool:

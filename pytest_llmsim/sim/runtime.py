@@ -67,15 +67,15 @@ class Runtime:
     def _new_engine(self, config: SimConfig) -> Engine:
         kind = StepEngine if config.scheduler == "step" else Engine
         engine = kind(config, self._listener, random.Random(f"latency:{config.seed}"))
-        engine.on_counts = self._counts_changed
+        engine.on_counts = self._counts_changed if self._room_waiters else self._on_counts
         return engine
 
     def _counts_changed(self, now: float, running: int, waiting: int) -> None:
+        """The engine's listener while work waits for room (the engine calls ``_on_counts`` alone otherwise:
+        a request's path pays for no waiter it does not have)."""
         if self._on_counts is not None:
             self._on_counts(now, running, waiting)
-        if self._room_waiters:
-            with self._lock:
-                self._room.notify_all()
+        self._room.notify_all()  # the engine runs under the lock
 
     def wait_for_room(self, count: int, give_up: Callable[[], bool], timeout: float = 1.0) -> bool:
         """Wait until ``count`` sequences would find a batch slot or a queue place (True), or until
@@ -83,6 +83,7 @@ class Runtime:
         :meth:`wake_waiters` is called, and every ``timeout`` wall seconds."""
         with self._lock:
             self._room_waiters += 1
+            self.engine.on_counts = self._counts_changed
             try:
                 while not self.can_admit(count):
                     if give_up() or self._stopping:
@@ -91,6 +92,8 @@ class Runtime:
                 return True
             finally:
                 self._room_waiters -= 1
+                if not self._room_waiters:
+                    self.engine.on_counts = self._on_counts
 
     def wake_waiters(self) -> None:
         """Have every :meth:`wait_for_room` ask its ``give_up`` again (a batch cancelled, a reset)."""
