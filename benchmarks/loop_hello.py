@@ -1,32 +1,37 @@
-"""The event-loop core's HTTP layer alone: ``LoopServer`` serving ``hello_wsgi.py``'s canned answer.
+"""The HTTP layer alone: the connection core (``ConnectionServer``) serving ``hello_wsgi.py``'s canned answer.
 
-What ``llmsim serve --io loop`` costs per request besides the simulator: run this, load it with wrk, and read
-the process's CPU from /proc (docs/performance.md, "Where a chat request's time goes, phase by phase").
+What ``llmsim serve`` costs per request besides the simulator: run this, load it with wrk, and read the
+process's CPU from /proc (docs/performance.md, "Where a chat request's time goes, phase by phase").
+``--io loop`` (the default) runs in a process gevent has patched, a greenlet per connection, as
+``llmsim serve --io loop`` does; ``--io threads`` a thread per connection, as the embedded default does.
 Serves until SIGTERM or Ctrl-C; prints its URL first.
 
-    python benchmarks/loop_hello.py [--port 0]
+    python benchmarks/loop_hello.py [--port 0] [--io loop|threads]
     wrk -t2 -c16 -d6s -s benchmarks/post_chat.lua URL/
 """
 
-from gevent import monkey
+import sys
 
-monkey.patch_all()  # before anything imports socket or threading, as llmsim serve --io loop does
+if "threads" not in sys.argv:
+    from gevent import monkey
 
-import argparse  # noqa: E402 - after the patch
-import signal  # noqa: E402
-import sys  # noqa: E402
-from types import FrameType  # noqa: E402
+    monkey.patch_all()  # before anything imports socket or threading, as llmsim serve --io loop does
 
-from hello_wsgi import app  # noqa: E402
+import argparse
+import signal
+from types import FrameType
 
-from pytest_llmsim.server.loop_server import LoopServer  # noqa: E402
+from hello_wsgi import app
+
+from pytest_llmsim.server.listener import ConnectionServer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--io", choices=("loop", "threads"), default="loop")
     args = parser.parse_args()
-    server = LoopServer("127.0.0.1", args.port, app)
+    server = ConnectionServer("127.0.0.1", args.port, app)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         server.server_close()

@@ -1,7 +1,7 @@
 """CPU instructions a serving process spends per request, HTTP layer included, counted by valgrind.
 
 ``request_instructions.py`` counts the app called in process; this counts ``llmsim serve`` itself (or the
-loop core serving ``hello_wsgi.py``: its HTTP layer alone) under ``valgrind --tool=callgrind``, so the
+connection core serving ``hello_wsgi.py``: its HTTP layer alone) under ``valgrind --tool=callgrind``, so the
 figure includes parsing, the environ, the WSGI call and the send, and no other process's work or the
 machine's load. The server starts under callgrind; a client in this process sends ``--warm`` requests on
 one kept-alive connection, callgrind's counters are zeroed (``callgrind_control --zero``), ``--requests``
@@ -12,7 +12,8 @@ count. The engine's thread (a greenlet under ``--io loop``/``gevent``) is counte
     python benchmarks/serve_instructions.py [--io loop] [--kinds chat,GET /health,hello] [--requests 300]
         [--sdk-headers] [REVISION ...]
 
-``hello`` is the loop core serving ``hello_wsgi.py`` (a canned answer: its HTTP layer alone).
+``hello`` is the connection core serving ``hello_wsgi.py`` (a canned answer: its HTTP layer alone), in the
+``--io`` mode asked for (revisions before the connection core had it in the loop core only).
 ``--sdk-headers`` sends every request with the 17 headers the openai SDK sends (``x-stainless-*``, its
 user agent, a key): what an SDK's or a gateway's request costs, where wrk sends three. Each REVISION
 is a directory holding a checkout (``git worktree add /tmp/base HEAD``); without one, this checkout.
@@ -49,9 +50,10 @@ HELLO = "hello"
 GET_HEALTH = "GET /health"
 
 
-def _server_argv(kind: str, io: str) -> list[str]:
-    if kind == HELLO:
-        return [sys.executable, os.path.join(HERE, "loop_hello.py"), "--port", "0"]
+def _server_argv(kind: str, io: str, revision: str) -> list[str]:
+    if kind == HELLO:  # the revision's own script: the connection core, or before it the loop core alone
+        hello = [sys.executable, os.path.join(revision, "benchmarks", "loop_hello.py"), "--port", "0"]
+        return [*hello, "--io", "threads"] if io == "threads" else hello
     module = "pytest_llmsim.gevent_serve" if io in ("gevent", "loop") else "pytest_llmsim.cli"
     return [sys.executable, "-m", module, "serve", "--port", "0", "--speed", "inf", "--io", io]
 
@@ -74,8 +76,8 @@ def per_request(revision: str, kind: str, io: str, warm: int, requests: int, sdk
         env = {**os.environ, "PYTHONPATH": f"{revision}{os.pathsep}{HERE}", "PYTHONHASHSEED": "0",
                "PYTHONUNBUFFERED": "1"}
         server = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                                   *_server_argv(kind, io)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  text=True, env=env, cwd=scratch)
+                                   *_server_argv(kind, io, revision)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=env, cwd=scratch)
         try:
             assert server.stdout is not None
             port = None

@@ -174,3 +174,70 @@ def test_no_module_is_over_450_lines() -> None:
     long = {name: lines for name, path in _modules().items()
             if (lines := len(path.read_text().splitlines())) > 450}
     assert long == {}
+
+
+# Modules whose classes and private fields the package must not build on: werkzeug's development server
+# and the standard library's server stack under it (each a break waiting for a release).
+SERVER_STACKS = {"werkzeug.serving", "socketserver", "http.server"}
+# Private names of other packages the package still reads (never writes). This set may only shrink.
+THIRD_PARTY_PRIVATE_READS = {
+    "_list",  # werkzeug's Headers storage: one pass over a request's or answer's headers, not a call each
+    "_clean_status",  # werkzeug's status-line parser, called on a throwaway Response
+    "_sock",  # gevent's socket keeps the plain one it wraps: the calls that must never wait use it
+    "_value_",  # an enum member's value without the descriptor call (documented by enum)
+    "_exit",  # os._exit, a public function by another name
+    "_mergeable_ranks", "_special_tokens",  # tiktoken's rank tables (with a token-by-token scan without them)
+}
+_MUTATORS = {"append", "extend", "insert", "pop", "clear", "remove", "update", "add", "discard", "setdefault"}
+
+
+def _own_private_names() -> set[str]:
+    """Every ``_name`` the package defines: functions, methods, classes, attributes it assigns, slots."""
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif (isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "__slots__"
+                                                       for target in node.targets)):
+                names.update(item.value for item in ast.walk(node.value)
+                             if isinstance(item, ast.Constant) and isinstance(item.value, str))
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def test_nothing_is_built_on_a_third_party_servers_privates() -> None:
+    """The serving modes share one connection class of their own: no module imports werkzeug's development
+    server or the standard library's server stack (so no class derives from theirs), nothing writes another
+    package's private name, and the private names still read are the few listed above."""
+    own = _own_private_names()
+    found: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE.parent)
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, ast.Import):
+                found += [f"{where}:{node.lineno}: imports {alias.name}" for alias in node.names
+                          if alias.name in SERVER_STACKS]
+            elif isinstance(node, ast.ImportFrom) and node.module in SERVER_STACKS:
+                found.append(f"{where}:{node.lineno}: imports from {node.module}")
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if node.attr in own or (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    continue
+                if isinstance(node.ctx, (ast.Store, ast.Del)):
+                    found.append(f"{where}:{node.lineno}: writes {node.attr}")
+                elif node.attr not in THIRD_PARTY_PRIVATE_READS:
+                    found.append(f"{where}:{node.lineno}: reads {node.attr}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS
+                  and isinstance(node.func.value, ast.Attribute) and node.func.value.attr.startswith("_")
+                  and not node.func.value.attr.startswith("__") and node.func.value.attr not in own):
+                found.append(f"{where}:{node.lineno}: changes {node.func.value.attr} in place")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "setattr")
+                  and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                  and str(node.args[1].value).startswith("_") and node.args[1].value not in own
+                  and (node.func.id == "setattr" or node.args[1].value not in THIRD_PARTY_PRIVATE_READS)):
+                found.append(f"{where}:{node.lineno}: {node.func.id} {node.args[1].value}")
+    assert found == []

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from polling import wait_for
 from serve_process import Served
 
 from pytest_llmsim import RemoteBackend
@@ -165,8 +166,11 @@ def test_a_half_closed_client_is_sent_nothing(served: Served) -> None:
                 assert received == b"", received[:200]
             else:  # a stream's headers go out at admission, which may come before the client's FIN does
                 assert b" 499 " not in received and not received.endswith(b"0\r\n\r\n"), received[:300]
-        records = httpx.get(served.url + "/llmsim/v1/requests").json()["records"]
-        assert [record["status"] for record in records[-2:]] == [499, 499]
+        # Logged when each handler ends, which may be after the client saw the connection close
+        statuses = wait_for(lambda: [record["status"] for record in
+                                     httpx.get(served.url + "/llmsim/v1/requests").json()["records"][-2:]],
+                            lambda last: last == [499, 499])
+        assert statuses == [499, 499]
     finally:
         remote.reset()
 

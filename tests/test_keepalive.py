@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from pytest_llmsim import LLMBackend
+from pytest_llmsim.server.connection import Connection
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
 
@@ -163,17 +164,16 @@ def test_a_kept_alive_request_counts_from_when_it_arrived_not_from_when_it_was_r
     if not hasattr(llm_backend, "_server"):
         pytest.skip("slows the server's own handler: needs the backend in this process")
     llm_backend.configure(speed=1.0, ttft=0.3, itl=0.0)
-    server = llm_backend._server.server
-    watch_head = server.watch_head
-    calls: list[socket.socket] = []
+    next_message = Connection._next_message
+    calls: list[Connection] = []
 
-    def dawdling_watch_head(connection: socket.socket, *args: Any) -> None:
-        watch_head(connection, *args)
-        calls.append(connection)
+    def dawdling_next_message(self: Connection) -> Any:
+        calls.append(self)
         if len(calls) == 2:  # the first is the connection's own; the second waits for the next request head
             time.sleep(0.2)
+        return next_message(self)
 
-    monkeypatch.setattr(server, "watch_head", dawdling_watch_head)
+    monkeypatch.setattr(Connection, "_next_message", dawdling_next_message)
     with connect(llm_backend) as sock:
         sock.sendall(request())
         read_response(sock)
@@ -217,17 +217,16 @@ def test_a_head_that_arrived_in_time_is_not_cut_when_the_server_is_slow_to_parse
     if not hasattr(llm_backend, "_server"):
         pytest.skip("slows the server's own handler: needs the backend in this process")
     llm_backend.configure(keepalive_timeout=0.3)
-    handler_class = llm_backend._server.server.RequestHandlerClass
-    parse_request = handler_class.parse_request
+    next_message = Connection._next_message
     starved: list[bool] = []
 
-    def starved_parse_request(self: Any) -> bool:
-        if (self.requests_served == 0) == (which == "first"):
+    def starved_next_message(self: Connection) -> Any:
+        if (self._served == 0) == (which == "first"):
             starved.append(True)
-            time.sleep(0.8)  # the head is in this handler's hands; the server is slow, not the client
-        return parse_request(self)
+            time.sleep(0.8)  # the head is in the kernel's buffer; the server is slow, not the client
+        return next_message(self)
 
-    monkeypatch.setattr(handler_class, "parse_request", starved_parse_request)
+    monkeypatch.setattr(Connection, "_next_message", starved_next_message)
     with connect(llm_backend) as sock:
         sock.sendall(request())
         head, _ = read_response(sock)

@@ -23,8 +23,8 @@ from ..backend import LLMBackend
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
 from ..server.cores import IO_REQUIREMENTS, missing_for_io
+from ..server.listener import gevent_patched
 from ..server.loopback import is_loopback
-from ..server.wsgi import gevent_patched
 from ..sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
 from ..sim.faults import Fault, FaultError
 from .calibration_commands import add_calibration_commands, run_calibrate, run_predict
@@ -105,10 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--own-port", type=_port, default=None, help=argparse.SUPPRESS)  # a replica's, from its parent
     serve.add_argument("--io", choices=IO_MODES, default="threads",
                        help="How connections are served: 'threads' (a handler thread per connection; the "
-                            "default, as inside pytest), 'gevent' (one thread, a greenlet per connection: "
-                            "more requests per second with zero latency and many more open streams; needs "
-                            "gevent, the 'gevent' extra) or 'loop' (the event-loop core: gevent's loop with "
-                            "httptools' C parser, the cheapest per request; the 'serve' extra)")
+                            "default, as inside pytest) or 'loop' (one thread, a greenlet per connection on "
+                            "gevent's loop: more requests per second and many more open streams and sessions; "
+                            "needs gevent, the 'serve' extra). 'gevent' is another name for 'loop'. Every mode "
+                            "frames connections the same way (httptools' parser)")
     serve.add_argument("--gc-pacing", choices=["on", "off"], default="on",
                        help="Collect garbage every few hundred requests, start-up objects frozen out of the way "
                             "('on', the default: no 35-80 ms collector pauses under load), or leave CPython's "
@@ -208,8 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_port = args.own_port if args.own_port is not None else (args.port + 1 if args.shared_port and args.port else 0)
     backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token,
                          allowed_hosts=allowed_hosts, shared_port=args.shared_port, own_port=own_port)
-    if args.io == "loop":
-        backend.httpserver.serving_core = "loop"
     for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)
     for rule in rules:

@@ -39,27 +39,37 @@ from ..sim.tokens import TokenizeError
 from .background import BackgroundJobs
 from .batch_routes import BatchRoutes
 from .control import CONTROL_PREFIX, ControlAPI
-from .exchange import CREDENTIAL_KEY, RECORD_KEY, ROUTE_KEY, answer_error, new_record, read_logged_json, untokenizable
+from .environ import ACCEPTED_AT
+from .exchange import (
+    CREDENTIAL_KEY,
+    RECORD_KEY,
+    ROUTE_KEY,
+    answer_error,
+    content_filtered,
+    new_record,
+    read_logged_json,
+    untokenizable,
+)
 from .info_routes import InfoRoutes
 from .keepalive import KeepAlivePolicy
 from .lean_request import request_application
+from .listener import ConnectionServer
 from .live_page import is_page_path, page_response, root_index
 from .loopback import is_loopback
 from .responder import GenerationResponder
 from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
+from .sessions import SessionHandler, session_route, upgrade_required
 from .sockets import drop_connection
 from .tls import TLSMaterial
-from .wsgi import ACCEPTED_AT, PooledWSGIServer
+from .wire import HTTP_ERROR_CODES
 
 __all__ = ["GENERATION_ROUTES", "SimulatorServer", "validate_address"]
 
-# Internal errors kept for check(): the first few, with tracebacks but without
-# their frames' locals (request bodies), so a server that keeps failing keeps
-# flat memory; the rest are only counted.
+# Internal errors kept for check(): the first few, with tracebacks but without their frames' locals
+# (request bodies), so a server that keeps failing keeps flat memory; the rest are only counted.
 MAX_KEPT_ERRORS = 8
-# How often the serving thread looks for a stop request (socketserver polls).
-SHUTDOWN_POLL_SECONDS = 0.05
+SHUTDOWN_POLL_SECONDS = 0.05  # how often the accept loop looks for a stop request
 WORKER_IDLE_SECONDS = 10.0  # a handler thread idle this long retires (a few stay)
 
 
@@ -73,28 +83,17 @@ def validate_address(host: str, port: int) -> None:
 
 
 DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in
-HTTP_ERROR_CODES = {
-    400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "request_header_fields_too_large",
-    501: "not_implemented", 503: "service_unavailable", 505: "http_version_not_supported",
-}
-
-
-def content_filtered(api: WireAPI, action: Filter) -> tuple[int, str]:
-    """After how many tokens a content filter stops ``api``'s answer, and its finish reason (a blocked
-    prompt: 0, ``prompt_filter``); raises the error the API answers with instead, or a 400 where the API
-    has no content filter."""
-    content_filter = getattr(api, "content_filter", None)
-    if content_filter is None:
-        raise SimError(400, f"The content_filter fault does not apply to {api.name}: it has no content filter.",
-                       code="unsupported_fault")
-    error = content_filter(action.message, action.after_tokens is None)
-    if error is not None:
-        raise error
-    return (0, "prompt_filter") if action.after_tokens is None else (action.after_tokens, "content_filter")
 
 
 class SimulatorServer(HTTPServer):
-    """A threaded werkzeug server on loopback answering as an OpenAI-compatible backend."""
+    """A server on loopback answering as an OpenAI-compatible backend (and every other API it speaks).
+
+    A thread per connection (a greenlet where gevent has patched the process), each framed by
+    :class:`~.connection.Connection`; the routes are a werkzeug WSGI application.
+    """
+
+    # pytest-httpserver's attribute (its lifecycle reads it), holding our server instead of werkzeug's
+    server: ConnectionServer | None  # type: ignore[assignment]
 
     def __init__(self, simulator: Simulator, host: str = "127.0.0.1", port: int = 0) -> None:
         validate_address(host, port)
@@ -105,10 +104,7 @@ class SimulatorServer(HTTPServer):
         # server also listens on a port of its own (its metrics and control API, reached for certain).
         self.reuse_port = False
         self.own_port: int | None = None
-        self._own_server: Any = None  # a PooledWSGIServer, or the event-loop core's LoopServer
-        # How connections are served: werkzeug's threaded server, or "loop", the event-loop core
-        # (llmsim serve --io loop; only in a process gevent has patched)
-        self.serving_core = "threads"
+        self._own_server: ConnectionServer | None = None
         self.simulator = simulator
         self.no_handler_status_code = 404
         self.background = BackgroundJobs()  # the Responses API's background: true
@@ -136,13 +132,19 @@ class SimulatorServer(HTTPServer):
         handler: Handler = functools.partial(self._generate, api=api)
         return self.routes.add(Route(template, methods, handler, api, generates=True))
 
+    def add_session(self, template: str, handler: SessionHandler, api: WireAPI = DEFAULT_API,
+                    subprotocols: tuple[str, ...] = (), keyed: bool = True, **limits: Any) -> Route:
+        """Serve WebSocket sessions at ``template``: an upgrade request there runs ``handler`` with the
+        session; ``api`` answers refusals before the upgrade in its shape (``limits``: see :mod:`.sessions`)."""
+        return self.routes.add(session_route(self.simulator, template, handler, api, subprotocols, keyed, **limits))
+
     def api_of_path(self, path: str, environ: dict[str, Any] | None = None) -> WireAPI:
         """The API whose error shape answers ``path``: its route's, else OpenAI's."""
         match = self.routes.match(path, None, environ)
         return match.route.api if match is not None else DEFAULT_API
 
     def protocol_error_body(self, status: int, message: str, path: str | None) -> bytes:
-        """The body of an HTTP-level error (see ``PooledWSGIServer.error_body``), in the path's API's shape."""
+        """The body of an HTTP-level error (see ``ConnectionServer.error_body``), in the path's API's shape."""
         error = SimError(status, message, type="server_error" if status >= 500 else "invalid_request_error",
                          code=HTTP_ERROR_CODES.get(status, "bad_request"))
         _, body, _ = self.api_of_path(path or "").render_error(error)  # the status stays what HTTP says
@@ -199,19 +201,14 @@ class SimulatorServer(HTTPServer):
                                               daemon=True)
         self.server_thread.start()
 
-    def _listen(self, port: int, reuse_port: bool) -> Any:
+    def _listen(self, port: int, reuse_port: bool) -> ConnectionServer:
+        """A listening server: a thread per connection, or a greenlet where gevent has patched the process."""
         simulator = self.simulator
-        app = self.wsgi_app
-        settings: dict[str, Any] = dict(
-            request_timeout=lambda: simulator.config.keepalive_timeout,
+        server = ConnectionServer(
+            self.host, port, self.wsgi_app, request_timeout=lambda: simulator.config.keepalive_timeout,
             keepalive_policy=lambda: KeepAlivePolicy(simulator.config.keepalive,
                                                      simulator.config.keepalive_max_requests),
             error_body=self.protocol_error_body, tls_context=self.tls_context, reuse_port=reuse_port)
-        if self.serving_core == "loop":
-            from .loop_server import LoopServer  # gevent and httptools: imported only where they serve
-
-            return LoopServer(self.host, port, app, **settings)
-        server = PooledWSGIServer(self.host, port, app, **settings)
         server.worker_idle_seconds = self._worker_idle_seconds
         return server
 
@@ -232,9 +229,9 @@ class SimulatorServer(HTTPServer):
 
     @property
     def worker_count(self) -> int:
-        """Handler threads alive now (0 when stopped)."""
+        """Handler threads alive now, or connections served now where each is a greenlet (0 when stopped)."""
         server = self.server
-        return server.worker_count if isinstance(server, PooledWSGIServer) else 0
+        return server.worker_count if isinstance(server, ConnectionServer) else 0
 
     @property
     def worker_idle_seconds(self) -> float:
@@ -244,7 +241,7 @@ class SimulatorServer(HTTPServer):
     @worker_idle_seconds.setter
     def worker_idle_seconds(self, seconds: float) -> None:
         self._worker_idle_seconds = seconds
-        if isinstance(self.server, PooledWSGIServer):
+        if isinstance(self.server, ConnectionServer):
             self.server.worker_idle_seconds = seconds
 
     # --- dispatch ---
@@ -310,6 +307,8 @@ class SimulatorServer(HTTPServer):
         route = match.route
         request.environ[ROUTE_KEY] = route.template
         if not match.allowed:
+            if match.upgrade_required:
+                return self._api_error(request, upgrade_required(path))
             allowed = ", ".join(route.methods)
             error = SimError(405, f"Method {request.method} is not allowed on {path}; use {allowed}.",
                              code="method_not_allowed", headers={"Allow": allowed})
@@ -349,7 +348,7 @@ class SimulatorServer(HTTPServer):
         request_id = next((value for name, value in pairs if name.lower() == lowered), None)
         if request_id is None:
             request_id = api.new_request_id()  # type: ignore[attr-defined]  # the RequestIdentified protocol
-            pairs.append((header, request_id))  # our own value: nothing to validate
+            response.headers.add(header, request_id)
         record = request.environ.get(RECORD_KEY)
         if record is not None:
             record.request_id = request_id

@@ -1,8 +1,8 @@
 """The ``--io`` modes that need more than the plugin's own install, and what each needs.
 
-``gevent`` and ``loop`` (the event-loop core) run in a process gevent has patched;
-the loop core parses with httptools too. The command line and the plugin's
-process isolation say the same thing when one is missing.
+``loop`` (and its other name, ``gevent``) runs in a process gevent has patched.
+The command line and the plugin's process isolation say the same thing when
+it is missing.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import importlib.util
 __all__ = ["IO_REQUIREMENTS", "missing_for_io"]
 
 #: What each cooperative ``--io`` mode needs installed, and the extra that brings it.
-IO_REQUIREMENTS = {"gevent": (("gevent",), "gevent"), "loop": (("gevent", "httptools"), "serve")}
+IO_REQUIREMENTS = {"gevent": (("gevent",), "gevent"), "loop": (("gevent",), "serve")}
 
 
 def missing_for_io(io: str) -> str | None:

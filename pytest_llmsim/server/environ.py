@@ -1,7 +1,8 @@
-"""The WSGI environ of a request in origin form, built without werkzeug's general URL parsing.
+"""The WSGI environ of a request, built without werkzeug's general URL parsing.
 
 werkzeug's ``make_environ`` parses every target as a URL, a sizeable share of
-a small request's cost; most requests are a plain ``/path?query``.
+a small request's cost; the connection hands over a plain ``/path?query``.
+Also the environ keys this server adds for its application.
 """
 
 from __future__ import annotations
@@ -12,28 +13,14 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from werkzeug.http import parse_set_header
-from werkzeug.serving import WSGIRequestHandler
 
-from .chunked import ChunkedBody
+__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "request_environ"]
 
-__all__ = ["origin_form_environ", "request_environ"]
-
-
-def origin_form_environ(handler: WSGIRequestHandler) -> dict[str, Any] | None:
-    """``handler``'s request as werkzeug's environ, for the usual origin-form target.
-
-    The same keys and values as ``WSGIRequestHandler.make_environ``; None for
-    an absolute URL, a fragment or werkzeug's own TLS, which take werkzeug's path.
-    """
-    target = handler.path
-    address = handler.client_address
-    if (not target.startswith("/") or "#" in target or handler.server.ssl_context is not None
-            or not isinstance(address, tuple) or not address):
-        return None
-    return request_environ(
-        target, handler.command, handler.request_version, handler.headers.items(), handler.rfile,
-        handler.connection, address, handler.server.server_address, handler.server_version,
-        multithread=handler.server.multithread, multiprocess=handler.server.multiprocess)
+# time.monotonic() when the request reached the server (the kernel's receive stamp of its first bytes).
+ACCEPTED_AT = "llmsim.accepted_at"
+# The time.monotonic() by which the request's body must have arrived; a body read that ends short
+# after it is a 408, not a 400.
+BODY_DEADLINE = "llmsim.body_deadline"
 
 
 # Header name -> its environ key ("" for a name werkzeug drops): a server sees few distinct names, and the
@@ -60,17 +47,18 @@ def _environ_key(name: str) -> str:
 def request_environ(target: str, method: str, version: str, headers: Iterable[tuple[str, str]], body: Any,
                     connection: Any, address: tuple[Any, ...], server_address: tuple[Any, ...],
                     software: str, multithread: bool = True, multiprocess: bool = False,
-                    decoded: bool = False) -> dict[str, Any]:
+                    uri: str | None = None) -> dict[str, Any]:
     """The WSGI environ (werkzeug's keys and values) of a request whose target is a plain ``/path?query``.
 
-    Shared by both serving cores: werkzeug's handler (:func:`origin_form_environ`) and the event-loop
-    core (:mod:`.loop_connection`), so an application sees the same environ from either. ``body`` is
-    the ``wsgi.input`` stream; a chunked body is decoded by :class:`ChunkedBody` over it, unless
-    ``decoded`` (the server's parser has taken the chunk framing off already).
+    The same keys and values as werkzeug's development server gave. ``body`` is the ``wsgi.input``
+    stream, its chunk framing already taken off by the connection's parser. ``uri`` is the target as
+    sent when it was not a path (absolute form: a proxy's request), for ``REQUEST_URI``.
     """
     # The target came as latin-1 of its bytes: WSGI's convention already, raw UTF-8 included
     # (werkzeug encodes it once more, and a raw "/café" read as "/cafÃ©"); %-escapes become bytes.
     path, _, query = target.partition("?")
+    if "#" in target:  # a fragment is the client's own (RFC 9110 §4.2.5): never part of the path or query
+        path, query = path.partition("#")[0], query.partition("#")[0]
     if "%" in path:
         path = unquote_to_bytes(path.encode("latin-1")).decode("latin-1")
     environ: dict[str, Any] = {
@@ -87,8 +75,8 @@ def request_environ(target: str, method: str, version: str, headers: Iterable[tu
         "SCRIPT_NAME": "",
         "PATH_INFO": path,
         "QUERY_STRING": query,
-        "REQUEST_URI": target,
-        "RAW_URI": target,
+        "REQUEST_URI": uri or target,
+        "RAW_URI": uri or target,
         "REMOTE_ADDR": address[0],
         "REMOTE_PORT": address[1],
         "SERVER_NAME": server_address[0],
@@ -107,6 +95,4 @@ def request_environ(target: str, method: str, version: str, headers: Iterable[tu
     encoding = environ.get("HTTP_TRANSFER_ENCODING")
     if encoding is not None and "chunked" in parse_set_header(encoding):
         environ["wsgi.input_terminated"] = True
-        if not decoded:
-            environ["wsgi.input"] = ChunkedBody(body)
     return environ

@@ -17,6 +17,7 @@ from werkzeug.wrappers import Request, Response
 
 from ..api.base import WireAPI
 from ..sim import SimError
+from ..sim.fault_effects import Filter
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
@@ -24,8 +25,8 @@ from .request_body import read_json_body
 from .responder import json_response
 from .trusted_headers import TrustedHeaders
 
-__all__ = ["CREDENTIAL_KEY", "RECORD_KEY", "ROUTE_KEY", "answer_error", "credential_of", "headers_of", "new_record",
-           "read_json", "read_logged_json", "untokenizable"]
+__all__ = ["CREDENTIAL_KEY", "RECORD_KEY", "ROUTE_KEY", "answer_error", "content_filtered", "credential_of",
+           "headers_of", "new_record", "read_json", "read_logged_json", "untokenizable"]
 
 ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
 RECORD_KEY = "llmsim.record"  # WSGI environ key: the request's log record, once made
@@ -104,3 +105,17 @@ def answer_error(simulator: Simulator, request: Request, api: WireAPI, error: Si
 def untokenizable(error: TokenizeError, param: str | None) -> SimError:
     """A text tiktoken cannot take: the client's input, a 400 naming the field."""
     return SimError(400, f"The request's text cannot be tokenized: {error}", param=param, code="invalid_text")
+
+
+def content_filtered(api: WireAPI, action: Filter) -> tuple[int, str]:
+    """After how many tokens a content filter stops ``api``'s answer, and its finish reason (a blocked
+    prompt: 0, ``prompt_filter``); raises the error the API answers with instead, or a 400 where the API
+    has no content filter."""
+    content_filter = getattr(api, "content_filter", None)
+    if content_filter is None:
+        raise SimError(400, f"The content_filter fault does not apply to {api.name}: it has no content filter.",
+                       code="unsupported_fault")
+    error = content_filter(action.message, action.after_tokens is None)
+    if error is not None:
+        raise error
+    return (0, "prompt_filter") if action.after_tokens is None else (action.after_tokens, "content_filter")

@@ -16,7 +16,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
 from ..sim import SimError, wire_json
-from .wsgi import BODY_DEADLINE
+from .environ import BODY_DEADLINE
 
 __all__ = ["BodyTimeout", "read_body", "read_json_body"]
 

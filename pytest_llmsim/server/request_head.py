@@ -1,8 +1,8 @@
 """What RFC 9110 and RFC 9112 say to refuse in a request's line and framing, for every serving mode.
 
 Each check returns why a head is refused (answered 400 and closed, before the
-request is logged or routed), or None. The threaded server and the loop core
-both ask them, so a malformed head gets the same answer whoever frames it.
+request is logged or routed), or None; :class:`~.connection.Connection` asks
+them once its parser has the head.
 """
 
 from __future__ import annotations
@@ -10,44 +10,10 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-__all__ = ["HeadRefused", "content_length_problem", "method_problem", "split_request_line", "target_problem"]
+__all__ = ["content_length_problem", "method_problem", "target_problem", "transfer_coding_problem"]
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")  # RFC 9110 §5.6.2: a method is a token
 _MAX_LENGTH_DIGITS = 19  # a length past 2**63 is no body this server would take
-
-
-class HeadRefused(Exception):
-    """A request head refused: the status to answer and why."""
-
-    def __init__(self, status: int, why: str) -> None:
-        super().__init__(why)
-        self.status, self.why = status, why
-
-
-def split_request_line(line: str) -> tuple[str, str, str | None]:
-    """``(method, target, version)`` of a request line (RFC 9112 §3: one space apart; the version None for
-    HTTP/0.9's ``GET target``), as ``http.server`` splits it, with the checks below; raises
-    :class:`HeadRefused` (400, or 505 for HTTP/2 and later)."""
-    words = line.split()
-    if not words:
-        raise HeadRefused(400, "Bad request line (empty)")
-    if len(words) >= 2 and "" in line.split(" "):
-        raise HeadRefused(400, f"Bad request line ({line[:100]!r}): one space apart")
-    version = None
-    if len(words) >= 3:
-        version = words[-1]
-        numbers = version[5:].split(".") if version.startswith("HTTP/") else []
-        if len(numbers) != 2 or not all(n.isdigit() and len(n) <= 10 for n in numbers):
-            raise HeadRefused(400, f"Bad request version ({version!r})")
-        if (int(numbers[0]), int(numbers[1])) >= (2, 0):
-            raise HeadRefused(505, f"Invalid HTTP version ({version[5:]})")
-    if not 2 <= len(words) <= 3 or (len(words) == 2 and words[0] != "GET"):
-        raise HeadRefused(400, f"Bad request syntax ({line!r})")
-    method, target = words[0], words[1]
-    refused = method_problem(method) or target_problem(method, target)
-    if refused is not None:
-        raise HeadRefused(400, refused)
-    return method, target, version
 
 
 def method_problem(method: str) -> str | None:
@@ -85,4 +51,18 @@ def content_length_problem(values: list[str]) -> str | None:
         value = values[0].strip()
         if not (value.isdigit() and value.isascii() and len(value) <= _MAX_LENGTH_DIGITS):
             return f"Bad Content-Length ({values[0][:40]!r})"
+    return None
+
+
+def transfer_coding_problem(values: list[str]) -> tuple[int, str] | None:
+    """``(status, why)`` when a request's ``Transfer-Encoding`` cannot be served, else None.
+
+    RFC 9112 §6.1 and §6.3: the final coding must be ``chunked``, applied once (else 400); any
+    other coding (``gzip, chunked``) is one this server does not decode (501).
+    """
+    codings = [coding.strip().lower() for value in values for coding in value.split(",") if coding.strip()]
+    if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
+        return 400, f"Transfer-Encoding {', '.join(codings) or '(empty)'!r} does not end in a single 'chunked'"
+    if len(codings) > 1:
+        return 501, f"Transfer-Encoding {', '.join(codings[:-1])!r} is not supported (only chunked)"
     return None

@@ -8,7 +8,9 @@ up by exact path first (the hot path: one dict lookup); the others are tried
 in the order added.
 
 Each route names the wire API whose error shape it answers in, and whether it
-generates (only generation routes take every fault kind).
+generates (only generation routes take every fault kind). A session route
+(``upgrade``) is offered only to requests that ask to upgrade to WebSocket, and
+before any plain route of its path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from ..api.base import NO_TARGET, RequestTarget, WireAPI
+from .websocket import is_websocket_upgrade
 
 __all__ = ["Route", "RouteMatch", "RouteTable", "request_target"]
 
@@ -49,6 +52,7 @@ class Route:
     accepts: Guard | None = None
     keyed: bool = False  # a route that generates nothing checks the API's keys (generation routes check their own)
     stored: bool = False  # returns stored content: on loopback, only to the Host names the control API accepts
+    upgrade: bool = False  # a session route: only requests that upgrade to WebSocket (see .sessions)
 
     def takes(self, method: str | None) -> bool:
         """Whether ``method`` is one of the route's (HEAD where GET is; None: any)."""
@@ -58,11 +62,13 @@ class Route:
 @dataclass(frozen=True, slots=True)
 class RouteMatch:
     """A route a path matched, with the path parameters it captured; ``allowed`` is False when the
-    path matched but no route there takes the request's method (a 405 naming ``route.methods``)."""
+    path matched but no route there takes the request (a 405 naming ``route.methods``, or a 426 when
+    ``upgrade_required``: the path serves only sessions and the request did not ask to upgrade)."""
 
     route: Route
     params: Mapping[str, str]
     allowed: bool = True
+    upgrade_required: bool = False
 
 
 def _compile(template: str) -> re.Pattern[str]:
@@ -98,13 +104,15 @@ class RouteTable:
         """Add ``route``; one with the same template and guard is replaced (so a test may re-aim one)."""
         if _PARAM.search(route.template) is None:
             same = self._exact.setdefault(route.template, [])
-            same[:] = [r for r in same if r.accepts is not route.accepts]
-            same.insert(0 if route.accepts is not None else len(same), route)  # guarded routes are asked first
+            same[:] = [r for r in same if r.accepts is not route.accepts or r.upgrade != route.upgrade]
+            same.insert(0 if route.accepts is not None or route.upgrade else len(same), route)  # asked first
             return route
         pattern = _compile(route.template)
-        kept = [(p, r) for p, r in self._templated if not (r.template == route.template and r.accepts is route.accepts)]
+        kept = [(p, r) for p, r in self._templated
+                if not (r.template == route.template and r.accepts is route.accepts and r.upgrade == route.upgrade)]
         kept.append((pattern, route))
-        kept.sort(key=lambda entry: (-_literal_length(entry[1].template), entry[1].accepts is None))  # stable
+        kept.sort(key=lambda entry: (-_literal_length(entry[1].template), not entry[1].upgrade,
+                                     entry[1].accepts is None))  # stable
         self._templated = kept
         return route
 
@@ -117,26 +125,36 @@ class RouteTable:
         """The route that answers ``method`` on ``path``, with its parameters, or None.
 
         A route whose guard refuses ``environ`` (or any guarded route, without one) is passed
-        over; a path whose routes all refuse the method matches as not ``allowed``.
+        over, as is a session route for a request that does not upgrade; a path whose routes all
+        refuse the request matches as not ``allowed``.
         """
-        refused: RouteMatch | None = None
+        refused: RouteMatch | None = None  # a plain route of the path that refuses the method: 405
+        needs_upgrade: RouteMatch | None = None  # a session route, for a plain request: 426 (unless a 405)
+        upgrading = environ is not None and is_websocket_upgrade(environ)
         exact = self._exact.get(path)
         if exact is not None:
             for route in exact:
                 if route.accepts is not None and (environ is None or not route.accepts(environ)):
                     continue
-                if route.takes(method):
+                if route.upgrade and not upgrading:
+                    needs_upgrade = needs_upgrade or RouteMatch(route, {}, allowed=False, upgrade_required=True)
+                elif route.takes(method):
                     return RouteMatch(route, {})
-                refused = refused or RouteMatch(route, {}, allowed=False)
+                else:
+                    refused = refused or RouteMatch(route, {}, allowed=False)
         for pattern, candidate in self._templated:
             if candidate.accepts is not None and (environ is None or not candidate.accepts(environ)):
                 continue
             found = pattern.fullmatch(path)
             if found is not None:
-                if candidate.takes(method):
+                if candidate.upgrade and not upgrading:
+                    needs_upgrade = needs_upgrade or RouteMatch(candidate, found.groupdict(), allowed=False,
+                                                                upgrade_required=True)
+                elif candidate.takes(method):
                     return RouteMatch(candidate, found.groupdict())
-                refused = refused or RouteMatch(candidate, found.groupdict(), allowed=False)
-        return refused
+                else:
+                    refused = refused or RouteMatch(candidate, found.groupdict(), allowed=False)
+        return refused or needs_upgrade
 
     def __iter__(self) -> Iterator[Route]:
         for routes in self._exact.values():

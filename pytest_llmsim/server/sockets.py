@@ -1,7 +1,6 @@
 """The client's socket, in one place: receive stamps, peeks, shutdowns and the coalescing writer.
 
-Everything that touches a connection's socket directly (rather than through
-werkzeug's streams) is here: reading with the kernel's receive stamps
+Everything that touches a connection's socket directly is here: reading with the kernel's receive stamps
 (``SO_TIMESTAMP``), the non-blocking peek that tells a hung-up client, the
 shutdown that drops a connection under a fault, switching a socket to
 blocking for a long stream, and the writer that sends a response's pieces
@@ -10,18 +9,17 @@ as one packet.
 
 from __future__ import annotations
 
-import io
 import select
 import socket
 import struct
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Request
 
-__all__ = ["SO_TIMESTAMP", "CoalescingWriter", "PrefixedSocketReader", "blocking_socket", "client_gone",
+__all__ = ["SO_TIMESTAMP", "CoalescingWriter", "blocking_socket", "client_gone",
            "drop_connection", "nonblocking_socket", "receive_stamped", "stamp_time"]
 
 # Linux stamps each received packet with the kernel's receive time when asked
@@ -29,69 +27,6 @@ __all__ = ["SO_TIMESTAMP", "CoalescingWriter", "PrefixedSocketReader", "blocking
 # bytes is when it really arrived, however late a handler thread gets to it.
 SO_TIMESTAMP = 29 if sys.platform.startswith("linux") else None
 _TIMEVAL = struct.Struct("@ll")
-
-
-class PrefixedSocketReader(io.RawIOBase):
-    """A socket's byte stream, with bytes already received put back in front.
-
-    With the kernel's receive stamps on (``SO_TIMESTAMP``), :attr:`received_at`
-    is when the bytes of the first read after :meth:`forget_stamp` reached this
-    host: a later request on a kept-alive connection arrived then, however late
-    its handler gets to it. Only that read asks for the stamp; the rest (a body's
-    remainder) read plainly, a little cheaper.
-    """
-
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
-        self._sock = sock
-        self._prefix = memoryview(b"")
-        self._received_at: float | None = None
-        self._ancillary: list[tuple[int, int, bytes]] = []  # the stamped read's, converted when asked
-        self._stamp_next_read = False
-        self.waiting = False  # blocked reading from the socket: the client's turn (see HeadWatchdog)
-
-    def receive_first(self) -> None:
-        """Wait for the connection's first bytes (and their stamp) and put them in front."""
-        self.waiting = True
-        try:
-            data, self._received_at = receive_stamped(self._sock, 65536)
-        except OSError:  # idle past the deadline, or gone: the head reads as empty, the connection ends
-            data, self._received_at = b"", None
-        finally:
-            self.waiting = False
-        self._prefix = memoryview(data)
-
-    @property
-    def received_at(self) -> float | None:
-        """``time.monotonic()`` when the first read since :meth:`forget_stamp` came in; None without
-        a stamp (or before that read)."""
-        if self._ancillary:
-            self._received_at = stamp_time(self._ancillary)
-            self._ancillary = []
-        return self._received_at
-
-    def forget_stamp(self) -> None:
-        """Drop the stamp; the next read from the socket takes a new one."""
-        self._received_at, self._ancillary, self._stamp_next_read = None, [], True
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._prefix:
-            count = min(len(buffer), len(self._prefix))
-            buffer[:count] = self._prefix[:count]
-            self._prefix = self._prefix[count:]
-            return count
-        self.waiting = True
-        try:
-            if not self._stamp_next_read:
-                return self._sock.recv_into(buffer)
-            self._stamp_next_read = False
-            count, self._ancillary, _, _ = self._sock.recvmsg_into([buffer], _STAMP_SPACE)
-            return count
-        finally:
-            self.waiting = False
 
 
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMEVAL.size) if hasattr(socket, "CMSG_SPACE") else 0
@@ -126,10 +61,10 @@ def nonblocking_socket(sock: socket.socket) -> socket.socket:
 class CoalescingWriter:
     """Holds writes until ``flush()``, then sends them at once (one non-blocking send, ``sendall`` for a rest).
 
-    werkzeug writes a chunk's size line, its data and a CRLF separately and
-    flushes after each chunk: unbuffered, that is three packets per SSE event.
-    It writes the final ``0\r\n\r\n`` without a flush, so that goes out at once.
-    A plain class: an ``io`` object per connection costs more than it gives.
+    An answer's head goes with its first piece of body, and a chunk's framing
+    with its data: one packet each, never three per SSE event. The final
+    ``0\r\n\r\n`` goes out at once. A plain class: an ``io`` object per
+    connection costs more than it gives.
     """
 
     __slots__ = ("_parts", "_sock", "closed")

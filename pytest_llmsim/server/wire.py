@@ -1,4 +1,4 @@
-"""A response's head on the wire, the same from both serving cores (werkzeug's handler and the loop's).
+"""A response's head on the wire, the same in every serving mode.
 
 The status line with ``Server`` and ``Date`` first, written as one piece, and the
 whole answer to a protocol-level error (a JSON body, ``Connection: close``).
@@ -10,7 +10,13 @@ import email.utils
 import time
 from http import HTTPStatus
 
-__all__ = ["error_response", "http_date", "response_head"]
+__all__ = ["HTTP_ERROR_CODES", "error_response", "http_date", "response_head"]
+
+# The error code in an HTTP-level error's body, by status (bad_request for the others)
+HTTP_ERROR_CODES = {
+    400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "request_header_fields_too_large",
+    501: "not_implemented", 503: "service_unavailable", 505: "http_version_not_supported",
+}
 
 _date_header: tuple[int, str] = (0, "")
 
@@ -25,7 +31,7 @@ def http_date() -> str:
 
 
 def response_head(protocol: str, code: int, reason: str, server: str, headers: list[tuple[str, str]]) -> bytes:
-    """A response's status line and headers, ``Server`` and ``Date`` first, as one piece (both cores')."""
+    """A response's status line and headers, ``Server`` and ``Date`` first, as one piece."""
     lines = [f"{protocol} {code} {reason}\r\nServer: {server}\r\nDate: {http_date()}\r\n"]
     lines.extend(f"{key}: {value}\r\n" for key, value in headers)
     lines.append("\r\n")
@@ -33,7 +39,7 @@ def response_head(protocol: str, code: int, reason: str, server: str, headers: l
 
 
 def error_response(code: int, body: bytes, head_only: bool = False) -> bytes:
-    """A protocol-level error's whole response (JSON ``body``, ``Connection: close``), as both cores send it."""
+    """A protocol-level error's whole response (JSON ``body``, ``Connection: close``)."""
     head = (f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
     return head if head_only else head + body

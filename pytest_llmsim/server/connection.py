@@ -1,20 +1,18 @@
-"""One connection of the event-loop core: requests parsed by httptools, answered by the WSGI app.
+"""One client connection, framed the same way in every serving mode: httptools' parser, the WSGI app.
 
-``llmsim serve --io loop`` runs in a process gevent has patched, a greenlet per
-connection, so the application's waits (a ticket, a stall, the runtime's lock)
-yield to the loop as they do under ``--io gevent``. What differs is the HTTP
-layer: httptools' C parser (llhttp, Node's) instead of http.server's line
-reads, one send per answer, and no handler object per request. The
-connection keeps the threaded server's wire behaviour: kernel receive stamps
-as arrival times, a deadline for each request head and body, keep-alive and
-pipelining, the silent closes keep-alive settings ask for, JSON bodies for
-protocol errors, ``Expect: 100-continue``, and the socket in the environ
-(``werkzeug.socket``) for the faults that drop a connection and the hang-up check.
+Every ``--io`` mode runs this class (:mod:`.listener` decides whether in a
+thread or a greenlet): httptools' C parser (llhttp, Node's), one send per
+answer, no handler object per request. It keeps the wire behaviour a test
+relies on: kernel receive stamps as arrival times, a deadline for each
+request head and body (socket timeouts: a read past one ends short),
+keep-alive and pipelining, the silent closes keep-alive settings ask for,
+JSON bodies for protocol errors, ``Expect: 100-continue``, and the socket in
+the environ (``werkzeug.socket``) for the faults that drop a connection and
+the hang-up check.
 """
 
 from __future__ import annotations
 
-import io
 import socket
 import time
 from collections import deque
@@ -23,21 +21,21 @@ from typing import Any, Protocol
 
 import httptools
 
-from .chunked import transfer_coding_problem
-from .environ import request_environ
+from .answer import SERVER_HEADER, Answer
+from .environ import ACCEPTED_AT, BODY_DEADLINE, request_environ
 from .keepalive import DISCARD_LIMIT, KeepAlivePolicy, drain_before_close
-from .loop_answer import SERVER_HEADER, Answer
-from .request_head import content_length_problem, method_problem, target_problem
+from .request_head import content_length_problem, method_problem, target_problem, transfer_coding_problem
+from .request_message import Refused, RequestBody, RequestMessage
 from .sockets import SO_TIMESTAMP, CoalescingWriter, receive_stamped
+from .websocket import UPGRADE_KEY, WebSocketUpgrade, is_websocket_upgrade
 from .wire import error_response
-from .wsgi import ACCEPTED_AT, BODY_DEADLINE
 
-__all__ = ["ConnectionOwner", "LoopConnection"]
+__all__ = ["Connection", "ConnectionOwner"]
 
 MAX_TARGET = 65536  # http.server's request-line limit: a longer target is a 414
 MAX_HEADER_LINE = 65536  # http.client's limits: a longer header line, or more headers, is a 431
 MAX_HEADERS = 100
-# The most a request head may take before it is complete: what the threaded server's line limits allow.
+# The most a request head may take before it is complete: what those line limits allow.
 # httptools holds a header's bytes until its line ends, so without this an endless line would grow it.
 MAX_HEAD_BYTES = MAX_TARGET + MAX_HEADERS * MAX_HEADER_LINE
 RECEIVE_SIZE = 65536
@@ -45,11 +43,12 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class ConnectionOwner(Protocol):
-    """What a connection needs of the server that accepted it (:class:`~.loop_server.LoopServer`)."""
+    """What a connection needs of the server that accepted it (:class:`~.listener.ConnectionServer`)."""
 
     app: Callable[..., Any]
     server_address: tuple[str, int]
     cooperative: bool
+    multithread: bool
     request_timeout: Callable[[], float]
     keepalive_policy: Callable[[], KeepAlivePolicy]
     error_body: Callable[[int, str, str | None], bytes]
@@ -58,78 +57,7 @@ class ConnectionOwner(Protocol):
         """``sock``'s connection is closing."""
 
 
-class _Refused(Exception):
-    """A request head the server will not take (stops the parser); the answer is ``status``, ``message``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-class _Message:
-    """One request as the parser delivers it: its head, then its body's pieces as they arrive."""
-
-    __slots__ = ("body_deadline", "complete", "consumed", "early", "has_body", "headers", "length", "method",
-                 "parts", "problem", "received_at", "target", "version")
-
-    def __init__(self, received_at: float | None, early: bool) -> None:
-        self.received_at = received_at
-        self.early = early  # pipelined behind an earlier request: it arrives when it is taken
-        self.target = bytearray()
-        self.headers: list[tuple[str, str]] = []
-        self.method = self.version = ""
-        self.parts: deque[bytes] = deque()
-        self.complete = False
-        self.has_body = False
-        self.length: int | None = None
-        self.consumed = 0
-        self.body_deadline: float | None = None
-        self.problem: _Refused | None = None
-
-
-class _Body(io.RawIOBase):
-    """``wsgi.input``: the request's body as the parser decodes it, read from the socket on demand.
-
-    A read past the body's deadline (or after the client stopped sending) ends short, as a read
-    from a socket whose reading side the threaded server's watchdog shut does.
-    """
-
-    def __init__(self, connection: LoopConnection, message: _Message) -> None:
-        super().__init__()
-        self._connection = connection
-        self._message = message
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
-    def read(self, size: int | None = -1) -> bytes:
-        message = self._message
-        while not message.parts and not message.complete:
-            if not self._connection.fill(message.body_deadline):
-                break
-        if self._connection.body_error is not None:  # bad chunking: the application answers 400
-            raise OSError(self._connection.body_error)
-        parts = message.parts
-        if size is None or size < 0:
-            data = b"".join(parts)
-            parts.clear()
-        elif not parts:
-            return b""
-        else:
-            data = parts.popleft()
-            if len(data) > size:
-                data, rest = data[:size], data[size:]
-                parts.appendleft(rest)
-        message.consumed += len(data)
-        return data
-
-
-class LoopConnection:
+class Connection:
     """Serves one client connection until it closes (``serve``); the parser's callbacks are methods."""
 
     def __init__(self, server: ConnectionOwner, sock: socket.socket, address: Any, accepted_at: float,
@@ -138,14 +66,13 @@ class LoopConnection:
         self.sock = sock
         self.address = address if isinstance(address, tuple) and address else ("", 0)
         self.tls = tls
-        self._raw = getattr(sock, "_sock", sock)  # gevent's socket wraps the plain one
         self._parser = httptools.HttpRequestParser(self)
         # RFC 9112 §7.1.1 allows whitespace before a chunk's extensions; llhttp only when told
         self._parser.set_dangerous_leniencies(lenient_spaces_after_chunk_size=True)
         self._raw_target: bytes | None = None  # a request line's target as sent, before escaping (see _escaped)
         self._head_bytes = 0  # received since the request head in progress began
-        self._ready: deque[_Message] = deque()  # heads parsed and waiting their turn
-        self._parsing: _Message | None = None
+        self._ready: deque[RequestMessage] = deque()  # heads parsed and waiting their turn
+        self._parsing: RequestMessage | None = None
         self._stamp: float | None = accepted_at
         self._accepted_at = accepted_at
         self._answering = False
@@ -176,7 +103,7 @@ class LoopConnection:
             return False
         if self._parsing is None:  # a new request's first bytes
             if data[:1] in (b"\r", b"\n"):  # http.server's answer to an empty request line, not llhttp's skip
-                self._refuse_parsing(_Refused(400, "Bad request line (empty)"))
+                self._refuse_parsing(Refused(400, "Bad request line (empty)"))
                 return True
             if not data.isascii():
                 data = self._escaped(data)
@@ -184,21 +111,25 @@ class LoopConnection:
         elif not self._parsing.method:  # still in its head
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
-                self._refuse_parsing(_Refused(431, f"Request head too large: more than {MAX_HEAD_BYTES:,} bytes"))
+                self._refuse_parsing(Refused(431, f"Request head too large: more than {MAX_HEAD_BYTES:,} bytes"))
                 return True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError:
-            if not self._eof:  # not one of ours (a _Refused head carries its answer): never parse on after it
-                self._refuse_parsing(_Refused(400, "Bad request"))
-        except httptools.HttpParserUpgrade:
-            self._refuse_parsing(_Refused(400, "Protocol upgrades are not served"))
+            if not self._eof:  # not one of ours (a Refused head carries its answer): never parse on after it
+                self._refuse_parsing(Refused(400, "Bad request"))
+        except httptools.HttpParserUpgrade as upgrade:
+            # A request that asked to switch protocols (Upgrade, Connection: upgrade), parsed whole: what
+            # follows it is the new protocol's, if its route accepts; else the connection ends after it.
+            if self._ready:
+                self._ready[-1].upgrade = data[upgrade.args[0]:] if upgrade.args else b""
+            self._eof = True
         except httptools.HttpParserError as error:
             reason = str(error) or type(error).__name__
             if self._parsing is not None and self._parsing.method:  # in a body: the application's 400
                 self.body_error = f"malformed chunked body ({reason})"
             else:
-                self._refuse_parsing(_Refused(400, f"Bad request ({reason})"))
+                self._refuse_parsing(Refused(400, f"Bad request ({reason})"))
             self._eof = True
         return True
 
@@ -214,8 +145,8 @@ class LoopConnection:
         words[1] = b"".join(b"%%%02X" % byte if byte >= 0x80 else bytes((byte,)) for byte in words[1])
         return b" ".join(words) + data[len(line):]
 
-    def _refuse_parsing(self, refusal: _Refused) -> None:
-        message = self._parsing or _Message(self._stamp, self._answering)
+    def _refuse_parsing(self, refusal: Refused) -> None:
+        message = self._parsing or RequestMessage(self._stamp, self._answering)
         if message.problem is None:
             message.problem = refusal
         if message not in self._ready:
@@ -226,30 +157,30 @@ class LoopConnection:
 
     def on_message_begin(self) -> None:
         # Pipelined: it came behind a request not yet answered (being answered, or parsed from the same
-        # bytes and waiting its turn); it arrives when it is taken, as the threaded server counts it.
-        self._parsing = _Message(self._stamp, self._answering or bool(self._ready))
+        # bytes and waiting its turn); it arrives when it is taken, as an HTTP/1.1 server takes them in turn.
+        self._parsing = RequestMessage(self._stamp, self._answering or bool(self._ready))
 
     def on_url(self, url: bytes) -> None:
         message = self._parsing
         assert message is not None
         message.target += url
         if len(message.target) > MAX_TARGET:
-            self._stop(message, _Refused(414, "URI Too Long"))
+            self._stop(message, Refused(414, "URI Too Long"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         message = self._parsing
         assert message is not None
         if len(name) + len(value) > MAX_HEADER_LINE:
-            self._stop(message, _Refused(431, "Line too long"))
+            self._stop(message, Refused(431, "Line too long"))
         if len(message.headers) >= MAX_HEADERS:
-            self._stop(message, _Refused(431, f"Too many headers: got more than {MAX_HEADERS} headers"))
+            self._stop(message, Refused(431, f"Too many headers: got more than {MAX_HEADERS} headers"))
         text = value.decode("iso-8859-1").rstrip(" \t")  # llhttp keeps a value's trailing whitespace
         if "\x00" in text or "\r" in text or "\n" in text:
-            self._stop(message, _Refused(400, f"Bad header: invalid character in the value of header "
+            self._stop(message, Refused(400, f"Bad header: invalid character in the value of header "
                                               f"{name.decode('iso-8859-1')!r}"))
         message.headers.append((name.decode("iso-8859-1"), text))
 
-    def _stop(self, message: _Message, refusal: _Refused) -> None:
+    def _stop(self, message: RequestMessage, refusal: Refused) -> None:
         message.problem = refusal
         self._ready.append(message)
         self._eof = True
@@ -287,28 +218,28 @@ class LoopConnection:
             raise message.problem
 
     @staticmethod
-    def _framing_problem(message: _Message, hosts: int, length: str | None, coding: str | None,
-                         lengths: list[str]) -> _Refused | None:
-        """What RFC 9112 says to refuse in a head (as the threaded server does): HTTP/2 and later on
+    def _framing_problem(message: RequestMessage, hosts: int, length: str | None, coding: str | None,
+                         lengths: list[str]) -> Refused | None:
+        """What RFC 9112 says to refuse in a head: HTTP/2 and later on
         this port, HTTP/1.1 without exactly one Host, a coding this server cannot decode, a coding
         beside a length."""
         if message.version < "HTTP/1.0":  # a request line without a version (llhttp reads HTTP/0.9)
-            return _Refused(400, f"Bad request syntax ({message.method} {message.target.decode('iso-8859-1')!r} "
+            return Refused(400, f"Bad request syntax ({message.method} {message.target.decode('iso-8859-1')!r} "
                                  f"without an HTTP version)")
         if message.version >= "HTTP/2":
-            return _Refused(505, f"Invalid HTTP version ({message.version[5:]})")
+            return Refused(505, f"Invalid HTTP version ({message.version[5:]})")
         if message.version == "HTTP/1.1" and hosts != 1:
-            return _Refused(400, "An HTTP/1.1 request needs exactly one Host header")
+            return Refused(400, "An HTTP/1.1 request needs exactly one Host header")
         refused = (method_problem(message.method) or target_problem(message.method, message.target.decode("iso-8859-1"))
                    or content_length_problem(lengths))
         if refused is not None:
-            return _Refused(400, refused)
+            return Refused(400, refused)
         if coding is not None:
             if length is not None:
-                return _Refused(400, "Transfer-Encoding and Content-Length together")
+                return Refused(400, "Transfer-Encoding and Content-Length together")
             problem = transfer_coding_problem([coding])
             if problem is not None:
-                return _Refused(*problem)
+                return Refused(*problem)
         return None
 
     def on_body(self, body: bytes) -> None:
@@ -345,11 +276,11 @@ class LoopConnection:
             except OSError:
                 pass
 
-    def _next_message(self) -> _Message | None:
+    def _next_message(self) -> RequestMessage | None:
         """The next request's head: waits for it within the head deadline (``keepalive_timeout``)."""
         if self._served and self.server.cooperative:
-            # A client that sends its next request at once never lets this greenlet block: let the
-            # other connections have a turn first (as under --io gevent).
+            # A client that sends its next request at once never lets this greenlet block, and its
+            # connection starved every other (c64: 2 s timeouts): let the others have a turn first.
             time.sleep(0)
         # Over TLS the handshake and the first head share one deadline, from the accept on.
         start = self._accepted_at if self.tls and not self._served else time.monotonic()
@@ -359,7 +290,7 @@ class LoopConnection:
                 return self._ready.popleft() if self._ready else None
         return self._ready.popleft()
 
-    def _send_error(self, message: _Message) -> None:
+    def _send_error(self, message: RequestMessage) -> None:
         """A protocol-level error (bad request line, target or headers too long): JSON, never HTML."""
         problem = message.problem
         assert problem is not None
@@ -371,28 +302,33 @@ class LoopConnection:
         except OSError:
             pass  # the client is gone
 
-    def _environ(self, message: _Message, body: _Body) -> dict[str, Any]:
+    def _environ(self, message: RequestMessage, body: RequestBody) -> dict[str, Any]:
         target = message.target.decode("iso-8859-1")
+        uri = host = None
         if not target.startswith("/"):  # absolute form (a proxy's request): the path and query of its URL
-            url = httptools.parse_url(message.target)
+            uri, url = target, httptools.parse_url(message.target)
             target = (url.path or b"/").decode("iso-8859-1")
             if url.query:
                 target += "?" + url.query.decode("iso-8859-1")
+            if url.host:  # RFC 9112 §3.2.2: the target's host, not the Host header
+                host = url.host.decode("iso-8859-1") + (f":{url.port}" if url.port else "")
         if target.startswith("//"):
             target = "/" + target.lstrip("/")
         server = self.server
         environ = request_environ(target, message.method, message.version, message.headers, body, self.sock,
-                                  self.address, server.server_address, SERVER_HEADER, multithread=False,
-                                  decoded=True)
+                                  self.address, server.server_address, SERVER_HEADER,
+                                  multithread=server.multithread, uri=uri)
+        if host is not None:
+            environ["HTTP_HOST"] = host
         if self.tls:
             environ["wsgi.url_scheme"] = "https"
         return environ
 
-    def _answer(self, message: _Message) -> tuple[bool, bool]:
+    def _answer(self, message: RequestMessage) -> tuple[bool, bool]:
         """Run the application for ``message`` and write its answer; (keep the connection, linger at close)."""
         self._served += 1
         self._answering = True
-        body = _Body(self, message)
+        body = RequestBody(self, message)
         environ = self._environ(message, body)
         stamp = message.received_at
         environ[ACCEPTED_AT] = time.monotonic() if message.early or stamp is None else stamp
@@ -405,6 +341,9 @@ class LoopConnection:
             self._writer.write(CONTINUE)
         answer = Answer(self._writer, environ["REQUEST_METHOD"] == "HEAD", message.version,
                          lambda: self._body_can_finish(message), keep)
+        if is_websocket_upgrade(environ):
+            environ[UPGRADE_KEY] = WebSocketUpgrade(message.headers, environ["REQUEST_URI"],
+                                                    lambda data: self._switch(answer, message, data))
         try:
             answer.run(self.server.app, environ)
             keep = keep and answer.keep
@@ -419,13 +358,23 @@ class LoopConnection:
             return self._finish_body(message), False
         return False, message.has_body and not message.complete
 
-    def _body_can_finish(self, message: _Message) -> bool:
+    def _switch(self, answer: Answer, message: RequestMessage, data: bytes) -> tuple[socket.socket, bytes]:
+        """Send ``data`` (the 101 that accepts an upgrade) and hand the socket over: the answer writes
+        nothing more and the connection ends with the session. Returns the socket and the bytes the client
+        sent after its request."""
+        answer.switched()
+        self._writer.write(data)
+        self._writer.flush()
+        self.sock.settimeout(None)
+        return self.sock, message.upgrade
+
+    def _body_can_finish(self, message: RequestMessage) -> bool:
         """Whether what is left of the body is small enough to read and drop after the answer."""
         if message.complete:
             return True
         return message.length is not None and message.length - message.consumed <= DISCARD_LIMIT
 
-    def _finish_body(self, message: _Message) -> bool:
+    def _finish_body(self, message: RequestMessage) -> bool:
         """Read and drop a small unread rest of the body so the connection can take the next request."""
         while not message.complete:
             message.parts.clear()

@@ -1,20 +1,18 @@
-"""One response of the event-loop core on the wire: the WSGI ``start_response`` and ``write``.
+"""One response on the wire: the WSGI ``start_response`` and ``write`` of every serving mode.
 
 The head goes out with the first write, as one piece with the status line,
 ``Server`` and ``Date``; a body without a length is framed as HTTP/1.1 chunks
 (or ends with the connection, for HTTP/1.0). Whether the connection stays
-open is decided as the threaded server decides it (``keepalive.run_wsgi``):
-the client's wish, the application's ``Connection: close``, a body too large
-to drop unread.
+open is decided by ``keepalive.response_framing``: the client's wish, the
+application's ``Connection: close``, a body too large to drop unread.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import platform
 from collections.abc import Callable, Iterable
 from typing import Any
-
-from werkzeug.serving import WSGIRequestHandler
 
 from .keepalive import response_framing
 from .sockets import CoalescingWriter
@@ -22,14 +20,15 @@ from .wire import response_head
 
 __all__ = ["SERVER_HEADER", "Answer"]
 
-SERVER_HEADER = f"Werkzeug/{importlib.metadata.version('werkzeug')} {WSGIRequestHandler.sys_version}"  # as werkzeug's
+# What werkzeug's development server said (clients and tests have seen it since the first release).
+SERVER_HEADER = f"Werkzeug/{importlib.metadata.version('werkzeug')} Python/{platform.python_version()}"
 
 
 class Answer:
     """One response on the wire: the head with the first write, chunked framing when it has no length."""
 
     __slots__ = ("_body_can_finish", "_head_only", "_version", "_writer", "chunked", "headers", "keep", "sent",
-                 "status")
+                 "status", "upgraded")
 
     def __init__(self, writer: CoalescingWriter, head_only: bool, version: str,
                  body_can_finish: Callable[[], bool], keep: bool) -> None:
@@ -41,6 +40,12 @@ class Answer:
         self.headers: list[tuple[str, str]] = []
         self.sent = self.chunked = False
         self.keep = keep  # False: the head says Connection: close
+        self.upgraded = False  # the connection switched protocols: nothing more of HTTP goes out
+
+    def switched(self) -> None:
+        """The application accepted an upgrade and wrote its 101 itself: this answer writes nothing."""
+        self.upgraded = self.sent = True
+        self.keep = False
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
         if exc_info and self.sent:
@@ -70,6 +75,8 @@ class Answer:
         """Call ``app`` and write what it returns: a list at once, an iterator piece by piece."""
         body = app(environ, self.start_response)
         try:
+            if self.upgraded:
+                return
             if isinstance(body, (list, tuple)):
                 for data in body:
                     self.write(data, flush=False)

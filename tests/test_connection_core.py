@@ -1,9 +1,8 @@
-"""The event-loop core (``llmsim serve --io loop``): what is its own, beyond the HTTP suites it passes.
+"""The connection core under ``llmsim serve --io loop``: what is its own, beyond the HTTP suites it passes.
 
-The HTTP-level suites run against it in ``test_remote.py`` (``--llmsim-isolation=process-loop``);
-these tests cover what only this core has to get right: the bounds of a parser that holds a header
-until its line ends, and that it refuses to run where nothing has patched the process. (Its reading
-of raw UTF-8 targets and trailing whitespace is checked by ``test_wsgi_server.py`` in that run.)
+The HTTP-level suites run in every mode (``test_remote.py``, ``--llmsim-isolation=process-loop``);
+these tests cover the bounds of a parser that holds a header until its line ends, and that a
+greenlet per connection is refused where nothing has patched the process.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import httpx
 import pytest
 
 pytest.importorskip("gevent")
-pytest.importorskip("httptools")
 
 
 class Loop:
@@ -79,8 +77,8 @@ def test_an_endless_header_line_is_a_431_and_memory_stays_bounded(loop: Loop) ->
     assert httpx.get(loop.url + "/health").status_code == 200
 
 
-def test_the_loop_core_refuses_a_process_gevent_has_not_patched() -> None:
-    from pytest_llmsim.server.loop_server import LoopServer
+def test_a_greenlet_per_connection_is_refused_where_gevent_has_not_patched() -> None:
+    from pytest_llmsim.server.listener import ConnectionServer
 
     with pytest.raises(RuntimeError, match="gevent has patched"):
-        LoopServer("127.0.0.1", 0, lambda environ, start_response: [])
+        ConnectionServer("127.0.0.1", 0, lambda environ, start_response: [], cooperative=True)
