@@ -1,9 +1,9 @@
 """A bare werkzeug threaded server answering every request with a canned completion.
 
 The throughput baseline: same HTTP stack as pytest-llmsim, none of the simulation.
-With ``--keepalive`` its handler keeps HTTP/1.1 connections open the way
-pytest-llmsim's does (werkzeug itself closes every one), so a comparison of
-kept-alive runs stays fair.
+With ``--keepalive`` its handler speaks HTTP/1.1, which werkzeug's handler
+keeps open when the answer has a length (its default, HTTP/1.0, closes every
+connection), so a comparison of kept-alive runs stays fair.
 
     python benchmarks/baseline_server.py [--keepalive]
 """
@@ -18,8 +18,6 @@ import threading
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
-
-from pytest_llmsim.server.keepalive import KeepAliveHandler, KeepAlivePolicy
 
 CANNED = json.dumps({
     "id": "chatcmpl-0123456789abcdef01234567", "object": "chat.completion", "created": 1700000000,
@@ -42,20 +40,16 @@ class QuietHandler(WSGIRequestHandler):
         pass
 
 
-class KeptAliveHandler(KeepAliveHandler):
-    """werkzeug's handler with pytest-llmsim's keep-alive, and no access log."""
+class KeptAliveHandler(QuietHandler):
+    """werkzeug's handler on HTTP/1.1 (kept alive), and no access log."""
 
-    def keepalive_policy(self) -> KeepAlivePolicy:
-        return KeepAlivePolicy()
+    protocol_version = "HTTP/1.1"
 
     def setup(self) -> None:
         super().setup()
         # Nagle off, as in pytest-llmsim: on a kept-alive connection a response's
         # second small write would otherwise wait for the client's delayed ACK (40 ms).
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
 
 
 @Request.application  # type: ignore[arg-type]

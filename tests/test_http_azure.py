@@ -141,7 +141,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, azur
             if response.status_code >= 400:
                 assert response.json()["error"]["message"] and response.headers["apim-request-id"]
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers")
+            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
     assert azure.chat.completions.create(model="gpt-4o", messages=ASK, max_tokens=2).choices
     assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 2

@@ -211,7 +211,7 @@ def test_every_fault_kind_answers_in_bedrocks_shape(llm_backend: LLMBackend, bed
             if response.status_code >= 400:
                 assert response.headers["x-amzn-ErrorType"] and response.json()["message"]
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers")
+            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
     assert bedrock.converse(modelId=MODEL, messages=MESSAGES, inferenceConfig={"maxTokens": 2})["usage"][
         "outputTokens"] == 2
     assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop

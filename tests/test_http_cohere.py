@@ -113,7 +113,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, co: 
             if response.status_code >= 400:
                 assert response.json()["message"]
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers")
+            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
     assert co.chat(model="command-a", messages=ASK, max_tokens=2).finish_reason == "MAX_TOKENS"
     llm_backend.check()
 

@@ -96,7 +96,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
             if response.status_code >= 400:
                 assert shape in response.json()
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers")
+            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
     healthy = httpx.post(llm_backend.url_for("/v2/rerank"), json={"model": "m", "query": QUERY, "documents": DOCS})
     assert healthy.status_code == 200
     llm_backend.check()

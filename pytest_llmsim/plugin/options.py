@@ -24,9 +24,9 @@ PORT_HELP = ("Port of the session's backend (0, the default: a free one the OS p
              "worker adds its number (gw0 +0, gw1 +1, ...), for a gateway configured before the session starts")
 REPORT_HELP = "Show a summary of what the backend served in each test"
 ISOLATION_HELP = ("Where backends run: thread (in the test process, the default), process "
-                  "(each an llmsim serve subprocess, driven over its control API), process-gevent "
-                  "(the same, served with llmsim serve --io gevent) or process-loop (served by the "
-                  "event-loop core, llmsim serve --io loop)")
+                  "(each an llmsim serve subprocess, driven over its control API) or process-loop "
+                  "(the same, served with llmsim serve --io loop: a greenlet per connection; "
+                  "process-gevent is another name for it)")
 ISOLATION_MODES = ("thread", "process", "process-gevent", "process-loop")
 TRACE_HELP = ("Write each test's backend traces (Chrome trace JSON and an SVG timeline) into this directory, "
               "named by test id and backend")

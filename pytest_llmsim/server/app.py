@@ -1,18 +1,12 @@
 """The HTTP face of a simulator: the route table, dispatch, the generation lifecycle.
 
-Built on pytest-httpserver's ``HTTPServer(threaded=True)`` for its lifecycle
-and ``url_for``, and so a test can still add its own ``expect_request(...)``
-handlers: one that matches a request answers it, on the simulator's routes
-too (it wins over the simulator). Everything here translates
-HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator` calls and back.
-
-Routes (``route_table.GENERATION_ROUTES`` and :meth:`SimulatorServer.add_route`): the
-generation routes (OpenAI chat, completions, Responses and embeddings,
-Anthropic Messages), ``POST /v1/messages/count_tokens``,
-``GET``/``DELETE /v1/responses/{id}``, ``GET /v1/models``,
-``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``, and vLLM's
-``POST /tokenize``, ``/detokenize``, ``/v1/load_lora_adapter`` and
-``/v1/unload_lora_adapter`` (their handlers: ``info_routes``).
+Built on pytest-httpserver's ``HTTPServer`` for its lifecycle and ``url_for``, and
+so a test can still add its own ``expect_request(...)`` handlers: one that matches
+a request answers it, on the simulator's routes too (it wins over the simulator).
+Everything here translates HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator`
+calls and back. The routes: every API's generation routes and the ones that
+generate nothing (``route_table``), session routes (:meth:`SimulatorServer.add_session`),
+the control API and the live page.
 """
 
 from __future__ import annotations
@@ -33,11 +27,12 @@ from werkzeug.wrappers import Request, Response
 from ..api import OPENAI_CHAT, WireAPI
 from ..sim import SimError, wire_json
 from ..sim.config import SimConfig
-from ..sim.fault_effects import Drop, Empty, Fail, Filter, Slow, Stall
+from ..sim.fault_effects import BadEncoding, Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .background import BackgroundJobs
 from .batch_routes import BatchRoutes
+from .compression import ENCODING_FAULT_KEY, compressing_app
 from .control import CONTROL_PREFIX, ControlAPI
 from .environ import ACCEPTED_AT
 from .exchange import (
@@ -248,8 +243,9 @@ class SimulatorServer(HTTPServer):
 
     @functools.cached_property
     def wsgi_app(self) -> Any:
-        """The WSGI app every serving core runs: :meth:`application` behind a lean request object."""
-        return request_application(self.application)
+        """The WSGI app every serving mode runs: :meth:`application` behind a lean request object, its answers
+        compressed as the ``compression`` setting says."""
+        return compressing_app(request_application(self.application), lambda: self.simulator.config.compression)
 
     def application(self, request: Request) -> Response:
         try:
@@ -438,6 +434,8 @@ class SimulatorServer(HTTPServer):
                     scale = action.factor
                 if isinstance(action, Filter):
                     filtered = content_filtered(api, action)
+                if isinstance(action, BadEncoding):
+                    request.environ[ENCODING_FAULT_KEY] = action.mode
             try:
                 generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale, filtered)
             finally:

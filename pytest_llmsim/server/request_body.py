@@ -1,4 +1,4 @@
-"""Reading a request's body: sized or chunked, bounded in size, and on time.
+"""Reading a request's body: sized or chunked, bounded in size (also after a Content-Encoding), and on time.
 
 Straight from ``wsgi.input`` (werkzeug's stream wrappers cost ~4 % of a small
 request). The server gives each body a deadline (``keepalive_timeout`` after
@@ -16,6 +16,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
 from ..sim import SimError, wire_json
+from .compression import UnsupportedCoding, decode_body
 from .environ import BODY_DEADLINE
 
 __all__ = ["BodyTimeout", "read_body", "read_json_body"]
@@ -62,11 +63,19 @@ def read_body(environ: dict[str, Any], limit: int) -> bytes | None:
     """
     try:
         data = _read_sized_body(environ, limit)
-        return data if data is not None else _read_terminated_body(environ, limit)
+        if data is None:
+            data = _read_terminated_body(environ, limit)
     except (BadRequest, OSError, ValueError):
         if _past_body_deadline(environ):
             raise BodyTimeout() from None
         raise
+    coding = environ.get("HTTP_CONTENT_ENCODING")
+    if coding is None or data is None:
+        return data
+    try:  # the limit holds for what the body decodes to, too
+        return decode_body(data, coding, limit)
+    except OverflowError:
+        raise RequestEntityTooLarge() from None
 
 
 def _read_terminated_body(environ: dict[str, Any], limit: int) -> bytes | None:
@@ -112,6 +121,10 @@ def read_json_body(environ: dict[str, Any], limit: int, limit_name: str, timeout
     except RequestEntityTooLarge:
         raise SimError(413, f"Request body too large: the limit is {limit} bytes ({limit_name}).",
                        code="request_too_large") from None
+    except UnsupportedCoding as error:
+        raise SimError(415, f"Content-Encoding {error} is not supported: send the body as is, or in gzip, "
+                            f"deflate or br.", code="unsupported_content_encoding",
+                       headers={"Accept-Encoding": "gzip, deflate, br"}) from None
     except (BadRequest, OSError, ValueError) as error:  # short body, bad chunking
         raise SimError(400, f"The request body could not be read: {error}", code="invalid_body") from None
     if not data and empty is not ...:

@@ -26,6 +26,7 @@ from ..sim.request_log import RequestRecord
 from ..sim.simulator import Generation, Outcome, Simulator
 from ..sim.ticket import FINISH, ClientGone, Ticket
 from .background import BackgroundJob, BackgroundJobs
+from .compression import STREAMING_KEY
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 from .trusted_headers import TrustedHeaders, valid_pairs
 
@@ -339,10 +340,11 @@ class GenerationResponder:
 
     def _direct_writer(self, request: Request, generation: Generation, events: StreamRenderer,
                        fault: Fault | None) -> _DirectWriter | None:
-        """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1."""
+        """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1, not
+        compressed (the compressor sees only what passes through the handler)."""
         sock = blocking_socket(request)
         if (fault is not None or len(generation.outputs) != 1 or sock is None
-                or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"
+                or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1" or STREAMING_KEY in request.environ
                 or not can_send_now()):  # it must never block: no such flag, no fast path
             return None
         return _DirectWriter(sock, events, generation.outputs[0].pieces,

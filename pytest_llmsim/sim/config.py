@@ -9,6 +9,7 @@ messages live in one place.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import sys
 from collections.abc import Callable
@@ -104,6 +105,7 @@ class SimConfig:
     natural_answer_cap: int = 1024
     strict_fields: bool = False
     tls: bool = False
+    compression: str = "off"
     optional_property_rate: float = 0.9
     lora_adapters: tuple[str, ...] = ()
     max_loras: int = 1
@@ -238,6 +240,17 @@ def _optional_text(name: str, value: Any) -> str | None:
 def _output_mode(name: str, value: Any) -> str:
     if value not in OUTPUT_MODES:
         raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(OUTPUT_MODES)})")
+    return str(value)
+
+
+COMPRESSIONS = ("off", "gzip", "br")
+
+
+def _compression(name: str, value: Any) -> str:
+    if value not in COMPRESSIONS:
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(COMPRESSIONS)})")
+    if value == "br" and importlib.util.find_spec("brotli") is None:
+        raise ConfigError(f"{name!r} = 'br' needs the brotli package: pip install 'pytest-llmsim[brotli]'")
     return str(value)
 
 
@@ -388,6 +401,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "natural_answer_cap": _integer(0),
     "strict_fields": _boolean,
     "tls": _boolean,
+    "compression": _compression,
     "optional_property_rate": _number(0.0, high=1.0),
     "lora_adapters": _names,
     "max_loras": _integer(1),

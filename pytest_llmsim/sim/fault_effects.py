@@ -28,8 +28,8 @@ from typing import Protocol
 
 from .request import SimError
 
-__all__ = ["EFFECTS", "Action", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter",
-           "Malformed", "Slow", "Stall"]
+__all__ = ["EFFECTS", "Action", "BadEncoding", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams",
+           "Filter", "Malformed", "Slow", "Stall"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,15 @@ class Slow:
     factor: float
 
 
-Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Slow | Filter
+@dataclass(frozen=True, slots=True)
+class BadEncoding:
+    """The answer's content coding is broken: ``lie`` (``Content-Encoding: gzip`` on the plain bytes) or
+    ``truncate`` (the compressed body cut mid-member, its HTTP framing whole)."""
+
+    mode: str
+
+
+Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Slow | Filter | BadEncoding
 
 
 class FaultParams(Protocol):
@@ -104,6 +112,8 @@ class FaultParams(Protocol):
     def factor(self) -> float: ...
     @property
     def side(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
 
 
 class FaultEffect(Protocol):
@@ -119,7 +129,7 @@ class FaultEffect(Protocol):
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | None:
         """Before the generation starts (and on a route that generates nothing, before its answer)."""
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -145,7 +155,7 @@ class _Effect:
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         return None
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | None:
         return None
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -311,6 +321,20 @@ class ContentFilterEffect(_Effect):
         return Filter(None if fault.side == "prompt" else fault.after_tokens, message)
 
 
+class BadEncodingEffect(_Effect):
+    """A compressed answer whose coding is broken (``mode``: ``lie`` or ``truncate``), for a gateway's
+    decoder; ``lie`` also applies where the answer would not have been compressed."""
+
+    params: tuple[str, ...] = ("mode",)
+    ending = "bad encoding"
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        return None if fault.mode in ("lie", "truncate") else ("mode", "expected 'lie' or 'truncate'")
+
+    def on_request(self, fault: FaultParams) -> BadEncoding:
+        return BadEncoding(fault.mode)
+
+
 #: kind -> its effect; the order is the documented one (``FAULT_KINDS``).
 EFFECTS: dict[str, FaultEffect] = {
     "rate_limit": HTTPErrorEffect(429, "requests", "rate_limit_exceeded", None,
@@ -336,4 +360,5 @@ EFFECTS: dict[str, FaultEffect] = {
     "stall": StallEffect(),
     "slow": SlowEffect(),
     "content_filter": ContentFilterEffect(),
+    "bad_encoding": BadEncodingEffect(),
 }

@@ -92,7 +92,7 @@ class Fault:
     in wall seconds, sent as ``Retry-After`` and ``retry-after-ms``),
     ``after_tokens`` (mid-stream kinds and ``stall``), ``seconds`` (``stall``,
     wall seconds: client timeouts are wall-clock), ``factor`` (``slow``), ``side`` (``content_filter``:
-    ``prompt`` or ``completion``).
+    ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie`` or ``truncate``).
     When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``header_only``.
     """
 
@@ -104,6 +104,7 @@ class Fault:
     seconds: float = 1.0
     factor: float = 2.0
     side: str = "prompt"
+    mode: str = "lie"
     times: int | None = None
     nth: int | None = None
     rate: float | None = None

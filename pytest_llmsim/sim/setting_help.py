@@ -88,6 +88,8 @@ SETTING_HELP: dict[str, str] = {
                 "401 in the API's shape; a key over its own limits answers 429 while the others are served",
     "tls": "Serve HTTPS (a certificate made on first use; clients trust llm_backend.ca_file): URLs say https, "
            "and a plain HTTP request other than the control API's is a 400",
+    "compression": "Compress JSON answers, errors and streams (each event flushed) when the request's "
+                   "Accept-Encoding allows: 'off' (the default, as vLLM), 'gzip', or 'br' (the brotli extra)",
     "strict_fields": "Refuse a request field no version of its API defines (400, as the provider does) instead "
                      "of accepting it and listing it in record.ignored_fields",
     "natural_answer_cap": "With no answer_length, an answer whose max_tokens is larger than this ends naturally "
