@@ -46,7 +46,7 @@ from .exchange import (
     untokenizable,
 )
 from .info_routes import InfoRoutes
-from .keepalive import KeepAlivePolicy
+from .keepalive import keepalive_policy
 from .lean_request import request_application
 from .listener import ConnectionServer
 from .live_page import is_page_path, page_response, root_index
@@ -201,8 +201,8 @@ class SimulatorServer(HTTPServer):
         simulator = self.simulator
         server = ConnectionServer(
             self.host, port, self.wsgi_app, request_timeout=lambda: simulator.config.keepalive_timeout,
-            keepalive_policy=lambda: KeepAlivePolicy(simulator.config.keepalive,
-                                                     simulator.config.keepalive_max_requests),
+            keepalive_policy=lambda: keepalive_policy(simulator.config.keepalive,
+                                                      simulator.config.keepalive_max_requests),
             error_body=self.protocol_error_body, tls_context=self.tls_context, reuse_port=reuse_port)
         server.worker_idle_seconds = self._worker_idle_seconds
         return server

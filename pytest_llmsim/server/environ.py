@@ -87,8 +87,6 @@ def request_environ(target: str, method: str, version: str, headers: Iterable[tu
         key = _ENVIRON_KEYS.get(name) or _environ_key(name)
         if not key:
             continue  # werkzeug drops these: HTTP_X_A would be ambiguous between X-A and X_A
-        if "\r\n" in value:
-            value = value.replace("\r\n", "")
         if key in environ and key.startswith("HTTP_"):  # a repeated header: joined (CONTENT_* are replaced)
             value = f"{environ[key]},{value}"
         environ[key] = value

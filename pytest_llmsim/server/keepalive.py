@@ -14,10 +14,11 @@ connection has to send a request head).
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 
-__all__ = ["DISCARD_LIMIT", "KeepAlivePolicy", "drain_before_close", "response_framing"]
+__all__ = ["DISCARD_LIMIT", "KeepAlivePolicy", "drain_before_close", "keepalive_policy", "response_framing"]
 
 # A request body the application left unread is discarded up to this size to keep
 # the connection; a larger rest closes it instead.
@@ -56,20 +57,28 @@ def response_framing(code: int, headers: list[tuple[str, str]], *, head_only: bo
     discard unread (``body_can_finish`` False), an application's ``Connection: close``, or a body
     without a length on HTTP/1.0 (it ends with the connection). A closing response says so.
     """
-    keys = {key.lower() for key, _ in headers}
-    if not body_can_finish or ("connection" in keys and any(
-            key.lower() == "connection" and "close" in value.lower() for key, value in headers)):
-        keep = False  # a chunked or large unread body, or the application says so: say it now
+    sized = False
+    says_connection = False
+    for key, value in headers:
+        lowered = key.lower()
+        if lowered == "content-length":
+            sized = True
+        elif lowered == "connection":
+            says_connection = True
+            if "close" in value.lower():
+                keep = False  # the application says so
+    if not body_can_finish:
+        keep = False  # a chunked or large unread body: say it now
     no_body = head_only or 100 <= code < 200 or code in (204, 304)
     chunked = False
     extra: list[tuple[str, str]] = []
-    if "content-length" not in keys and not no_body:
+    if not sized and not no_body:
         if version == "HTTP/1.1":
             chunked = True
             extra.append(("Transfer-Encoding", "chunked"))
         else:
             keep = False  # the body ends when the connection does
-    if not keep and "connection" not in keys:
+    if not keep and not says_connection:
         extra.append(("Connection", "close"))
     return chunked, keep, extra
 
@@ -82,3 +91,9 @@ class KeepAlivePolicy:
     def __init__(self, enabled: bool = True, max_requests: int | None = None) -> None:
         self.enabled = enabled
         self.max_requests = max_requests
+
+
+@functools.lru_cache(maxsize=8)
+def keepalive_policy(enabled: bool, max_requests: int | None) -> KeepAlivePolicy:
+    """The policy of these settings, one object for each (a connection asks for it every request)."""
+    return KeepAlivePolicy(enabled, max_requests)

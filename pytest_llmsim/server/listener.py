@@ -9,7 +9,7 @@ connection is run and how it waits, never in how it is framed (that is
   503 from the accept loop. Waits are blocking calls with socket timeouts.
 - ``gevent`` and ``loop`` (``llmsim serve --io gevent|loop``, a process gevent
   has patched): a greenlet per connection, spawned at once; the same calls
-  wait on gevent's loop. The two names run the same server (``gevent`` is
+  wait on gevent's loop, a receive with a timeout at the deadline. The two names run the same server (``gevent`` is
   kept so existing command lines keep working).
 
 TLS is terminated here, in the connection's own thread or greenlet, within its
@@ -32,7 +32,7 @@ from .connection import Connection
 from .keepalive import KeepAlivePolicy
 from .sockets import SO_TIMESTAMP
 from .tls import TLSPump, opens_tls, terminate_tls
-from .workers import WorkerPool
+from .workers import HeadWatchdog, WorkerPool
 
 __all__ = ["ACCEPT_BACKOFF_ERRORS", "ConnectionServer", "default_error_body", "gevent_patched"]
 
@@ -99,6 +99,9 @@ class ConnectionServer:
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         self._pool = WorkerPool("llmsim-http-worker")
+        # Threads: deadlines by one watchdog, sockets blocking; greenlets: a timeout on each receive (gevent's
+        # waits are timed on its loop anyway).
+        self.watchdog: HeadWatchdog | None = None if self.cooperative else HeadWatchdog()
         self._spawn: Callable[..., Any] | None = None
         if self.cooperative:
             import gevent  # only where gevent has patched the process: never a dependency of the default
@@ -230,4 +233,6 @@ class ConnectionServer:
             except OSError:
                 pass
         self._tls_pump.close()
+        if self.watchdog is not None:
+            self.watchdog.close()
         self._pool.close(timeout=1.0)

@@ -6,11 +6,37 @@ application reads past what has arrived, within the body's deadline.
 
 from __future__ import annotations
 
-import io
 from collections import deque
 from typing import Any, Protocol
 
-__all__ = ["BodySource", "Refused", "RequestBody", "RequestMessage"]
+from .keepalive import DISCARD_LIMIT
+
+__all__ = ["LOWER", "METHODS", "NAMES", "BodySource", "Refused", "RequestBody", "RequestMessage", "header_name",
+           "method_name"]
+
+# A server sees few distinct header names and methods: their text, decoded once. Bounded (emptied when full).
+NAMES: dict[bytes, str] = {}
+LOWER: dict[str, str] = {}
+METHODS: dict[bytes, str] = {}
+MAX_REMEMBERED = 1024
+
+
+def header_name(raw: bytes) -> str:
+    """``raw`` (a header name) as text, remembered with its lower case."""
+    if len(NAMES) >= MAX_REMEMBERED:
+        NAMES.clear()
+        LOWER.clear()
+    name = NAMES[raw] = raw.decode("iso-8859-1")
+    LOWER[name] = name.lower()
+    return name
+
+
+def method_name(raw: bytes) -> str:
+    """``raw`` (a request method) as text, remembered."""
+    if len(METHODS) >= MAX_REMEMBERED:
+        METHODS.clear()
+    method = METHODS[raw] = raw.decode("ascii", "replace")
+    return method
 
 
 class BodySource(Protocol):
@@ -51,16 +77,22 @@ class RequestMessage:
         self.problem: Refused | None = None
         self.upgrade = b""  # the bytes after a request that asked to upgrade (the new protocol's)
 
+    def can_finish(self) -> bool:
+        """Whether what is left of the body is small enough to read and drop after the answer."""
+        return self.complete or (self.length is not None and self.length - self.consumed <= DISCARD_LIMIT)
 
-class RequestBody(io.RawIOBase):
+
+class RequestBody:
     """``wsgi.input``: the request's body as the parser decodes it, read from the socket on demand.
 
     A read past the body's deadline (or after the client stopped sending) ends short; the
-    application answers 408 for that (``BODY_DEADLINE``).
+    application answers 408 for that (``BODY_DEADLINE``). A plain class with the stream methods WSGI
+    and werkzeug call (an ``io`` object per request cost more than its body usually weighs).
     """
 
+    __slots__ = ("_connection", "_message")
+
     def __init__(self, connection: BodySource, message: RequestMessage) -> None:
-        super().__init__()
         self._connection = connection
         self._message = message
 
@@ -71,6 +103,21 @@ class RequestBody(io.RawIOBase):
         data = self.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        """Up to the next newline (WSGI's ``readline``; nothing here reads bodies by lines)."""
+        line = bytearray()
+        while size is None or size < 0 or len(line) < size:
+            piece = self.read(1)
+            if not piece:
+                break
+            line += piece
+            if piece == b"\n":
+                break
+        return bytes(line)
+
+    def __iter__(self) -> Any:
+        return iter(self.readline, b"")
 
     def read(self, size: int | None = -1) -> bytes:
         message = self._message

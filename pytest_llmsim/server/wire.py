@@ -32,10 +32,8 @@ def http_date() -> str:
 
 def response_head(protocol: str, code: int, reason: str, server: str, headers: list[tuple[str, str]]) -> bytes:
     """A response's status line and headers, ``Server`` and ``Date`` first, as one piece."""
-    lines = [f"{protocol} {code} {reason}\r\nServer: {server}\r\nDate: {http_date()}\r\n"]
-    lines.extend(f"{key}: {value}\r\n" for key, value in headers)
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
+    head = f"{protocol} {code} {reason}\r\nServer: {server}\r\nDate: {http_date()}\r\n"
+    return (head + "".join([f"{key}: {value}\r\n" for key, value in headers]) + "\r\n").encode("latin-1")
 
 
 def error_response(code: int, body: bytes, head_only: bool = False) -> bytes:
