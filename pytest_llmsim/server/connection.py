@@ -26,7 +26,7 @@ from .environ import ACCEPTED_AT, BODY_DEADLINE, request_environ
 from .keepalive import KeepAlivePolicy, drain_before_close
 from .request_head import content_length_problem, method_problem, target_problem, transfer_coding_problem
 from .request_message import LOWER, METHODS, NAMES, Refused, RequestBody, RequestMessage, header_name, method_name
-from .sockets import SO_TIMESTAMP, CoalescingWriter, receive_stamped
+from .sockets import SO_TIMESTAMP, CoalescingWriter, receive_now, receive_stamped
 from .websocket import UPGRADE_KEY, WebSocketUpgrade, is_websocket_upgrade
 from .wire import error_response
 from .workers import HeadWatchdog
@@ -103,8 +103,13 @@ class Connection:
         sock = self.sock
         try:
             if self._watchdog is None:
-                sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
-                data, stamp = receive_stamped(sock, RECEIVE_SIZE)
+                # Under gevent the next request is usually in by now (the greenlet let the others run
+                # first): take it without the wrapper's wait and timeout, else wait for it, timed.
+                ready = receive_now(sock, RECEIVE_SIZE)
+                if ready is None:
+                    sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                    ready = receive_stamped(sock, RECEIVE_SIZE)
+                data, stamp = ready
             else:
                 self._waiting = True
                 try:

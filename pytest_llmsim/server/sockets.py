@@ -41,6 +41,22 @@ def receive_stamped(sock: socket.socket, size: int) -> tuple[bytes, float | None
     return data, stamp_time(ancillary)
 
 
+def receive_now(sock: socket.socket, size: int) -> tuple[bytes, float | None] | None:
+    """What :func:`receive_stamped` returns if bytes (or the end) are there already, without waiting: on the
+    plain socket under gevent, past its wrapper and timeout; None when a receive would wait (or on Windows)."""
+    dontwait = getattr(socket, "MSG_DONTWAIT", None)
+    if dontwait is None:
+        return None
+    raw = nonblocking_socket(sock)
+    try:
+        if SO_TIMESTAMP is None:
+            return raw.recv(size, dontwait), None
+        data, ancillary, _, _ = raw.recvmsg(size, _STAMP_SPACE, dontwait)
+    except (BlockingIOError, InterruptedError):
+        return None
+    return data, stamp_time(ancillary)
+
+
 def stamp_time(ancillary: list[tuple[int, int, bytes]]) -> float | None:
     """The ``time.monotonic()`` at which the kernel received the data ``ancillary`` (recvmsg's) came with."""
     for level, kind, payload in ancillary:
@@ -67,10 +83,12 @@ class CoalescingWriter:
     connection costs more than it gives.
     """
 
-    __slots__ = ("_parts", "_sock", "closed")
+    __slots__ = ("_dontwait", "_parts", "_raw", "_sock", "closed")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._raw = nonblocking_socket(sock)
+        self._dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
         self._parts: list[bytes] = []
         self.closed = False
 
@@ -86,9 +104,9 @@ class CoalescingWriter:
             self._parts.clear()
             # One non-blocking send takes a whole small response; sendall only for a rest
             # (gevent's sendall asks the socket's buffer size first: a syscall per response).
-            dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
+            dontwait = self._dontwait
             try:
-                sent = 0 if dontwait is None else nonblocking_socket(self._sock).send(data, dontwait)
+                sent = 0 if dontwait is None else self._raw.send(data, dontwait)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             if sent < len(data):
