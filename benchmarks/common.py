@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,6 +92,20 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_listening(process: subprocess.Popen[Any], port: int, seconds: float = 30) -> None:
+    """Wait until something listens on loopback ``port`` (a server that prints nothing useful first);
+    RuntimeError if ``process`` exits or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"{process.args!r} did not start listening on {port}") from None
+            time.sleep(0.1)
 
 
 def wait_ready(seconds: float = 0.3) -> None:

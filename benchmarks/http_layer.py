@@ -24,11 +24,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from common import HERE, server_process
+from common import HERE, server_process, wait_listening
 from throughput import wrk
 
 BIN = os.path.dirname(sys.executable)
@@ -63,15 +62,7 @@ def listening(argv: list[str], port: int) -> Iterator[tuple[subprocess.Popen[byt
     """A server that prints nothing useful: started, then waited for on ``port``."""
     process = subprocess.Popen(argv, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"{argv[0]} did not start") from None
-                time.sleep(0.1)
+        wait_listening(process, port)
         yield process, f"http://127.0.0.1:{port}/"
     finally:
         process.terminate()

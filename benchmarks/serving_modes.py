@@ -32,12 +32,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 
-from common import HERE, cpu_seconds, llmsim_argv, server_process, wait_ready
+from common import HERE, cpu_seconds, llmsim_argv, server_process, wait_listening, wait_ready
 from compare_revisions import GET_SCRIPT, http_workloads
 from throughput import wrk
 
@@ -58,15 +57,7 @@ def granian_hello(granian: str = "granian") -> Iterator[str]:
                                 "--port", str(port), "--log-level", "error", "hello_wsgi:app"],
                                cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("granian did not start") from None
-                time.sleep(0.1)
+        wait_listening(process, port, 20)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()

@@ -22,12 +22,13 @@ def chat(**extra: Any) -> dict[str, Any]:
 
 
 class Served:
-    """A ``llmsim serve`` process and its URL."""
+    """A ``llmsim serve`` process (or ``command``, a server that prints its URL first, the same way) and its URL."""
 
-    def __init__(self, io: str, *flags: str) -> None:
+    def __init__(self, io: str, *flags: str, command: list[str] | None = None) -> None:
         self.io = io
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf", "--io", io, *flags],
+            command or [sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf",
+                        "--io", io, *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         match = re.search(r"(https?)(://127\.0\.0\.1:(\d+))", self.process.stdout.readline())
@@ -54,6 +55,11 @@ class Served:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.communicate()[1]
+
+    def rss_kib(self) -> int:
+        """The process's resident memory now (from /proc)."""
+        with open(f"/proc/{self.process.pid}/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
     def threads(self) -> int:
         """The process's threads now (from /proc)."""

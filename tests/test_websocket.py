@@ -8,10 +8,7 @@ ping/pong, per-message deflate, the message size bound, the idle deadline and ho
 from __future__ import annotations
 
 import json
-import re
-import signal
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ import httpx
 import pytest
 from echo_session import ENDED, echo
 from polling import wait_for
+from serve_process import Served
 
 from pytest_llmsim import LLMBackend
 
@@ -34,18 +32,9 @@ ECHO_SCRIPT = Path(__file__).parent / "echo_session.py"
 def served_loop() -> Iterator[str]:
     """The echo session served under gevent's patching (``--io loop``): its base URL."""
     pytest.importorskip("gevent")
-    process = subprocess.Popen([sys.executable, str(ECHO_SCRIPT), "--io", "loop", "--idle", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    found = re.search(r"http://127\.0\.0\.1:\d+", process.stdout.readline())
-    assert found, process.stderr.read() if process.stderr else ""
-    yield found.group(0)
-    process.send_signal(signal.SIGINT)
-    try:
-        process.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
+    served = Served("loop", command=[sys.executable, str(ECHO_SCRIPT), "--io", "loop", "--idle", "1"])
+    yield served.url
+    served.stop()
 
 
 @pytest.fixture

@@ -323,6 +323,7 @@ class Connection:
             self.server.forget(self.sock)
             if self._watchdog is not None:
                 self._watchdog.release(self.sock)
+            self._parser = None  # type: ignore[assignment]  # it holds this object: freed now, not by the collector
             if linger:
                 drain_before_close(self.sock)
             try:
