@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+from pathlib import Path
 
 import pytest
 
 from pytest_llmsim import ConfigError, SimConfig
-from pytest_llmsim.sim.config import SETTING_HELP, SETTING_NAMES, parse_setting
+from pytest_llmsim.cli import build_parser
+from pytest_llmsim.sim.config import (
+    SETTING_HELP,
+    SETTING_NAMES,
+    environment_name,
+    parse_setting,
+    settings_from_environment,
+)
+
+REFERENCE = (Path(__file__).parent.parent / "docs" / "reference.md").read_text()
+
+
+def _serve_help() -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    return " ".join(out.getvalue().split())  # argparse's wrapping undone
+
+
+SERVE_HELP = _serve_help()
 
 
 def test_defaults_are_instantaneous() -> None:
@@ -61,5 +83,33 @@ def test_parse_setting_rejects_with_the_expected_form() -> None:
         parse_setting("speed", "fast")
 
 
-def test_every_setting_has_help() -> None:
-    assert set(SETTING_HELP) == set(SETTING_NAMES)
+def _as_text(value: object) -> str:
+    """A setting's value as a flag, environment variable or ini would give it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple) and all(isinstance(item, str) for item in value):
+        return ",".join(value)
+    if isinstance(value, tuple):  # a pair (answer_length) or nested limits: none at their defaults
+        return "-".join(map(str, value))
+    return str(value)
+
+
+@pytest.mark.parametrize("name", SETTING_NAMES)
+def test_every_surface_of_a_setting_comes_from_its_one_declaration(name: str) -> None:
+    """Help, the check, ``llmsim serve``'s flag and ``LLMSIM_*`` variable, text parsing and the reference
+    table's row all follow the field: a setting added or changed in one place shows everywhere."""
+    default = getattr(SimConfig(), name)
+    assert SETTING_HELP[name].strip()
+    assert parse_setting(name, _as_text(default)) == default  # its text form reads back as itself
+    assert settings_from_environment({environment_name(name): _as_text(default)}) == {name: default}
+    assert f"--{name.replace('_', '-')} " in SERVE_HELP and f"environment: {environment_name(name)})" in SERVE_HELP
+    rows = [line for line in REFERENCE.splitlines() if line.startswith("| `") and f"`{name}`" in line.split(" | ")[0]]
+    assert rows, f"{name}: no row in docs/reference.md's settings table"
+    assert rows[0].split(" | ")[1] == f"`{default!r}`", f"{name}: the reference says {rows[0].split(' | ')[1]}"
+
+
+def test_an_environment_variable_names_itself_when_it_is_wrong() -> None:
+    with pytest.raises(ConfigError, match=r"LLMSIM_TTFT: invalid value for 'ttft'"):
+        settings_from_environment({"LLMSIM_TTFT": "-1"})

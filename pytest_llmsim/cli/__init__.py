@@ -25,7 +25,15 @@ from ..gc_pacing import CollectionPacer, freeze_startup
 from ..server.cores import IO_REQUIREMENTS, missing_for_io
 from ..server.listener import gevent_patched
 from ..server.loopback import is_loopback
-from ..sim.config import SETTING_HELP, SETTING_NAMES, ConfigError, SimConfig, parse_setting
+from ..sim.config import (
+    SETTING_HELP,
+    SETTING_NAMES,
+    ConfigError,
+    SimConfig,
+    environment_name,
+    parse_setting,
+    settings_from_environment,
+)
 from ..sim.faults import Fault, FaultError
 from .calibration_commands import add_calibration_commands, run_calibrate, run_predict
 from .config_file import load_config, load_config_file, load_config_rules
@@ -130,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SETTING_NAMES:
         serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
                            default=None, metavar=name.upper(),
-                           help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)})")
+                           help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)}; "
+                                f"environment: {environment_name(name)})")
     add_calibration_commands(commands)
     return parser
 
@@ -195,7 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--replay {replay}: {error}")
     flags = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
     try:
-        config = SimConfig().replace(**{**file_settings, **flags})  # flags win over the file
+        environment = settings_from_environment(os.environ)
+    except ConfigError as error:
+        parser.error(str(error))
+    try:
+        config = SimConfig().replace(**{**file_settings, **environment, **flags})  # flags > LLMSIM_* > the file
     except ConfigError as error:
         parser.error(f"--config {args.config}: {error}")
     if not is_loopback(args.host) and args.control_token is None and not args.allow_remote_control:

@@ -1,275 +1,49 @@
-"""The simulator's settings: one frozen, validated :class:`SimConfig`.
+"""The simulator's settings: one frozen, validated :class:`SimConfig`, each setting declared once.
 
-Every way a user can set something (``configure()``, markers, command-line
-flags, ini keys, environment variables, ``llmsim serve`` flags) ends up in
-:meth:`SimConfig.replace` or :func:`parse_setting`, so validation and its error
-messages live in one place.
+A setting is one field of :class:`SimConfig`: its type, its default, its check (:mod:`.setting_checks`)
+and its help line, in one :func:`setting` call. Every surface is made from that declaration:
+``configure()`` and markers (:meth:`SimConfig.replace`), ``llmsim serve``'s flags (``--NAME``) and
+environment variables (``LLMSIM_NAME``), the ``--config`` TOML keys and the control API (all through
+:func:`parse_setting` or :meth:`SimConfig.replace`); ``tests/test_config.py`` holds the reference table
+in ``docs/reference.md`` to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .model_limits import parse_model_limits
-from .setting_help import SETTING_HELP
+from . import setting_checks as check
+from .setting_checks import COMPRESSIONS, OUTPUT_MODES, SCHEDULERS, ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["SETTING_HELP", "ConfigError", "SimConfig", "is_profile_path", "parse_setting", "profile_names"]
+__all__ = ["COMPRESSIONS", "ENV_PREFIX", "OUTPUT_MODES", "SCHEDULERS", "SETTING_HELP", "SETTING_NAMES", "ConfigError",
+           "SimConfig", "environment_name", "is_profile_path", "parse_setting", "profile_names",
+           "settings_from_environment"]
 
-OUTPUT_MODES = ("filler", "echo")
-SCHEDULERS = ("sequence", "step")
-
-
-class ConfigError(ValueError):
-    """A setting was unknown or had a bad value; the message names it."""
+T = TypeVar("T")
+ENV_PREFIX = "LLMSIM_"  # llmsim serve reads LLMSIM_TTFT and so on (flags win over them, they over --config)
 
 
-@dataclass(frozen=True)
-class SimConfig:
-    """Everything that shapes how a simulated backend behaves.
-
-    Latencies are in *simulated* seconds; ``speed`` maps them to wall time.
-    The defaults make a backend instantaneous, so a functional test costs
-    milliseconds; latency is something a test asks for.
-    """
-
-    model: str = "llmsim"
-    ttft: float = 0.0
-    itl: float = 0.0
-    prefill_per_token: float = 0.0
-    jitter: float = 0.0
-    load_factor: float = 1.0
-    scheduler: str = "sequence"
-    step_base: float = 0.0
-    step_per_prefill_token: float = 0.0
-    step_per_decode_seq: float = 0.0
-    step_per_kv_token: float = 0.0
-    step_prefill_base: float = 0.0
-    step_compute_per_token: float = 0.0
-    step_expert_weights: float = 0.0
-    expert_share_per_token: float = 0.0
-    max_num_batched_tokens: int = 8192
-    request_overhead: float = 0.0
-    request_serial: float = 0.0
-    max_batch_size: int = 256
-    max_waiting: int = 2048
-    max_model_len: int = 32768
-    block_size: int = 16
-    cache_capacity_blocks: int = 65536
-    cache_hit_rate: float | None = None
-    kv_cache_blocks: int | None = None
-    output: str = "filler"
-    answer_length: int | tuple[int, int] | None = None
-    default_max_tokens: int = 16
-    seed: int = 0
-    speed: float = 1.0
-    rpm: int | None = None
-    tpm: int | None = None
-    max_log_entries: int = 10_000
-    max_log_bytes: int = 64 * 1024 * 1024
-    max_log_body_bytes: int = 1024 * 1024
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_request_tokens: int = 524_288
-    max_response_bytes: int = 64 * 1024 * 1024
-    keepalive_timeout: float = 5.0
-    keepalive: bool = True
-    keepalive_max_requests: int | None = None
-    max_stored_responses: int = 1000
-    max_stored_response_bytes: int = 256 * 1024 * 1024
-    max_stored_files: int = 1000
-    max_stored_file_bytes: int = 256 * 1024 * 1024
-    max_trace_requests: int = 10_000
-    max_queued_replies: int = 10_000
-    max_rules: int = 1_000
-    max_script_bytes: int = 16 * 1024 * 1024
-    tool_call_rate: float = 1.0
-    tool_calls_per_reply: int = 1
-    embedding_size: int = 1536
-    served_models: tuple[str, ...] = ()
-    strict_models: bool = False
-    required_api_key: str | None = None
-    api_keys: tuple[tuple[str, int | None, int | None], ...] = ()
-    ollama_load_seconds: float = 0.0
-    model_limits: tuple[tuple[str, int, int], ...] = ()
-    natural_answer_cap: int = 1024
-    strict_fields: bool = False
-    tls: bool = False
-    compression: str = "off"
-    optional_property_rate: float = 0.9
-    lora_adapters: tuple[str, ...] = ()
-    max_loras: int = 1
-    profile: str | None = None
-
-    def replace(self, **settings: Any) -> SimConfig:
-        """Return a copy with ``settings`` applied, each one validated.
-
-        Raises :class:`ConfigError` naming an unknown key (and listing the
-        accepted ones) or a bad value.
-        """
-        unknown = sorted(set(settings) - set(SETTING_NAMES))
-        if unknown:
-            raise ConfigError(
-                f"unknown setting{'s' if len(unknown) > 1 else ''} "
-                f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}"
-            )
-        if settings.get("profile") is not None:  # a preset's settings first; the call's own keys win
-            preset = load_profile(settings["profile"])
-            unknown = sorted(set(preset) - set(SETTING_NAMES))
-            if unknown:
-                raise ConfigError(f"profile {settings['profile']!r} has unknown setting(s) "
-                                  f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}")
-            settings = {**preset, **settings}
-        checked = {key: _VALIDATORS[key](key, value) for key, value in settings.items()}
-        return dataclasses.replace(self, **checked)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The settings as a plain dict (JSON-friendly)."""
-        return dataclasses.asdict(self)
+def setting(default: T, check: Callable[[str, Any], Any], help: str, *,
+            text: Callable[[str], Any] | None = None) -> T:
+    """A :class:`SimConfig` field: its default, the check every value passes, its help line, and how it
+    reads from text when its type does not say (``answer_length``'s ``MIN-MAX``)."""
+    return dataclasses.field(default=default, metadata={"check": check, "help": help, "text": text})
 
 
-# --- validators: each takes (name, value) and returns the normalised value ---
-
-
-def _number(low: float, *, low_inclusive: bool = True, high: float = math.inf,
-            allow_inf: bool = False) -> Callable[[str, Any], float]:
-    def check(name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a number)")
-        number = float(value)
-        if math.isnan(number) or (math.isinf(number) and not allow_inf):
-            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a finite number)")
-        too_low = number < low if low_inclusive else number <= low
-        if too_low or number > high:
-            bound = f">= {low:g}" if low_inclusive else f"> {low:g}"
-            if high != math.inf:
-                bound += f" and <= {high:g}"
-            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a number {bound})")
-        return number
-
-    return check
-
-
-# The largest integer setting: exact in JSON (a double) and far below what a deque or a
-# range can take (2^63 overflowed them: a 500 from the control API).
-MAX_INTEGER = 2**53
-
-
-def _integer(low: int) -> Callable[[str, Any], int]:
-    def check(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer >= {low})")
-        if value > MAX_INTEGER:
-            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected an integer <= 2^53)")
-        return value
-
-    return check
-
-
-def _speed(name: str, value: Any) -> float:
-    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
-        return math.inf
-    try:
-        return _number(0.0, low_inclusive=False, allow_inf=True)(name, value)
-    except ConfigError:
-        raise ConfigError(
-            f"invalid value for {name!r}: {value!r} (expected a positive number or 'inf')"
-        ) from None
-
-
-def _boolean(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected true or false)")
-    return value
-
-
-def _text(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a non-empty string)")
-    return value
-
-
-def _model_limits(name: str, value: Any) -> tuple[tuple[str, int, int], ...]:
-    try:
-        return parse_model_limits(value)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"invalid value for {name!r}: {error}") from None
-
-
-def _api_keys(name: str, value: Any) -> tuple[tuple[str, int | None, int | None], ...]:
-    """A list of keys, or a mapping key -> ``{"rpm": N, "tpm": N}`` (or None); text: ``k1,k2:rpm=10:tpm=500``."""
-    if isinstance(value, str):
-        parsed: dict[str, Any] = {}
-        for item in filter(None, (part.strip() for part in value.split(","))):
-            key, *parts = item.split(":")
-            try:
-                parsed[key] = {part.split("=", 1)[0]: int(part.split("=", 1)[1]) for part in parts}
-            except (IndexError, ValueError):
-                raise ConfigError(f"invalid value for {name!r}: {item!r} (expected KEY or KEY:rpm=N:tpm=N)") from None
-        value = parsed
-    if isinstance(value, (list, tuple)) and all(isinstance(k, str) for k in value):
-        value = dict.fromkeys(value)
-    if not isinstance(value, dict):
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a list of keys or a mapping of key "
-                          "to its limits)")
-    keys = []
-    for key, limits in value.items():
-        limits = limits or {}
-        if not isinstance(key, str) or not key or not isinstance(limits, dict) or set(limits) - {"rpm", "tpm"}:
-            raise ConfigError(f"invalid value for {name!r}: {key!r}: {limits!r} (limits are rpm and tpm)")
-        rpm, tpm = (None if limits.get(k) is None else _integer(1)(f"{name}.{key}.{k}", limits[k])
-                    for k in ("rpm", "tpm"))
-        keys.append((key, rpm, tpm))
-    return tuple(keys)
-
-
-def _optional_text(name: str, value: Any) -> str | None:
-    return None if value is None else _text(name, value)
-
-
-def _output_mode(name: str, value: Any) -> str:
-    if value not in OUTPUT_MODES:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(OUTPUT_MODES)})")
-    return str(value)
-
-
-COMPRESSIONS = ("off", "gzip", "br")
-
-
-def _compression(name: str, value: Any) -> str:
-    if value not in COMPRESSIONS:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(COMPRESSIONS)})")
-    if value == "br" and importlib.util.find_spec("brotli") is None:
-        raise ConfigError(f"{name!r} = 'br' needs the brotli package: pip install 'pytest-llmsim[brotli]'")
-    return str(value)
-
-
-def _scheduler(name: str, value: Any) -> str:
-    if value not in SCHEDULERS:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(SCHEDULERS)})")
-    return str(value)
-
-
-def _optional_rate(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    return _number(0.0, high=1.0)(name, value)
-
-
-def _optional_limit(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    return _integer(1)(name, value)
+def parse_range(raw: str) -> int | tuple[int, int]:
+    """``N`` or ``MIN-MAX`` as text."""
+    low, _, high = raw.partition("-")
+    return (int(low), int(high)) if high else int(low)
 
 
 PROFILES_DIR = Path(__file__).parent.parent / "profiles"  # pytest_llmsim/profiles
@@ -315,134 +89,319 @@ def _profile(name: str, value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _names(name: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected a list of non-empty names)")
-    return tuple(dict.fromkeys(value))
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that shapes how a simulated backend behaves.
+
+    Latencies are in *simulated* seconds; ``speed`` maps them to wall time.
+    The defaults make a backend instantaneous, so a functional test costs
+    milliseconds; latency is something a test asks for.
+    """
+
+    model: str = setting(
+        "llmsim", check.text,
+        "Model name the backend serves and reports")
+    ttft: float = setting(
+        0.0, check.number(0.0),
+        "Base time to first token, simulated seconds")
+    itl: float = setting(
+        0.0, check.number(0.0),
+        "Inter-token latency (one decode step), simulated seconds")
+    prefill_per_token: float = setting(
+        0.0, check.number(0.0),
+        "Prefill cost per uncached prompt token, simulated seconds")
+    jitter: float = setting(
+        0.0, check.number(0.0, high=1.0),
+        "Relative standard deviation of seeded latency noise (0 to 1)")
+    load_factor: float = setting(
+        1.0, check.number(1.0),
+        "Step-time multiplier when the batch is full (>= 1)")
+    scheduler: str = setting(
+        "sequence", check.scheduler,
+        "sequence (each sequence keeps its own step clock: ttft, itl, load_factor) or step (one step "
+        "clock for the batch, costs by composition: step_* settings)")
+    step_base: float = setting(
+        0.0, check.number(0.0),
+        "step mode: fixed cost of every step, simulated seconds")
+    step_per_prefill_token: float = setting(
+        0.0, check.number(0.0),
+        "step mode: cost per prefill token in a step, simulated seconds")
+    step_per_decode_seq: float = setting(
+        0.0, check.number(0.0),
+        "step mode: cost per decoding sequence in a step, simulated seconds")
+    step_per_kv_token: float = setting(
+        0.0, check.number(0.0),
+        "step mode: cost per context token the step's decodes attend, simulated seconds")
+    step_prefill_base: float = setting(
+        0.0, check.number(0.0),
+        "step mode: extra fixed cost of a step with a prefill chunk in it (vLLM replays a captured CUDA "
+        "graph only for decode-only steps), simulated seconds")
+    step_compute_per_token: float = setting(
+        0.0, check.number(0.0),
+        "step mode: compute time per token in the step (prefill and decode alike); the step takes the "
+        "larger of this compute and its memory time (the roofline), simulated seconds")
+    step_expert_weights: float = setting(
+        0.0, check.number(0.0),
+        "step mode, a mixture of experts: time to read every routed expert's weights once; a step reads "
+        "the share its tokens route to (memory time), simulated seconds")
+    expert_share_per_token: float = setting(
+        0.0, check.number(0.0, high=1.0),
+        "step mode, a mixture of experts: the share of routed experts one token uses (experts per token / "
+        "routed experts); a step of T tokens reads 1 - (1 - share)^T of step_expert_weights")
+    max_num_batched_tokens: int = setting(
+        8192, check.integer(1),
+        "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)")
+    request_overhead: float = setting(
+        0.0, check.number(0.0),
+        "step mode: the API server's own time before a request reaches the scheduler, seconds")
+    request_serial: float = setting(
+        0.0, check.number(0.0),
+        "step mode: API-server time each request takes in turn (one event loop), so requests sent "
+        "together reach the scheduler one after another, seconds")
+    max_batch_size: int = setting(
+        256, check.integer(1),
+        "Sequences decoded concurrently")
+    max_waiting: int = setting(
+        2048, check.integer(0),
+        "Waiting-queue capacity in sequences; a full queue answers 503, a request with more sequences "
+        "than max_batch_size + max_waiting 400")
+    max_model_len: int = setting(
+        32768, check.integer(1),
+        "Context length: prompt plus max_tokens")
+    block_size: int = setting(
+        16, check.integer(1),
+        "Prefix-cache block size in tokens")
+    cache_capacity_blocks: int = setting(
+        65536, check.integer(0),
+        "Prefix-cache capacity in blocks (LRU eviction)")
+    cache_hit_rate: float | None = setting(
+        None, check.optional_rate,
+        "Force this fraction of prompt tokens to be cached")
+    kv_cache_blocks: int | None = setting(
+        None, check.optional_limit,
+        "KV-cache capacity in blocks of block_size tokens: a sequence waits for room for its prompt, and "
+        "a full cache preempts the latest admitted sequence; unset means unbounded")
+    output: str = setting(
+        "filler", check.output_mode,
+        "Generated content: filler (seeded) or echo (last user message)")
+    answer_length: int | tuple[int, int] | None = setting(
+        None, check.answer_length,
+        "Answer length in tokens: N or MIN-MAX (seeded); unset runs to max_tokens", text=parse_range)
+    default_max_tokens: int = setting(
+        16, check.integer(1),
+        "max_tokens when a request gives none")
+    seed: int = setting(
+        0, check.integer(0),
+        "Seed for content, jitter, sampled answer lengths and fault selection")
+    speed: float = setting(
+        1.0, check.speed,
+        "Simulated seconds per wall second (a positive number or inf)")
+    rpm: int | None = setting(
+        None, check.optional_limit,
+        "Simulated requests-per-minute limit (429 past it); unset means none")
+    tpm: int | None = setting(
+        None, check.optional_limit,
+        "Simulated tokens-per-minute limit (prompt + max_tokens); unset means none")
+    max_log_entries: int = setting(
+        10_000, check.integer(1),
+        "Requests kept in the request log (oldest dropped)")
+    max_log_bytes: int = setting(
+        64 * 1024 * 1024, check.integer(1),
+        "Bytes of bodies and headers kept in the request log (oldest dropped)")
+    max_log_body_bytes: int = setting(
+        1024 * 1024, check.integer(0),
+        "Larger bodies are logged as their first this many bytes plus a marker")
+    max_body_bytes: int = setting(
+        8 * 1024 * 1024, check.integer(1),
+        "Largest request body accepted; larger answers 413")
+    max_request_tokens: int = setting(
+        524_288, check.integer(1),
+        "Most tokens one request may ask for: prompt tokens plus n x max_tokens over all its prompts (x "
+        "(1 + top_logprobs) with logprobs); more answers 400")
+    max_response_bytes: int = setting(
+        64 * 1024 * 1024, check.integer(1),
+        "Largest non-streamed answer body a request may ask for (estimated from n, max_tokens and "
+        "logprobs before any work); more answers 400")
+    keepalive_timeout: float = setting(
+        5.0, check.number(0.0, low_inclusive=False),
+        "Wall seconds a connection may take to send a request head (the first, or the next on a "
+        "kept-alive connection) before it is closed, and to send its body after the head (408)")
+    keepalive: bool = setting(
+        True, check.boolean,
+        "Keep HTTP/1.1 connections open between requests (false: Connection: close on every answer)")
+    keepalive_max_requests: int | None = setting(
+        None, check.optional_limit,
+        "Close a kept-alive connection after this many requests, without telling the client first; unset "
+        "means no limit")
+    max_stored_responses: int = setting(
+        1000, check.integer(0),
+        "Responses API answers kept for previous_response_id and retrieval (oldest dropped)")
+    max_stored_response_bytes: int = setting(
+        256 * 1024 * 1024, check.integer(1),
+        "Bytes of text those stored answers may hold in all, their conversations included (oldest "
+        "dropped; the newest always kept)")
+    max_stored_files: int = setting(
+        1000, check.integer(0),
+        "Files kept by /v1/files (batch inputs); an upload past it answers 400 file_storage_full")
+    max_stored_file_bytes: int = setting(
+        256 * 1024 * 1024, check.integer(1),
+        "Bytes those files may hold in all; an upload past it answers 400 file_storage_full")
+    max_trace_requests: int = setting(
+        10_000, check.integer(0),
+        "Requests the backend's trace keeps (oldest dropped first); 0 turns recording off")
+    max_queued_replies: int = setting(
+        10_000, check.integer(0),
+        "Scripted replies that may wait in the queue (reply_with); more raise / answer 400")
+    max_rules: int = setting(
+        1_000, check.integer(0),
+        "Rules a backend may hold (on(), add_rule); more raise / answer 400")
+    max_script_bytes: int = setting(
+        16 * 1024 * 1024, check.integer(0),
+        "Bytes of JSON the queued replies and rules may take in all; more raise / answer 400")
+    tool_call_rate: float = setting(
+        1.0, check.number(0.0, high=1.0),
+        "Under tool_choice auto, the seeded chance that a reply calls a tool (0 to 1)")
+    tool_calls_per_reply: int = setting(
+        1, check.integer(1),
+        "Tool calls in a reply that calls tools (1 when the request disables parallel calls)")
+    embedding_size: int = setting(
+        1536, check.integer(1),
+        "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)")
+    served_models: tuple[str, ...] = setting(
+        (), check.names,
+        "More model names the backend answers to, besides 'model' (comma-separated)")
+    strict_models: bool = setting(
+        False, check.boolean,
+        "Answer 404 model_not_found for a model name the backend does not serve")
+    required_api_key: str | None = setting(
+        None, check.optional_text,
+        "Generation requests must carry this credential (an API key or bearer token, or a SigV4 access "
+        "key id): otherwise 401 (403 for a signed request), in the API's shape")
+    api_keys: tuple[tuple[str, int | None, int | None], ...] = setting(
+        (), check.api_keys,
+        "Keys generation requests may present (a list, or key -> {rpm, tpm} of its own): any other is a "
+        "401 in the API's shape; a key over its own limits answers 429 while the others are served")
+    ollama_load_seconds: float = setting(
+        0.0, check.number(0.0),
+        "Simulated seconds a model takes to load through Ollama's API (/api/*): added to its first "
+        "request and to the first after its keep_alive ran out; reported as load_duration")
+    model_limits: tuple[tuple[str, int, int], ...] = setting(
+        (), check.model_limits,
+        "Context window and largest max_tokens per model name, over the catalog of published limits: "
+        "{name: (context_window, max_output_tokens)} or 'name=CONTEXT/MAX_OUTPUT,...'")
+    natural_answer_cap: int = setting(
+        1024, check.integer(0),
+        "With no answer_length, an answer whose max_tokens is larger than this ends naturally (finish "
+        "stop) at a seeded length of at most this; 0: answers run to max_tokens")
+    strict_fields: bool = setting(
+        False, check.boolean,
+        "Refuse a request field no version of its API defines (400, as the provider does) instead of "
+        "accepting it and listing it in record.ignored_fields")
+    tls: bool = setting(
+        False, check.boolean,
+        "Serve HTTPS (a certificate made on first use; clients trust llm_backend.ca_file): URLs say "
+        "https, and a plain HTTP request other than the control API's is a 400")
+    compression: str = setting(
+        "off", check.compression,
+        "Compress JSON answers, errors and streams (each event flushed) when the request's "
+        "Accept-Encoding allows: 'off' (the default, as vLLM), 'gzip', or 'br' (the brotli extra)")
+    optional_property_rate: float = setting(
+        0.9, check.number(0.0, high=1.0),
+        "The seeded chance that generated JSON (tool arguments, structured output) fills in each optional "
+        "property (0 to 1), as a model fills in what it can")
+    lora_adapters: tuple[str, ...] = setting(
+        (), check.names,
+        "LoRA adapters loaded at start (comma-separated names), served like models")
+    max_loras: int = setting(
+        1, check.integer(1),
+        "LoRA adapters active in one batch; requests for others wait")
+    profile: str | None = setting(
+        None, _profile,
+        "A preset of settings (e.g. qwen2.5-0.5b-l4: step costs fitted to a real vLLM sweep) or a .toml "
+        "file; settings given beside it win")
+
+    def replace(self, **settings: Any) -> SimConfig:
+        """Return a copy with ``settings`` applied, each one validated.
+
+        Raises :class:`ConfigError` naming an unknown key (and listing the
+        accepted ones) or a bad value.
+        """
+        unknown = sorted(set(settings) - set(SETTING_NAMES))
+        if unknown:
+            raise ConfigError(
+                f"unknown setting{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}"
+            )
+        if settings.get("profile") is not None:  # a preset's settings first; the call's own keys win
+            preset = load_profile(settings["profile"])
+            unknown = sorted(set(preset) - set(SETTING_NAMES))
+            if unknown:
+                raise ConfigError(f"profile {settings['profile']!r} has unknown setting(s) "
+                                  f"{', '.join(repr(k) for k in unknown)}; accepted: {', '.join(SETTING_NAMES)}")
+            settings = {**preset, **settings}
+        checked = {key: _VALIDATORS[key](key, value) for key, value in settings.items()}
+        return dataclasses.replace(self, **checked)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (JSON-friendly)."""
+        return dataclasses.asdict(self)
 
 
-def _answer_length(name: str, value: Any) -> int | tuple[int, int] | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    if (isinstance(value, (tuple, list)) and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-            and 1 <= value[0] <= value[1]):
-        return (value[0], value[1])
-    raise ConfigError(
-        f"invalid value for {name!r}: {value!r} "
-        "(expected None, an integer >= 1, or a (min, max) pair of integers with 1 <= min <= max)"
-    )
-
-
-_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
-    "model": _text,
-    "profile": _profile,
-    "ttft": _number(0.0),
-    "itl": _number(0.0),
-    "prefill_per_token": _number(0.0),
-    "jitter": _number(0.0, high=1.0),
-    "load_factor": _number(1.0),
-    "scheduler": _scheduler,
-    "step_base": _number(0.0),
-    "step_per_prefill_token": _number(0.0),
-    "step_per_decode_seq": _number(0.0),
-    "step_per_kv_token": _number(0.0),
-    "step_prefill_base": _number(0.0),
-    "step_compute_per_token": _number(0.0),
-    "step_expert_weights": _number(0.0),
-    "expert_share_per_token": _number(0.0, high=1.0),
-    "max_num_batched_tokens": _integer(1),
-    "request_overhead": _number(0.0),
-    "request_serial": _number(0.0),
-    "max_batch_size": _integer(1),
-    "max_waiting": _integer(0),
-    "max_model_len": _integer(1),
-    "block_size": _integer(1),
-    "cache_capacity_blocks": _integer(0),
-    "cache_hit_rate": _optional_rate,
-    "kv_cache_blocks": _optional_limit,
-    "output": _output_mode,
-    "answer_length": _answer_length,
-    "default_max_tokens": _integer(1),
-    "seed": _integer(0),
-    "speed": _speed,
-    "rpm": _optional_limit,
-    "tpm": _optional_limit,
-    "max_log_entries": _integer(1),
-    "max_log_bytes": _integer(1),
-    "max_log_body_bytes": _integer(0),
-    "max_body_bytes": _integer(1),
-    "max_request_tokens": _integer(1),
-    "max_response_bytes": _integer(1),
-    "keepalive_timeout": _number(0.0, low_inclusive=False),
-    "max_stored_responses": _integer(0),
-    "max_stored_response_bytes": _integer(1),
-    "max_stored_files": _integer(0),
-    "max_stored_file_bytes": _integer(1),
-    "max_trace_requests": _integer(0),
-    "max_queued_replies": _integer(0),
-    "max_rules": _integer(0),
-    "max_script_bytes": _integer(0),
-    "keepalive": _boolean,
-    "keepalive_max_requests": _optional_limit,
-    "tool_call_rate": _number(0.0, high=1.0),
-    "tool_calls_per_reply": _integer(1),
-    "embedding_size": _integer(1),
-    "served_models": _names,
-    "strict_models": _boolean,
-    "required_api_key": _optional_text,
-    "api_keys": _api_keys,
-    "ollama_load_seconds": _number(0.0),
-    "model_limits": _model_limits,
-    "natural_answer_cap": _integer(0),
-    "strict_fields": _boolean,
-    "tls": _boolean,
-    "compression": _compression,
-    "optional_property_rate": _number(0.0, high=1.0),
-    "lora_adapters": _names,
-    "max_loras": _integer(1),
-}
-
-SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(SimConfig))
-assert set(SETTING_NAMES) == set(_VALIDATORS), "every setting needs a validator"
-
+_FIELDS = {field.name: field for field in dataclasses.fields(SimConfig)}
+SETTING_NAMES: tuple[str, ...] = tuple(_FIELDS)
+#: One line of help per setting (the CLI's ``--help``), from its declaration.
+SETTING_HELP: dict[str, str] = {name: field.metadata["help"] for name, field in _FIELDS.items()}
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {name: field.metadata["check"] for name, field in _FIELDS.items()}
+_TYPES: dict[str, str] = {name: str(field.type) for name, field in _FIELDS.items()}
 
 
 def parse_setting(name: str, text: str) -> Any:
-    """Turn a setting given as text (flag, env, ini) into a validated value.
+    """Turn a setting given as text (flag, environment variable, ini) into a validated value.
 
-    Raises :class:`ConfigError` for an unknown name or a value that does not
-    parse; the caller adds where the text came from.
+    How the text reads follows the setting's declared type: ``none`` (or nothing) for one that may be
+    None, true/false words for a boolean, a number for a number; lists and names go to the check as
+    text. Raises :class:`ConfigError` for an unknown name or a value that does not parse; the caller
+    adds where the text came from.
     """
     if name not in _VALIDATORS:
         raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTING_NAMES)}")
-    default = getattr(SimConfig(), name)
+    kind = _TYPES[name]
     raw = text.strip()
     value: Any
     try:
-        if name in ("cache_hit_rate", "answer_length", "rpm", "tpm", "keepalive_max_requests",
-                    "kv_cache_blocks", "profile") and \
-                raw.lower() in ("", "none"):
+        reader = _FIELDS[name].metadata["text"]
+        if kind.endswith("| None") and raw.lower() in ("", "none"):
             value = None
-        elif isinstance(default, bool):
+        elif reader is not None:
+            value = reader(raw)
+        elif kind == "bool":
             lowered = raw.lower()
             value = True if lowered in ("1", "true", "yes", "on") else False if lowered in (
                 "0", "false", "no", "off") else text
-        elif name in ("served_models", "lora_adapters", "profile"):
-            value = raw
-        elif name == "answer_length":
-            low, _, high = raw.partition("-")
-            value = (int(low), int(high)) if high else int(low)
-        elif name == "cache_hit_rate" or isinstance(default, float):
-            value = float(raw)
-        elif name in ("rpm", "tpm", "keepalive_max_requests", "kv_cache_blocks") or isinstance(default, int):
+        elif kind.startswith("int"):
             value = int(raw)
+        elif kind.startswith("float"):
+            value = float(raw)
         else:
             value = raw
     except ValueError:
-        value = text  # the validator rejects the raw text with the expected form
+        value = text  # the check rejects the raw text with the expected form
     return _VALIDATORS[name](name, value)
+
+
+def environment_name(name: str) -> str:
+    """The environment variable ``llmsim serve`` reads ``name`` from (``ttft`` -> ``LLMSIM_TTFT``)."""
+    return ENV_PREFIX + name.upper()
+
+
+def settings_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings ``environ`` gives (``LLMSIM_*``), validated; :class:`ConfigError` naming the variable."""
+    found = {}
+    for name in SETTING_NAMES:
+        variable = environment_name(name)
+        if variable in environ:
+            try:
+                found[name] = parse_setting(name, environ[variable])
+            except ConfigError as error:
+                raise ConfigError(f"{variable}: {error}") from None
+    return found
