@@ -241,3 +241,16 @@ def test_nothing_is_built_on_a_third_party_servers_privates() -> None:
                   and (node.func.id == "setattr" or node.args[1].value not in THIRD_PARTY_PRIVATE_READS)):
                 found.append(f"{where}:{node.lineno}: {node.func.id} {node.args[1].value}")
     assert found == []
+
+
+def test_the_server_asks_every_api_the_same_way() -> None:
+    """An API's optional features are declared on ``WireAPI`` with defaults: the server never probes an
+    adapter with ``getattr`` or ``hasattr`` (it did at six sites)."""
+    found = []
+    for path in sorted((PACKAGE / "server").glob("*.py")):
+        for node in ast.walk(_parse(path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and node.args
+                    and "api" in ast.unparse(node.args[0]).lower()):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -31,7 +31,7 @@ from ..sim.tokens import PlannedCall, PlannedOutput
 from .anthropic_context import applied_edits_body, original_tokens_body
 from .anthropic_fields import parse_messages, thinking_signature
 from .anthropic_server_tools import result_block, server_tool_usage, server_use_block
-from .base import NO_TARGET, PIECE_MARK, RequestTarget, random_hex
+from .base import NO_TARGET, PIECE_MARK, RequestTarget, WireAPI, random_hex
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
@@ -278,7 +278,7 @@ class MessagesStream:
                                                "delta": {"type": "text_delta", "text": ""}})[:-12] + b"\n\n"
 
 
-class AnthropicMessages:
+class AnthropicMessages(WireAPI):
     """The Messages API."""
 
     name = "anthropic.messages"

@@ -65,7 +65,7 @@ def api_version_known(query: Any) -> bool:
     return FIRST_API_YEAR <= day.year <= datetime.date.today().year + 1
 
 
-class AzureOpenAI:
+class AzureOpenAI(WireAPI):
     """One of OpenAI's adapters as Azure serves it (``versioned``: the route needs ``api-version``)."""
 
     def __init__(self, inner: WireAPI, name: str, versioned: bool = True, chat: bool = False) -> None:

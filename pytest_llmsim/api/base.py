@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_TARGET",
     "PIECE_MARK",
-    "ContentFiltered",
-    "RequestIdentified",
     "RequestTarget",
     "StreamRenderer",
     "TokenCounter",
@@ -118,27 +116,6 @@ class StreamRenderer(Protocol):
     # streamGenerateContent without ``alt=sse`` streams one JSON array.
 
 
-class ContentFiltered(Protocol):
-    """An API with a content filter (the ``content_filter`` fault kind is refused by the others)."""
-
-    def content_filter(self, message: str, prompt: bool) -> SimError | None:
-        """How a blocked prompt (``prompt``) or a filtered answer is answered: an error to answer with,
-        or None to render the generation, stopped, with finish reason ``prompt_filter`` or
-        ``content_filter`` (each API names it its own way)."""
-
-
-class RequestIdentified(Protocol):
-    """An API that names each answer with a request id header (OpenAI's ``x-request-id``, Anthropic's
-    ``request-id``); the server puts it on every answer of the API's routes, errors and streams
-    included, and keeps it in the request log (``record.request_id``). An error body that carries
-    its own id sets the header itself, and the server keeps that one."""
-
-    request_id_header: str
-
-    def new_request_id(self) -> str:
-        """A new id in the API's format."""
-
-
 class TokenCounter(Protocol):
     """A token-counting route's protocol (Anthropic's ``count_tokens``, Gemini's ``countTokens``)."""
 
@@ -151,25 +128,64 @@ class TokenCounter(Protocol):
         """The answer: ``count`` prompt tokens of ``request`` (whose prompt it was: an API may say more of it)."""
 
 
-class WireAPI(Protocol):
-    """One wire protocol: how its requests read and its answers and errors look."""
+class WireAPI:
+    """One wire protocol: how its requests read and its answers and errors look.
+
+    The five methods without a body are what every API must say. The optional features have defaults
+    here, so the server asks every API the same way (never "has it got this?"): an API overrides the
+    ones it has.
+    """
 
     name: str  # as the request log names it, e.g. "openai.chat"
     id_prefix: str  # response ids start with it, e.g. "chatcmpl-"
+    #: The header naming each answer (OpenAI's ``x-request-id``, Anthropic's ``request-id``), or None: the
+    #: server puts it on every answer of the API's routes, errors and streams included, and keeps it in the
+    #: request log (an error body that carries its own id sets the header itself, and that one is kept).
+    request_id_header: str | None = None
+    #: Whether a request may ask for ``background`` answers (the Responses API): :meth:`pending_body`.
+    answers_in_background: bool = False
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         """Validate a JSON body (and what the URL says, ``target``) into the shared request model
         (raises :class:`SimError`)."""
+        raise NotImplementedError
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         """The JSON body of a complete, non-streamed answer."""
+        raise NotImplementedError
 
     def stream(self, generation: Generation, response_id: str) -> StreamRenderer:
         """The renderer of a streamed answer."""
+        raise NotImplementedError
 
     def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:
         """The simulated rate limits' state as this API's response headers."""
+        raise NotImplementedError
 
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
         """``error`` as this API answers it: status (an API may use its own, e.g. 529), JSON body,
         headers (``error.headers`` plus any of its own)."""
+        raise NotImplementedError
+
+    # --- optional features, each with the default of an API that lacks it ---
+
+    def new_request_id(self) -> str:
+        """A new id in the API's format for :attr:`request_id_header` ("" for an API without one)."""
+        return ""
+
+    def answer_headers(self) -> dict[str, str]:
+        """Headers the API puts on every answer besides its rate limits (none by default)."""
+        return {}
+
+    def content_filter(self, message: str, prompt: bool) -> SimError | None:
+        """How a blocked prompt (``prompt``) or a filtered answer is answered: an error to answer with,
+        or None to render the generation, stopped, with finish reason ``prompt_filter`` or
+        ``content_filter`` (each API names it its own way). An API without a content filter refuses the
+        ``content_filter`` fault: a 400."""
+        raise SimError(400, f"The content_filter fault does not apply to {self.name}: it has no content filter.",
+                       code="unsupported_fault")
+
+    def pending_body(self, generation: Generation, response_id: str, status: str) -> dict[str, Any]:
+        """A background answer's body while it is ``status`` (queued, in progress, cancelled); only an API
+        that :attr:`answers_in_background`."""
+        raise NotImplementedError(f"{self.name} answers nothing in the background")

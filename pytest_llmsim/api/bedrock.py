@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import GenerationRequest, RateLimitStatus, SimError, invalid
 from . import aws_eventstream
 from .anthropic_messages import ANTHROPIC_MESSAGES, MessagesStream, parse_messages, usage
-from .base import NO_TARGET, RequestTarget, request_uuid
+from .base import NO_TARGET, RequestTarget, WireAPI, request_uuid
 from .bedrock_fields import parse_converse
 from .validation import expect_object
 
@@ -46,7 +46,7 @@ ERROR_TYPES = {400: "ValidationException", 401: "AccessDeniedException", 403: "A
 # The same, as a stream's exception names (lower camel case, as ConverseStream's members are)
 STREAM_EXCEPTIONS = {400: "validationException", 429: "throttlingException", 503: "serviceUnavailableException"}
 STOP_REASONS = {"length": "max_tokens", "content_filter": "content_filtered", "prompt_filter": "content_filtered"}
-class BedrockErrors:
+class BedrockErrors(WireAPI):
     """``x-amzn-ErrorType`` and ``{"message"}``; ``x-amz-retry-after`` on a throttle; a request id always."""
 
     def content_filter(self, message: str, prompt: bool) -> SimError | None:

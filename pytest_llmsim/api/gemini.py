@@ -29,7 +29,7 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
-from .base import NO_TARGET, PIECE_MARK, RequestTarget
+from .base import NO_TARGET, PIECE_MARK, RequestTarget, WireAPI
 from .gemini_fields import camel_keys, gemini_messages, gemini_tool_use, generation_config, unknown_fields
 from .tools_text import tools_text
 from .validation import describe, expect_object, is_int
@@ -63,7 +63,7 @@ def gemini_key(environ: dict[str, Any]) -> bool:
     return "HTTP_X_GOOG_API_KEY" in environ or query.startswith("key=") or "&key=" in query
 
 
-class GeminiErrors:
+class GeminiErrors(WireAPI):
     """``{"error": google.rpc.Status}``, the same status as HTTP; no rate-limit headers."""
 
     def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
 from ..sim.request import ReasoningAsk
-from .base import NO_TARGET, RequestTarget
+from .base import NO_TARGET, RequestTarget, WireAPI
 from .tool_fields import openai_output_format, openai_tool_use
 from .tools_text import tools_text
 from .validation import describe, expect_object, is_int
@@ -236,7 +236,7 @@ def _tool_calls(generation: Generation, calls: Any) -> list[dict[str, Any]]:
     return out
 
 
-class OllamaErrors:
+class OllamaErrors(WireAPI):
     """``{"error": "..."}`` with the status; Ollama sends no rate-limit headers."""
 
     def rate_limit_headers(self, status: RateLimitStatus) -> dict[str, str]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sim import RateLimitStatus, SimError, invalid, wire_json
 from ..sim.ratelimit import openai_rate_limit_headers
-from .base import PIECE_MARK, request_hex_id
+from .base import PIECE_MARK, WireAPI, request_hex_id
 from .validation import describe, is_int, optional, ranged
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class OpenAIContentFilter:
         return SimError(400, message, param="prompt", code="content_filter") if prompt else None
 
 
-class OpenAIErrors:
+class OpenAIErrors(WireAPI):
     """OpenAI's error answer (the error's own status, ``{"error": {...}}``), rate-limit headers and
     ``x-request-id``."""
 

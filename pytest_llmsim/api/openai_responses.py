@@ -250,6 +250,7 @@ class OpenAIResponses(OpenAIContentFilter, OpenAIErrors):
 
     name = "openai.responses"
     id_prefix = "resp_"
+    answers_in_background = True
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         return parse_responses(body)

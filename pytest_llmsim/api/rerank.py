@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, SimError, invalid
-from .base import NO_TARGET, RequestTarget
+from .base import NO_TARGET, RequestTarget, WireAPI
 from .openai_common import OpenAIErrors
 from .validation import describe, expect_object, is_int
 
@@ -103,7 +103,7 @@ def _results(generation: Generation) -> list[dict[str, Any]]:
              **({"document": {"text": wire["documents"][i]}} if wire["return_documents"] else {})} for i in order]
 
 
-class CohereErrors:
+class CohereErrors(WireAPI):
     """Cohere's error answer: the status, ``{"message": ...}``; no rate-limit headers."""
 
     def rate_limit_headers(self, status: Any) -> dict[str, str]:

@@ -336,14 +336,14 @@ class SimulatorServer(HTTPServer):
     @staticmethod
     def _identified(request: Request, api: WireAPI, response: Response) -> Response:
         """Put the API's request id header on the answer (unless its error body named one) and in the log."""
-        header = getattr(api, "request_id_header", None)
+        header = api.request_id_header
         if header is None:
             return response
         pairs = response.headers._list  # werkzeug's storage; every request passes here (Headers.get/set: ~3 µs)
         lowered = header.lower()
         request_id = next((value for name, value in pairs if name.lower() == lowered), None)
         if request_id is None:
-            request_id = api.new_request_id()  # type: ignore[attr-defined]  # the RequestIdentified protocol
+            request_id = api.new_request_id()
             response.headers.add(header, request_id)
         record = request.environ.get(RECORD_KEY)
         if record is not None:

@@ -56,7 +56,7 @@ class BackgroundJob:
             stored = self.simulator.conversations.get(self.response_id)
             if stored is not None:
                 return stored.body
-        pending: Callable[[Generation, str, str], dict[str, Any]] = self.api.pending_body  # type: ignore[attr-defined]
+        pending: Callable[[Generation, str, str], dict[str, Any]] = self.api.pending_body
         return pending(self.generation, self.response_id, self.status)
 
     def start(self) -> None:

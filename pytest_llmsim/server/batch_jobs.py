@@ -190,8 +190,7 @@ class BatchJobs(JobRegistry[BatchJob]):
 
         record = RequestRecord(method="POST", path=item.path, headers=Headers(), body=item.body, route=item.path,
                                api=api.name)
-        new_id = getattr(api, "new_request_id", None)
-        item.request_id = new_id() if new_id is not None else ""
+        item.request_id = api.new_request_id()
         record.request_id = item.request_id
         try:
             request = api.parse(item.body, NO_TARGET)

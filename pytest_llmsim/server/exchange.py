@@ -111,11 +111,7 @@ def content_filtered(api: WireAPI, action: Filter) -> tuple[int, str]:
     """After how many tokens a content filter stops ``api``'s answer, and its finish reason (a blocked
     prompt: 0, ``prompt_filter``); raises the error the API answers with instead, or a 400 where the API
     has no content filter."""
-    content_filter = getattr(api, "content_filter", None)
-    if content_filter is None:
-        raise SimError(400, f"The content_filter fault does not apply to {api.name}: it has no content filter.",
-                       code="unsupported_fault")
-    error = content_filter(action.message, action.after_tokens is None)
+    error = api.content_filter(action.message, action.after_tokens is None)
     if error is not None:
         raise error
     return (0, "prompt_filter") if action.after_tokens is None else (action.after_tokens, "content_filter")

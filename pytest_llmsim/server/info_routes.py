@@ -63,8 +63,7 @@ class InfoRoutes:
             return answer_error(self.simulator, request, match.route.api, error, record)
         record.status, record.prompt_tokens = 200, count
         self.simulator.finish(record)
-        extra = getattr(match.route.api, "answer_headers", None)
-        return json_response(counter.count_body(count, parsed), headers=extra() if extra is not None else None)
+        return json_response(counter.count_body(count, parsed), headers=match.route.api.answer_headers() or None)
 
     def _background(self, response_id: str, owner: str | None) -> BackgroundJob | None:
         """The background job ``response_id`` if ``owner`` (the asking request's key) started it."""

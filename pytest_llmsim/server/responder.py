@@ -179,10 +179,10 @@ class GenerationResponder:
         """The answer to a started generation, in ``api``'s wire format."""
         record.status = 200
         limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
-        extra = getattr(api, "answer_headers", None)  # headers an API puts on every answer (a request id)
-        if extra is not None:
-            limits = {**limits, **extra()}
-        if generation.request.background and hasattr(api, "pending_body"):
+        extra = api.answer_headers()  # headers an API puts on every answer (a request id)
+        if extra:
+            limits = {**limits, **extra}
+        if generation.request.background and api.answers_in_background:
             return self._in_background(record, generation, response_id, api, limits)
         if generation.request.stream:
             headers = {**SSE_HEADERS, **limits}
