@@ -38,7 +38,6 @@ __all__ = [
 FUNCTION_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}\Z")  # Gemini: letters, digits, _ . : -, at most 64
 MAX_CANDIDATES = 8
 MAX_STOP_SEQUENCES = 5
-TEXT_ONLY_PARTS = ("text", "functionCall", "functionResponse", "thought", "thoughtSignature")
 _SNAKE = re.compile(r"_([a-z0-9])")
 
 

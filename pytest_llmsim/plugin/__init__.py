@@ -24,13 +24,13 @@ from ..backend import LLMBackend
 from ..gc_pacing import CollectionPacer, PauseWatch, freeze_startup
 from ..isolation import ProcessBackend, spawn_backend
 from ..pool import BackendPool
-from ..report import Reporter, summary_row, warn_if_lagging
 from ..server.cores import missing_for_io
 from ..sim.config import SimConfig
-from ..trace_files import TraceFiles, attach_to_html_report, keep_report
 from .markers import MARKERS, faults_from_markers, replies_from_markers, settings_from_markers
 from .markers import arm as _arm
 from .options import OPTIONS, OptionSettings, ini_value, parse_isolation, resolve_options
+from .report import Reporter, summary_row, warn_if_lagging
+from .trace_files import TraceFiles, attach_to_html_report, keep_report
 
 # A backend in the test's process, or one in its own (``--llmsim-isolation=process``).
 AnyBackend = LLMBackend | ProcessBackend

@@ -77,15 +77,6 @@ class KVBlocks:
         self.used += private
         self._set_boundary(seq)
 
-    def needs_block(self, seq: SimSequence) -> bool:
-        """Whether emitting its next token leaves ``seq`` without room for the one after.
-
-        A running sequence holds room for its prompt, its tokens and the token it computes next;
-        ``seq.kv_boundary`` (kept by :meth:`take` and :meth:`grow`) is the token count at which
-        that room runs out, so the decode step compares two integers.
-        """
-        return seq.emitted >= seq.kv_boundary
-
     def grow(self, seq: SimSequence) -> None:
         seq.kv_private += 1
         self.used += 1

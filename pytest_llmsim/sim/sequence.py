@@ -151,7 +151,7 @@ class SimSequence:
     preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
     kv_private: int = 0  # KV blocks held that no other sequence shares
     kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)
-    kv_boundary: int = 0  # emitted tokens at which its blocks are full (see KVBlocks.needs_block)
+    kv_boundary: int = 0  # emitted tokens at which its blocks are full (kept by KVBlocks.take and grow)
     prefill_left: int = 0  # step-cost mode: prompt tokens still to compute
     step_credit: float = 0.0  # step-cost mode: a slow sequence emits on every 1/latency_scale-th step
     # Step-cost mode: the step of its latest token, and the step from which its gaps are not yet in ``gaps``

@@ -351,7 +351,7 @@ class StepEngine(Engine):
                     if seq.step_credit < 1.0 - 1e-9:
                         continue  # a slow sequence skips this step's token
                     seq.step_credit -= 1.0
-                if seq.emitted >= seq.kv_boundary:  # kv.needs_block, inlined: this loop runs per token
+                if seq.emitted >= seq.kv_boundary:  # its KV blocks are full (the boundary: KVBlocks.take, grow)
                     while kv.free < 1:
                         if not self._preempt(seq):
                             break

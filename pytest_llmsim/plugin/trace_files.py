@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .backend import LLMBackend
-    from .remote import RemoteBackend
+    from ..backend import LLMBackend
+    from ..remote import RemoteBackend
 
 __all__ = ["SVG_KEY", "TraceFiles", "attach_to_html_report", "keep_report", "outcome_failed"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from .backend import LLMBackend
-from .remote import RemoteBackend
-from .sim.metrics import LLMSimLagWarning
+from ..backend import LLMBackend
+from ..remote import RemoteBackend
+from ..sim.metrics import LLMSimLagWarning
 
 __all__ = ["LAG_WARNING_FLOOR", "LAG_WARNING_SHARE", "Reporter", "summary_row", "warn_if_lagging"]
 
