@@ -52,6 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     backend = LLMBackend(SimConfig(speed=float("inf")))
     backend.httpserver.add_session("/v1/echo", echo, subprotocols=("echo.v2", "echo.v1"), idle_seconds=args.idle)
+    backend.httpserver.trim_memory = True  # as llmsim serve's --gc-pacing on sets it
     backend.start()
     print(f"http://127.0.0.1:{backend.port}", flush=True)
     stop = threading.Event()

@@ -58,3 +58,25 @@ def test_a_greenlet_per_connection_is_refused_where_gevent_has_not_patched() -> 
 
     with pytest.raises(RuntimeError, match="gevent has patched"):
         ConnectionServer("127.0.0.1", 0, lambda environ, start_response: [], cooperative=True)
+
+
+def test_the_heap_is_trimmed_once_a_wave_of_connections_has_closed() -> None:
+    """malloc_trim gives a wave's freed memory back (RSS grew with every wave of 1,000 WebSocket sessions)
+    but pauses the process for milliseconds: once a wave has ended, not for each close."""
+    from pytest_llmsim.server.memory_trim import WaveTrimmer
+
+    calls: list[int] = []
+    trimmer = WaveTrimmer(trim=lambda pad: calls.append(pad) or 1)
+    for now_open in range(1, 1001):
+        trimmer.opened(now_open)
+    for still_open in range(999, 62, -1):  # most of the wave closed, a few more than a sixteenth still open
+        trimmer.closed(still_open)
+    assert calls == []
+    for still_open in range(62, -1, -1):  # down to a sixteenth: the wave has ended
+        trimmer.closed(still_open)
+    assert calls == [0]
+    for now_open in range(1, 101):  # a small wave: under 256 closes, no trim
+        trimmer.opened(now_open)
+    for still_open in range(99, -1, -1):
+        trimmer.closed(still_open)
+    assert calls == [0]

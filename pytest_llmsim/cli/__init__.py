@@ -119,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "frames connections the same way (httptools' parser)")
     serve.add_argument("--gc-pacing", choices=["on", "off"], default="on",
                        help="Collect garbage every few hundred requests, start-up objects frozen out of the way "
-                            "('on', the default: no 35-80 ms collector pauses under load), or leave CPython's "
+                            "('on', the default: no 35-80 ms collector pauses under load; after a wave of at least "
+                            "256 connections has closed, a full collection and malloc_trim give its memory "
+                            "back), or leave CPython's "
                             "own schedule ('off')")
     serve.add_argument("--replay", dest="replays", action="append", default=[], metavar="FILE.jsonl",
                        help="Answer as a recorded conversation did: one rule per JSONL line "
@@ -221,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_port = args.own_port if args.own_port is not None else (args.port + 1 if args.shared_port and args.port else 0)
     backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token,
                          allowed_hosts=allowed_hosts, shared_port=args.shared_port, own_port=own_port)
+    backend.httpserver.trim_memory = args.gc_pacing == "on"  # a process that only serves: see server/memory_trim
     for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)
     for rule in rules:

@@ -100,6 +100,7 @@ class SimulatorServer(HTTPServer):
         self.reuse_port = False
         self.own_port: int | None = None
         self._own_server: ConnectionServer | None = None
+        self.trim_memory = False  # give a wave of closed connections' memory back (llmsim serve sets it)
         self.simulator = simulator
         self.no_handler_status_code = 404
         self.background = BackgroundJobs()  # the Responses API's background: true
@@ -203,7 +204,8 @@ class SimulatorServer(HTTPServer):
             self.host, port, self.wsgi_app, request_timeout=lambda: simulator.config.keepalive_timeout,
             keepalive_policy=lambda: keepalive_policy(simulator.config.keepalive,
                                                       simulator.config.keepalive_max_requests),
-            error_body=self.protocol_error_body, tls_context=self.tls_context, reuse_port=reuse_port)
+            error_body=self.protocol_error_body, tls_context=self.tls_context, reuse_port=reuse_port,
+            trim_memory=self.trim_memory)
         server.worker_idle_seconds = self._worker_idle_seconds
         return server
 

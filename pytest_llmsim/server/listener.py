@@ -30,6 +30,7 @@ from typing import Any
 
 from .connection import Connection
 from .keepalive import KeepAlivePolicy
+from .memory_trim import WaveTrimmer
 from .sockets import SO_TIMESTAMP
 from .tls import TLSPump, opens_tls, terminate_tls
 from .workers import HeadWatchdog, WorkerPool
@@ -60,7 +61,8 @@ class ConnectionServer:
     """Listens on ``host:port`` and serves ``app`` (WSGI), one :class:`~.connection.Connection` per client.
 
     ``cooperative`` (a greenlet per connection) is the default where gevent has patched the process,
-    and can only be chosen there. The interface is what :class:`~.app.SimulatorServer` drives:
+    and can only be chosen there. ``trim_memory`` gives the memory of a wave of closed connections back to
+    the system (:mod:`.memory_trim`). The interface is what :class:`~.app.SimulatorServer` drives:
     ``serve_forever``, ``shutdown``, ``server_close``, ``port``, ``worker_count``.
     """
 
@@ -69,7 +71,7 @@ class ConnectionServer:
                  keepalive_policy: Callable[[], KeepAlivePolicy] | None = None,
                  error_body: Callable[[int, str, str | None], bytes] | None = None,
                  tls_context: Callable[[], ssl.SSLContext | None] | None = None, reuse_port: bool = False,
-                 cooperative: bool | None = None) -> None:
+                 cooperative: bool | None = None, trim_memory: bool = False) -> None:
         patched = gevent_patched()
         if cooperative and not patched:
             raise RuntimeError("a greenlet per connection runs only where gevent has patched the process "
@@ -108,6 +110,9 @@ class ConnectionServer:
 
             self._spawn = gevent.spawn
         self._tls_pump = TLSPump()  # relays every HTTPS connection's bytes, in one thread (or greenlet)
+        # A process that only serves gives a wave's freed memory back (llmsim serve; not a test process: the
+        # full collection that goes first can take a test session's imports ~280 ms).
+        self._trimmer = WaveTrimmer() if trim_memory else None
         self._closed = False
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -180,12 +185,20 @@ class ConnectionServer:
             if self._closed:
                 return False
             self._connections.add(sock)
-            return True
+            now_open = len(self._connections)
+        if self._trimmer is not None:
+            self._trimmer.opened(now_open)
+        return True
 
     def forget(self, sock: socket.socket) -> None:
         """``sock``'s connection is closing: a server close no longer needs to cut it."""
         with self._connections_lock:
+            if sock not in self._connections:
+                return
             self._connections.discard(sock)
+            still_open = len(self._connections)
+        if self._trimmer is not None:
+            self._trimmer.closed(still_open)  # after a wave of closes, the freed heap goes back to the system
 
     def _serve(self, sock: socket.socket, address: Any, accepted_at: float) -> None:
         if not self._track(sock):  # from here a close cuts it, a TLS peek's wait included
