@@ -258,7 +258,8 @@ class Connection:
         message.has_body = bool(message.length) or coding is not None
         if message.has_body:
             message.body_deadline = time.monotonic() + self.server.request_timeout()
-            self._watch(message.body_deadline, socket.SHUT_RD)
+            if self._watchdog is not None:
+                self._watch(message.body_deadline, socket.SHUT_RD)
         elif self._watchdog is not None:
             self._watchdog.release(self.sock)
         self._ready.append(message)
@@ -342,7 +343,7 @@ class Connection:
         # Over TLS the handshake and the first head share one deadline, from the accept on.
         start = self._accepted_at if self.tls and not self._served else time.monotonic()
         deadline = start + self.server.request_timeout()
-        if not self._ready:
+        if self._watchdog is not None and not self._ready:
             self._watch(deadline)
         while not self._ready:
             if not self.fill(deadline):
