@@ -151,3 +151,23 @@ def test_the_new_protocol_gets_faults_and_errors_in_its_shape(url_model_api: LLM
     assert httpx.post(url, json={"text": "x"}).status_code == 200
     assert backend.metrics.faults == {"rate_limit": 1}
     assert httpx.get(url).status_code == 405  # the route's methods
+
+
+def test_an_error_answer_does_not_match_the_route_table_again(llm_backend: LLMBackend,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route a request matched names its API's error shape: the table is asked once per request, not again
+    for each error (it was, at every 4xx of a routed request)."""
+    if not hasattr(llm_backend, "_server"):
+        pytest.skip("counts the server's own route lookups: needs the backend in this process")
+    routes = llm_backend.httpserver.routes
+    match = routes.match
+    calls: list[str] = []
+
+    def counting(path: str, *args: object) -> object:
+        calls.append(path)
+        return match(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(routes, "match", counting)
+    refused = httpx.get(llm_backend.url_for("/v1/chat/completions"))  # a 405 in OpenAI's shape
+    assert refused.status_code == 405 and refused.json()["error"]["code"] == "method_not_allowed"
+    assert calls == ["/v1/chat/completions"]

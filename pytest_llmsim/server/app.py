@@ -36,6 +36,7 @@ from .compression import ENCODING_FAULT_KEY, compressing_app
 from .control import CONTROL_PREFIX, ControlAPI
 from .environ import ACCEPTED_AT
 from .exchange import (
+    API_KEY,
     CREDENTIAL_KEY,
     RECORD_KEY,
     ROUTE_KEY,
@@ -303,7 +304,7 @@ class SimulatorServer(HTTPServer):
         if match is None:
             return root_index(request) or self._fallback(request)
         route = match.route
-        request.environ[ROUTE_KEY] = route.template
+        request.environ[ROUTE_KEY], request.environ[API_KEY] = route.template, route.api
         if not match.allowed:
             if match.upgrade_required:
                 return self._api_error(request, upgrade_required(path))
@@ -393,12 +394,12 @@ class SimulatorServer(HTTPServer):
             response = self.dispatch(request)
             if response.status_code != self.no_handler_status_code or self.handlers.match(request):
                 return response
-        error = SimError(404, f"Unknown request URL: {request.method} {request.path}.",
-                         code="unknown_url")
+        error = SimError(404, f"Unknown request URL: {request.method} {request.path}.", code="unknown_url")
         return self._api_error(request, error)
 
     def _api_error(self, request: Request, error: SimError) -> Response:
-        return answer_error(self.simulator, request, self.api_of_path(request.path, request.environ), error)
+        api = request.environ.get(API_KEY) or self.api_of_path(request.path, request.environ)  # matched once
+        return answer_error(self.simulator, request, api, error)
 
     # --- generation routes ---
 

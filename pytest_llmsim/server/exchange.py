@@ -25,10 +25,11 @@ from .request_body import read_json_body
 from .responder import json_response
 from .trusted_headers import TrustedHeaders
 
-__all__ = ["CREDENTIAL_KEY", "RECORD_KEY", "ROUTE_KEY", "answer_error", "content_filtered", "credential_of",
+__all__ = ["API_KEY", "CREDENTIAL_KEY", "RECORD_KEY", "ROUTE_KEY", "answer_error", "content_filtered", "credential_of",
            "headers_of", "new_record", "read_json", "read_logged_json", "untokenizable"]
 
 ROUTE_KEY = "llmsim.route"  # WSGI environ key: the route template that matched
+API_KEY = "llmsim.api"  # WSGI environ key: that route's API (its errors' shape: the table is not asked twice)
 RECORD_KEY = "llmsim.record"  # WSGI environ key: the request's log record, once made
 # WSGI environ key: the API key a request presented, when the backend checks keys (None: any will do). Files,
 # batches, stored and background responses and cached contents belong to the key that made them.
