@@ -4,7 +4,7 @@
 sessions have ended and how); run as a script it serves one in ``llmsim serve``'s way, under gevent's
 patching with ``--io loop``, and prints its URL:
 
-    python tests/echo_session.py [--io threads|loop] [--idle SECONDS]
+    python tests/echo_session.py [--io threads|loop] [--idle SECONDS]   (the idle deadline of /v1/echo/idle)
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--io", choices=("threads", "loop"), default="threads")
-    parser.add_argument("--idle", type=float, default=300.0)
+    parser.add_argument("--idle", type=float, default=300.0, help="idle deadline of /v1/echo/idle, seconds")
     args = parser.parse_args()
     backend = LLMBackend(SimConfig(speed=float("inf")))
-    backend.httpserver.add_session("/v1/echo", echo, subprotocols=("echo.v2", "echo.v1"), idle_seconds=args.idle)
+    backend.httpserver.add_session("/v1/echo", echo, subprotocols=("echo.v2", "echo.v1"))
+    backend.httpserver.add_session("/v1/echo/idle", echo, idle_seconds=args.idle)  # the idle deadline's own
     backend.httpserver.trim_memory = True  # as llmsim serve's --gc-pacing on sets it
     backend.start()
     print(f"http://127.0.0.1:{backend.port}", flush=True)

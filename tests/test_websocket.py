@@ -39,10 +39,12 @@ def served_loop() -> Iterator[str]:
 
 @pytest.fixture
 def echo_url(llm_backend: LLMBackend) -> str:
-    """The echo session on this test's backend (a thread per connection), its idle deadline 1 s."""
+    """The echo session on this test's backend (a thread per connection); ``/idle`` after it closes after 1 s
+    idle (the other route's default deadline leaves room for a slow machine between messages)."""
     if not hasattr(llm_backend, "_server"):
         pytest.skip("registers a session handler: needs the backend in this process")
-    llm_backend.httpserver.add_session("/v1/echo", echo, subprotocols=("echo.v2", "echo.v1"), idle_seconds=1.0)
+    llm_backend.httpserver.add_session("/v1/echo", echo, subprotocols=("echo.v2", "echo.v1"))
+    llm_backend.httpserver.add_session("/v1/echo/idle", echo, idle_seconds=1.0)
     return f"ws://127.0.0.1:{llm_backend.port}/v1/echo"
 
 
@@ -93,7 +95,7 @@ def test_a_message_over_the_bound_closes_with_1009_also_when_deflate_hides_its_s
 
 def test_an_idle_session_is_closed_with_1001_and_the_handler_sees_how_it_ended(echo_url: str) -> None:
     before = ENDED["idle"]
-    with websockets_sync.connect(echo_url) as ws, pytest.raises(ConnectionClosed) as closed:
+    with websockets_sync.connect(echo_url + "/idle") as ws, pytest.raises(ConnectionClosed) as closed:
         ws.recv(timeout=10)  # sends nothing: the 1 s idle deadline passes
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
     assert wait_for(lambda: ENDED["idle"], lambda count: count > before) == before + 1
@@ -153,7 +155,7 @@ def test_sessions_are_served_under_the_loop_mode_beside_plain_requests(served_lo
     for thread in threads:
         thread.join(30)
     assert sorted(results) == sorted(f"{index}:{turn}" for index in range(8) for turn in range(5))
-    with websockets_sync.connect(_ws(served_loop)) as ws, pytest.raises(ConnectionClosed) as closed:
+    with websockets_sync.connect(_ws(served_loop) + "/idle") as ws, pytest.raises(ConnectionClosed) as closed:
         ws.recv(timeout=10)  # the idle deadline (1 s) under gevent's loop too
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
     with websockets_sync.connect(_ws(served_loop)) as ws:

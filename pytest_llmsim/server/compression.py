@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = [
-    "CODINGS",
     "COMPRESSED_TYPES",
     "ENCODING_FAULT_KEY",
     "STREAMING_KEY",
@@ -39,7 +38,6 @@ try:  # Google's brotli bindings: "br" only where they are installed
 except ImportError:  # pragma: no cover - depends on the environment
     brotli = None
 
-CODINGS = ("off", "gzip", "br")  # the setting's values
 # What is compressed: JSON answers and errors, SSE and NDJSON streams (not binary event streams: AWS never does).
 COMPRESSED_TYPES = ("application/json", "text/event-stream", "application/x-ndjson", "application/problem+json")
 # environ keys: the coding an answer is being compressed with (the stream writer's engine-side fast path writes
@@ -51,11 +49,6 @@ GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip member (header and trailer), not a ra
 
 class UnsupportedCoding(ValueError):
     """A request body in a ``Content-Encoding`` this server does not decode (a 415)."""
-
-
-def available(coding: str) -> bool:
-    """Whether ``coding`` can be served here (``br`` needs the ``brotli`` package)."""
-    return coding in ("off", "gzip") or (coding == "br" and brotli is not None)
 
 
 def negotiate(accept_encoding: str | None, coding: str) -> str | None:
