@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -110,3 +111,12 @@ def wait_listening(process: subprocess.Popen[Any], port: int, seconds: float = 3
 
 def wait_ready(seconds: float = 0.3) -> None:
     time.sleep(seconds)
+
+
+def chunks_per_second(url: str, seconds: float) -> tuple[float, int]:
+    """Content events/s the Node client receives over 16 closed-loop streams of 100 tokens; requests done."""
+    out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, "16", str(seconds), "16",
+                          "100"], capture_output=True, text=True, check=True).stdout
+    result = json.loads(out)
+    events = len(result["ttfts"]) + len(result["gaps"])
+    return events / result["window"], result["completed"]

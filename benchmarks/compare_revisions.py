@@ -10,10 +10,13 @@ requests/s and of the server's CPU time per request (user plus system, from
 /proc: steadier than requests/s when the client shares the cores).
 ``--apis`` adds one non-streamed 16-token request per API beside the chat
 (Responses, Anthropic Messages, Gemini generateContent, Bedrock Converse;
-the bodies of ``request_cost.py``): the CPU column per API.
+the bodies of ``request_cost.py``): the CPU column per API. ``--streams``
+adds streamed content chunks/s (the Node closed-loop client of
+``serving_modes.py``: 16 streams of 100 tokens), with the server's CPU per
+chunk.
 
     python benchmarks/compare_revisions.py --base REV [--io threads|gevent|loop] [--rounds 3] [--seconds 4]
-        [--gc-pacing on|off] [--apis]
+        [--gc-pacing on|off] [--apis] [--streams]
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from common import HERE, cpu_seconds, llmsim_from, wait_ready, worktree
+from common import HERE, chunks_per_second, cpu_seconds, llmsim_from, wait_ready, worktree
 from request_cost import KINDS
 from throughput import wrk
 
 ROOT = os.path.dirname(HERE)
 GET_SCRIPT = os.path.join(HERE, "get.lua")
 # The per-API workloads of --apis: request_cost.py's bodies, posted by wrk.
+STREAMED = "streamed chunks (req/s: chunks/s; CPU per chunk)"
 API_KINDS = {"Responses": "responses", "Anthropic Messages": "anthropic messages",
              "Gemini generateContent": "gemini generateContent", "Bedrock Converse": "bedrock converse"}
 
@@ -79,6 +83,7 @@ def main() -> None:
     parser.add_argument("--gc-pacing", choices=["on", "off"], default=None,
                         help="passed to both servers (off: the collector left alone, as in the embedded server)")
     parser.add_argument("--apis", action="store_true", help="also one request per API (the CPU column per API)")
+    parser.add_argument("--streams", action="store_true", help="also streamed content chunks/s (16 x 100 tokens)")
     args = parser.parse_args()
     scripts = tempfile.TemporaryDirectory()
     workloads = http_workloads(scripts.name, args.apis)
@@ -98,15 +103,20 @@ def main() -> None:
                     rates.setdefault((workload, name), []).append(rate)
                     costs.setdefault((workload, name), []).append(
                         (cpu_seconds(pid) - before) * 1e6 / (rate * args.seconds))
+            for name, (url, pid) in servers.items() if args.streams else ():
+                before = cpu_seconds(pid)
+                rate, _ = chunks_per_second(url, args.seconds)
+                rates.setdefault((STREAMED, name), []).append(rate)
+                costs.setdefault((STREAMED, name), []).append((cpu_seconds(pid) - before) * 1e6 / (rate * args.seconds))
             print(f"round {round_ + 1}: " + ", ".join(f"{w} {n} {v[-1]:.0f}" for (w, n), v in rates.items()),
                   flush=True)
     print(f"\n| workload (--io {args.io}) | base {args.base} req/s | new req/s | new / base "
           f"| base CPU µs/request | new CPU µs/request | new / base |\n|---|---|---|---|---|---|---|")
-    for workload in workloads:
+    for workload in [*workloads, *([STREAMED] if args.streams else [])]:
         base_rate, new_rate = (statistics.median(rates[(workload, name)]) for name in ("base", "new"))
         base_cost, new_cost = (statistics.median(costs[(workload, name)]) for name in ("base", "new"))
         print(f"| {workload} | {base_rate:,.0f} | {new_rate:,.0f} | {new_rate / base_rate:.3f} "
-              f"| {base_cost:.0f} | {new_cost:.0f} | {new_cost / base_cost:.3f} |")
+              f"| {base_cost:.3g} | {new_cost:.3g} | {new_cost / base_cost:.3f} |")
     scripts.cleanup()
 
 

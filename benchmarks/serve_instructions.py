@@ -14,6 +14,8 @@ count. The engine's thread (a greenlet under ``--io loop``/``gevent``) is counte
 
 ``hello`` is the connection core serving ``hello_wsgi.py`` (a canned answer: its HTTP layer alone), in the
 ``--io`` mode asked for (revisions before the connection core had it in the loop core only).
+``uvicorn`` is the yardstick beside it: the same answer from uvicorn + httptools + uvloop (``hello_async.py``;
+the revision does not matter).
 ``--sdk-headers`` sends every request with the 17 headers the openai SDK sends (``x-stainless-*``, its
 user agent, a key): what an SDK's or a gateway's request costs, where wrk sends three. Each REVISION
 is a directory holding a checkout (``git worktree add /tmp/base HEAD``); without one, this checkout.
@@ -47,10 +49,13 @@ SDK_HEADERS = {
     "x-stainless-retry-count": "0", "x-stainless-read-timeout": "600",
 }
 HELLO = "hello"
+UVICORN = "uvicorn"
 GET_HEALTH = "GET /health"
 
 
 def _server_argv(kind: str, io: str, revision: str) -> list[str]:
+    if kind == UVICORN:  # the yardstick: the same canned answer from uvicorn + httptools + uvloop (ASGI)
+        return [sys.executable, "-c", UVICORN_SCRIPT, HERE]
     if kind == HELLO:  # the revision's own script: the connection core, or before it the loop core alone
         hello = [sys.executable, os.path.join(revision, "benchmarks", "loop_hello.py"), "--port", "0"]
         return [*hello, "--io", "threads"] if io == "threads" else hello
@@ -58,9 +63,23 @@ def _server_argv(kind: str, io: str, revision: str) -> list[str]:
     return [sys.executable, "-m", module, "serve", "--port", "0", "--speed", "inf", "--io", io]
 
 
+# uvicorn on a free port, printing its URL as the other servers do (uvicorn's own log says port 0).
+UVICORN_SCRIPT = """
+import socket, sys
+sys.path.insert(0, sys.argv[1])
+import uvicorn
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+sock.listen(128)
+print(f"http://127.0.0.1:{sock.getsockname()[1]}/", flush=True)
+config = uvicorn.Config("hello_async:asgi", http="httptools", loop="uvloop", log_level="warning", lifespan="off")
+uvicorn.Server(config).run(sockets=[sock])
+"""
+
+
 def _request(kind: str) -> tuple[str, str, bytes | None]:
     """Method, path and body of one request of ``kind``."""
-    if kind == HELLO:
+    if kind in (HELLO, UVICORN):
         path, body = KINDS["chat"]
         return "POST", path, json.dumps(body).encode()
     if kind == GET_HEALTH:
@@ -131,7 +150,7 @@ def main() -> None:
     parser.add_argument("--io", choices=["threads", "gevent", "loop"], default="loop")
     parser.add_argument("--kinds", default=f"chat,{GET_HEALTH},{HELLO}",
                         help="comma-separated: request_cost.py's kinds (no commas in a name here), "
-                             f"'{GET_HEALTH}', '{HELLO}'")
+                             f"'{GET_HEALTH}', '{HELLO}', '{UVICORN}'")
     parser.add_argument("--warm", type=int, default=100)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--sdk-headers", action="store_true", help="send the openai SDK's 17 headers")

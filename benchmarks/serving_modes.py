@@ -23,7 +23,6 @@ One run, every server in its own process, the load generators in others:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -36,7 +35,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 
-from common import HERE, cpu_seconds, llmsim_argv, server_process, wait_listening, wait_ready
+from common import HERE, chunks_per_second, cpu_seconds, llmsim_argv, server_process, wait_listening, wait_ready
 from compare_revisions import GET_SCRIPT, http_workloads
 from throughput import wrk
 
@@ -85,15 +84,6 @@ def wrk_fleet(urls: list[str], seconds: int, connections: int) -> float:
     with ThreadPoolExecutor(len(urls)) as pool:
         rates = pool.map(lambda url: wrk(url + "/v1/chat/completions", seconds, each, threads=1), urls)
         return sum(rates)
-
-
-def chunks_per_second(url: str, seconds: float) -> tuple[float, int]:
-    """Content events/s the Node client receives over 16 closed-loop streams of 100 tokens; requests done."""
-    out = subprocess.run(["node", os.path.join(HERE, "closed_loop_client.mjs"), url, "16", str(seconds), "16",
-                          "100"], capture_output=True, text=True, check=True).stdout
-    result = json.loads(out)
-    events = len(result["ttfts"]) + len(result["gaps"])
-    return events / result["window"], result["completed"]
 
 
 def main() -> None:

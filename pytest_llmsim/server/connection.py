@@ -22,11 +22,22 @@ from typing import Any, Protocol
 import httptools
 
 from .answer import SERVER_HEADER, Answer
-from .environ import ACCEPTED_AT, BODY_DEADLINE, request_environ
+from .environ import ACCEPTED_AT, BODY_DEADLINE, connection_environ, request_environ
 from .keepalive import KeepAlivePolicy, drain_before_close
 from .request_head import content_length_problem, method_problem, target_problem, transfer_coding_problem
-from .request_message import LOWER, METHODS, NAMES, Refused, RequestBody, RequestMessage, header_name, method_name
-from .sockets import SO_TIMESTAMP, CoalescingWriter, receive_now, receive_stamped
+from .request_message import (
+    CODING,
+    HOST,
+    LENGTH,
+    METHODS,
+    NAMES,
+    Refused,
+    RequestBody,
+    RequestMessage,
+    header_name,
+    method_name,
+)
+from .sockets import SO_TIMESTAMP, CoalescingWriter, nonblocking_socket, receive_now, receive_stamped
 from .websocket import UPGRADE_KEY, WebSocketUpgrade, is_websocket_upgrade
 from .wire import error_response
 from .workers import HeadWatchdog
@@ -52,8 +63,8 @@ class ConnectionOwner(Protocol):
 
     app: Callable[..., Any]
     server_address: tuple[str, int]
-    cooperative: bool
     multithread: bool
+    yield_turn: Callable[[], None] | None
     request_timeout: Callable[[], float]
     keepalive_policy: Callable[[], KeepAlivePolicy]
     error_body: Callable[[int, str, str | None], bytes]
@@ -87,7 +98,11 @@ class Connection:
         self.body_error: str | None = None
         self._served = 0
         self._writer = CoalescingWriter(sock)
+        self._raw = nonblocking_socket(sock)  # for receives that must not wait (under gevent, past its wrapper)
         self._watchdog = server.watchdog
+        self._yield_turn = server.yield_turn
+        self._base_environ = connection_environ(sock, self.address, server.server_address, SERVER_HEADER,
+                                                multithread=server.multithread, tls=tls)
         self._waiting = False  # blocked receiving from the client (only then does the watchdog cut)
 
     # --- reading ---
@@ -105,7 +120,7 @@ class Connection:
             if self._watchdog is None:
                 # Under gevent the next request is usually in by now (the greenlet let the others run
                 # first): take it without the wrapper's wait and timeout, else wait for it, timed.
-                ready = receive_now(sock, RECEIVE_SIZE)
+                ready = receive_now(self._raw, RECEIVE_SIZE)
                 if ready is None:
                     sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
                     ready = receive_stamped(sock, RECEIVE_SIZE)
@@ -215,7 +230,15 @@ class Connection:
         text = value.decode("iso-8859-1")
         if text[-1:] in _BLANKS:
             text = text.rstrip(" \t")
-        headers.append((NAMES.get(name) or header_name(name), text))
+        text_name, framing = NAMES.get(name) or header_name(name)
+        headers.append((text_name, text))
+        if framing:  # one of the three that decide the framing: kept aside for on_headers_complete
+            if framing == LENGTH:
+                message.lengths += (text,)
+            elif framing == CODING:
+                message.codings += (text,)
+            elif framing == HOST:
+                message.hosts += 1
 
     def _stop(self, message: RequestMessage, refusal: Refused) -> None:
         message.problem = refusal
@@ -233,18 +256,9 @@ class Connection:
         message.version = "HTTP/1.1" if version == "1.1" else "HTTP/" + version
         if self._raw_target is not None:
             message.target, self._raw_target = bytearray(self._raw_target), None
-        length = coding = None
-        lengths: list[str] = []
-        hosts = 0
-        for name, value in message.headers:
-            lowered = LOWER.get(name) or name.lower()
-            if lowered == "content-length":
-                length = value
-                lengths.append(value)
-            elif lowered == "transfer-encoding":
-                coding = value if coding is None else f"{coding}, {value}"
-            elif lowered == "host":
-                hosts += 1
+        lengths, hosts = message.lengths, message.hosts
+        length = lengths[-1] if lengths else None
+        coding = ", ".join(message.codings) if message.codings else None
         if (coding is None and message.method in _PLAIN_METHODS and message.target[:1] == b"/"
                 and (hosts == 1 if message.version == "HTTP/1.1" else message.version == "HTTP/1.0")
                 and (length is None or (len(lengths) == 1 and length.isdigit() and length.isascii()
@@ -269,7 +283,7 @@ class Connection:
 
     @staticmethod
     def _framing_problem(message: RequestMessage, hosts: int, length: str | None, coding: str | None,
-                         lengths: list[str]) -> Refused | None:
+                         lengths: tuple[str, ...]) -> Refused | None:
         """What RFC 9112 says to refuse in a head: HTTP/2 and later on
         this port, HTTP/1.1 without exactly one Host, a coding this server cannot decode, a coding
         beside a length."""
@@ -281,7 +295,7 @@ class Connection:
         if message.version == "HTTP/1.1" and hosts != 1:
             return Refused(400, "An HTTP/1.1 request needs exactly one Host header")
         refused = (method_problem(message.method) or target_problem(message.method, message.target.decode("iso-8859-1"))
-                   or content_length_problem(lengths))
+                   or content_length_problem(list(lengths)))
         if refused is not None:
             return Refused(400, refused)
         if coding is not None:
@@ -334,12 +348,12 @@ class Connection:
 
     def _next_message(self) -> RequestMessage | None:
         """The next request's head: waits for it within the head deadline (``keepalive_timeout``)."""
-        if self._served and self.server.cooperative:
+        if self._served and self._yield_turn is not None:
             # A client that sends its next request at once never lets this greenlet block, and its
             # connection starved every other (c64: 2 s timeouts): let the others have a turn first. (It
             # is cheaper than it looks: the next request is then usually in, and its receive never waits
             # on the hub; yielding every 8th request instead cost 40 % more CPU per request.)
-            time.sleep(0)
+            self._yield_turn()
         # Over TLS the handshake and the first head share one deadline, from the accept on.
         start = self._accepted_at if self.tls and not self._served else time.monotonic()
         deadline = start + self.server.request_timeout()
@@ -374,14 +388,10 @@ class Connection:
                 host = url.host.decode("iso-8859-1") + (f":{url.port}" if url.port else "")
         if target.startswith("//"):
             target = "/" + target.lstrip("/")
-        server = self.server
-        environ = request_environ(target, message.method, message.version, message.headers, body, self.sock,
-                                  self.address, server.server_address, SERVER_HEADER,
-                                  multithread=server.multithread, uri=uri)
+        environ = request_environ(self._base_environ, target, message.method, message.version, message.headers,
+                                  body, uri=uri)
         if host is not None:
             environ["HTTP_HOST"] = host
-        if self.tls:
-            environ["wsgi.url_scheme"] = "https"
         return environ
 
     def _answer(self, message: RequestMessage) -> tuple[bool, bool]:

@@ -14,7 +14,7 @@ from urllib.parse import unquote_to_bytes
 
 from werkzeug.http import parse_set_header
 
-__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "request_environ"]
+__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "connection_environ", "request_environ"]
 
 # time.monotonic() when the request reached the server (the kernel's receive stamp of its first bytes).
 ACCEPTED_AT = "llmsim.accepted_at"
@@ -44,15 +44,35 @@ def _environ_key(name: str) -> str:
     return key
 
 
-def request_environ(target: str, method: str, version: str, headers: Iterable[tuple[str, str]], body: Any,
-                    connection: Any, address: tuple[Any, ...], server_address: tuple[Any, ...],
-                    software: str, multithread: bool = True, multiprocess: bool = False,
-                    uri: str | None = None) -> dict[str, Any]:
+def connection_environ(connection: Any, address: tuple[Any, ...], server_address: tuple[Any, ...], software: str,
+                       multithread: bool = True, multiprocess: bool = False, tls: bool = False) -> dict[str, Any]:
+    """The part of the WSGI environ that is the same for every request on one connection (werkzeug's keys
+    and values): copied for each request, cheaper than building it anew."""
+    return {
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "https" if tls else "http",
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": multithread,
+        "wsgi.multiprocess": multiprocess,
+        "wsgi.run_once": False,
+        "werkzeug.socket": connection,
+        "SERVER_SOFTWARE": software,
+        "SCRIPT_NAME": "",
+        "REMOTE_ADDR": address[0],
+        "REMOTE_PORT": address[1],
+        "SERVER_NAME": server_address[0],
+        "SERVER_PORT": str(server_address[1]),
+    }
+
+
+def request_environ(base: dict[str, Any], target: str, method: str, version: str,
+                    headers: Iterable[tuple[str, str]], body: Any, uri: str | None = None) -> dict[str, Any]:
     """The WSGI environ (werkzeug's keys and values) of a request whose target is a plain ``/path?query``.
 
-    The same keys and values as werkzeug's development server gave. ``body`` is the ``wsgi.input``
-    stream, its chunk framing already taken off by the connection's parser. ``uri`` is the target as
-    sent when it was not a path (absolute form: a proxy's request), for ``REQUEST_URI``.
+    ``base`` is its connection's part (:func:`connection_environ`), copied. The same keys and values as
+    werkzeug's development server gave. ``body`` is the ``wsgi.input`` stream, its chunk framing already
+    taken off by the connection's parser. ``uri`` is the target as sent when it was not a path (absolute
+    form: a proxy's request), for ``REQUEST_URI``.
     """
     # The target came as latin-1 of its bytes: WSGI's convention already, raw UTF-8 included
     # (werkzeug encodes it once more, and a raw "/café" read as "/cafÃ©"); %-escapes become bytes.
@@ -61,28 +81,13 @@ def request_environ(target: str, method: str, version: str, headers: Iterable[tu
         path, query = path.partition("#")[0], query.partition("#")[0]
     if "%" in path:
         path = unquote_to_bytes(path.encode("latin-1")).decode("latin-1")
-    environ: dict[str, Any] = {
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": "http",
-        "wsgi.input": body,
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": multithread,
-        "wsgi.multiprocess": multiprocess,
-        "wsgi.run_once": False,
-        "werkzeug.socket": connection,
-        "SERVER_SOFTWARE": software,
-        "REQUEST_METHOD": method,
-        "SCRIPT_NAME": "",
-        "PATH_INFO": path,
-        "QUERY_STRING": query,
-        "REQUEST_URI": uri or target,
-        "RAW_URI": uri or target,
-        "REMOTE_ADDR": address[0],
-        "REMOTE_PORT": address[1],
-        "SERVER_NAME": server_address[0],
-        "SERVER_PORT": str(server_address[1]),
-        "SERVER_PROTOCOL": version,
-    }
+    environ = base.copy()
+    environ["wsgi.input"] = body
+    environ["REQUEST_METHOD"] = method
+    environ["PATH_INFO"] = path
+    environ["QUERY_STRING"] = query
+    environ["REQUEST_URI"] = environ["RAW_URI"] = uri or target
+    environ["SERVER_PROTOCOL"] = version
     for name, value in headers:
         key = _ENVIRON_KEYS.get(name) or _environ_key(name)
         if not key:

@@ -52,6 +52,25 @@ def gevent_patched() -> bool:
     return monkey is not None and bool(monkey.is_module_patched("socket"))
 
 
+def gevent_yield() -> Callable[[], None]:
+    """A function that gives the calling greenlet's turn to the others ready to run, and returns when theirs
+    are done: ``gevent.sleep(0)`` without the waiter object it makes each time (0.9 against 1.7-2.1 µs a
+    call, paid once per kept-alive request)."""
+    from gevent import getcurrent
+    from gevent.hub import get_hub
+
+    def yield_turn() -> None:
+        hub = get_hub()
+        resume = hub.loop.run_callback(getcurrent().switch)
+        try:
+            hub.switch()
+        except BaseException:  # killed while waiting its turn: the resume must not wake a later wait
+            resume.stop()
+            raise
+
+    return yield_turn
+
+
 def default_error_body(status: int, message: str, path: str | None) -> bytes:
     """A protocol error's body when the server is given no ``error_body``."""
     return json.dumps({"error": {"message": message, "code": status}}).encode()
@@ -105,10 +124,14 @@ class ConnectionServer:
         # waits are timed on its loop anyway).
         self.watchdog: HeadWatchdog | None = None if self.cooperative else HeadWatchdog()
         self._spawn: Callable[..., Any] | None = None
+        # Greenlets: what a connection calls between kept-alive requests so that one busy client cannot
+        # starve the others; threads: None (the interpreter switches them).
+        self.yield_turn: Callable[[], None] | None = None
         if self.cooperative:
             import gevent  # only where gevent has patched the process: never a dependency of the default
 
             self._spawn = gevent.spawn
+            self.yield_turn = gevent_yield()
         self._tls_pump = TLSPump()  # relays every HTTPS connection's bytes, in one thread (or greenlet)
         # A process that only serves gives a wave's freed memory back (llmsim serve; not a test process: the
         # full collection that goes first can take a test session's imports ~280 ms).

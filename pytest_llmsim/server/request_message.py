@@ -11,24 +11,27 @@ from typing import Any, Protocol
 
 from .keepalive import DISCARD_LIMIT
 
-__all__ = ["LOWER", "METHODS", "NAMES", "BodySource", "Refused", "RequestBody", "RequestMessage", "header_name",
-           "method_name"]
+__all__ = ["CODING", "HOST", "LENGTH", "METHODS", "NAMES", "OTHER", "BodySource", "Refused", "RequestBody",
+           "RequestMessage", "header_name", "method_name"]
+
+# What a header name means to the framing of a request: the three that decide it, and the rest.
+OTHER, LENGTH, CODING, HOST = 0, 1, 2, 3
+_FRAMING = {"content-length": LENGTH, "transfer-encoding": CODING, "host": HOST}
 
 # A server sees few distinct header names and methods: their text, decoded once. Bounded (emptied when full).
-NAMES: dict[bytes, str] = {}
-LOWER: dict[str, str] = {}
+NAMES: dict[bytes, tuple[str, int]] = {}
 METHODS: dict[bytes, str] = {}
 MAX_REMEMBERED = 1024
 
 
-def header_name(raw: bytes) -> str:
-    """``raw`` (a header name) as text, remembered with its lower case."""
+def header_name(raw: bytes) -> tuple[str, int]:
+    """``raw`` (a header name) as text, with what it means to the framing (``LENGTH``, ``CODING``,
+    ``HOST`` or ``OTHER``), remembered."""
     if len(NAMES) >= MAX_REMEMBERED:
         NAMES.clear()
-        LOWER.clear()
-    name = NAMES[raw] = raw.decode("iso-8859-1")
-    LOWER[name] = name.lower()
-    return name
+    name = raw.decode("iso-8859-1")
+    known = NAMES[raw] = (name, _FRAMING.get(name.lower(), OTHER))
+    return known
 
 
 def method_name(raw: bytes) -> str:
@@ -59,14 +62,18 @@ class Refused(Exception):
 class RequestMessage:
     """One request as the parser delivers it: its head, then its body's pieces as they arrive."""
 
-    __slots__ = ("body_deadline", "complete", "consumed", "early", "has_body", "headers", "length", "method",
-                 "parts", "problem", "received_at", "target", "upgrade", "version")
+    __slots__ = ("body_deadline", "codings", "complete", "consumed", "early", "has_body", "headers", "hosts", "length",
+                 "lengths", "method", "parts", "problem", "received_at", "target", "upgrade", "version")
 
     def __init__(self, received_at: float | None, early: bool) -> None:
         self.received_at = received_at
         self.early = early  # pipelined behind an earlier request: it arrives when it is taken
         self.target = bytearray()
         self.headers: list[tuple[str, str]] = []
+        # The framing headers' values as they came, gathered by the parser's header callback.
+        self.lengths: tuple[str, ...] = ()
+        self.codings: tuple[str, ...] = ()
+        self.hosts = 0
         self.method = self.version = ""
         self.parts: deque[bytes] = deque()
         self.complete = False

@@ -41,26 +41,29 @@ def receive_stamped(sock: socket.socket, size: int) -> tuple[bytes, float | None
     return data, stamp_time(ancillary)
 
 
-def receive_now(sock: socket.socket, size: int) -> tuple[bytes, float | None] | None:
-    """What :func:`receive_stamped` returns if bytes (or the end) are there already, without waiting: on the
-    plain socket under gevent, past its wrapper and timeout; None when a receive would wait (or on Windows)."""
-    dontwait = getattr(socket, "MSG_DONTWAIT", None)
-    if dontwait is None:
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
+
+
+def receive_now(raw: socket.socket, size: int) -> tuple[bytes, float | None] | None:
+    """What :func:`receive_stamped` returns if bytes (or the end) are there already, without waiting; None
+    when a receive would wait (or on Windows). ``raw`` is :func:`nonblocking_socket`'s: under gevent the
+    plain socket, past its wrapper and timeout."""
+    if _DONTWAIT is None:
         return None
-    raw = nonblocking_socket(sock)
     try:
         if SO_TIMESTAMP is None:
-            return raw.recv(size, dontwait), None
-        data, ancillary, _, _ = raw.recvmsg(size, _STAMP_SPACE, dontwait)
+            return raw.recv(size, _DONTWAIT), None
+        data, ancillary, _, _ = raw.recvmsg(size, _STAMP_SPACE, _DONTWAIT)
     except (BlockingIOError, InterruptedError):
         return None
-    return data, stamp_time(ancillary)
+    return data, stamp_time(ancillary) if ancillary else None
 
 
-def stamp_time(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+def stamp_time(ancillary: list[tuple[int, int, bytes]], _sol_socket: int = socket.SOL_SOCKET,
+               _size: int = _TIMEVAL.size) -> float | None:
     """The ``time.monotonic()`` at which the kernel received the data ``ancillary`` (recvmsg's) came with."""
     for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMP and len(payload) >= _TIMEVAL.size:
+        if level == _sol_socket and kind == SO_TIMESTAMP and len(payload) >= _size:
             seconds, micros = _TIMEVAL.unpack_from(payload)
             age: float = time.time() - (seconds + micros / 1e6)
             return time.monotonic() - max(0.0, age)
@@ -88,7 +91,7 @@ class CoalescingWriter:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._raw = nonblocking_socket(sock)
-        self._dontwait = getattr(socket, "MSG_DONTWAIT", None)  # Windows has none
+        self._dontwait = _DONTWAIT
         self._parts: list[bytes] = []
         self.closed = False
 
