@@ -36,7 +36,8 @@ def one_tool(parameters: dict[str, Any]) -> dict[str, Any]:
             "tool_choice": "required"}
 
 
-@pytest.fixture(scope="module", params=["threads", "gevent", "loop"])
+# "gevent" is another name for "loop" (one server): test_cli checks the name serves.
+@pytest.fixture(scope="module", params=["threads", "loop"])
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     server = Served(request.param)
     yield server

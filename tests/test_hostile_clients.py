@@ -22,7 +22,7 @@ from pytest_llmsim import RemoteBackend
 _HANDSHAKE_START = b"\x16\x03\x01\x02\x00"
 
 
-@pytest.fixture(scope="module", params=["threads", "gevent", "loop"])
+@pytest.fixture(scope="module", params=["threads", "loop"])  # "gevent" is another name for "loop": one server
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     """One server per mode for the module (the suite's time), its deadline short: 0.5 s."""
     server = Served(request.param, "--keepalive-timeout", "0.5")
