@@ -10,8 +10,8 @@ from .assertions import BackendAssertions
 from .content.model import MODEL_CONTENT
 from .content.replies import Reply, Rule, RuleBuilder
 from .server.app import SimulatorServer
+from .server.backend_operations import BackendOperations
 from .server.control import host_name
-from .server.verbs import BackendVerbs
 from .sim.config import SimConfig
 from .sim.faults import Fault, FaultState
 from .sim.metrics import MetricsSnapshot
@@ -42,7 +42,7 @@ class LLMBackend(BackendAssertions):
         if shared_port:
             self._server.reuse_port = True
             self._server.own_port = own_port
-        self._verbs = BackendVerbs(self._server)  # the verbs the control API serves too
+        self._operations = BackendOperations(self._server)  # the operations the control API serves too
         # the control API (/llmsim/v1/...) then needs "Authorization: Bearer <token>"
         self._server.control.token = control_token
         # Host names the control API answers to besides loopback and the listen address (DNS rebinding)
@@ -139,7 +139,7 @@ class LLMBackend(BackendAssertions):
     @property
     def config(self) -> SimConfig:
         """The settings in force."""
-        return self._verbs.config
+        return self._operations.config
 
     def configure(self, **settings: Any) -> SimConfig:
         """Change settings for the rest of this test (validated; raises ``ConfigError``).
@@ -147,7 +147,7 @@ class LLMBackend(BackendAssertions):
         Keys: every :class:`~pytest_llmsim.SimConfig` field, e.g. ``ttft``,
         ``itl``, ``max_batch_size``, ``cache_hit_rate``, ``output``, ``speed``.
         """
-        return self._verbs.configure(**settings)
+        return self._operations.configure(**settings)
 
     def reply_with(self, *replies: Reply) -> None:
         """Queue scripted replies: each request takes the next one, in order.
@@ -157,7 +157,7 @@ class LLMBackend(BackendAssertions):
         calls in every API), or an :class:`~pytest_llmsim.ErrorReply`
         (answered as that error, in the API's error shape).
         """
-        self._verbs.reply_with(replies)
+        self._operations.reply_with(replies)
 
     def on(self, prompt: str | None = None, *, model: str | None = None, tool: str | None = None,
            api: str | None = None) -> RuleBuilder:
@@ -170,11 +170,11 @@ class LLMBackend(BackendAssertions):
         Rules are tried in the order added, before queued replies; the
         request log names the rule that answered (``record.rule``).
         """
-        return RuleBuilder(self._verbs.add_rule, prompt=prompt, model=model, tool=tool, api=api)
+        return RuleBuilder(self._operations.add_rule, prompt=prompt, model=model, tool=tool, api=api)
 
     def add_rule(self, rule: Rule) -> Rule:
         """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""
-        self._verbs.add_rule(rule)  # names it, if it has no name
+        self._operations.add_rule(rule)  # names it, if it has no name
         return rule
 
     def trace(self) -> dict[str, Any]:
@@ -183,21 +183,21 @@ class LLMBackend(BackendAssertions):
         One track per request (queued, prefill and decode spans; faults, errors and hang-ups as
         instants), counter tracks for the batch and the prefix-cache hit rate; simulated time.
         """
-        return self._verbs.trace(self.label)
+        return self._operations.trace(self.label)
 
     def trace_svg(self, title: str = "") -> str:
         """The same as an SVG timeline: requests as bars coloured by phase, the batch under them."""
-        return self._verbs.trace_svg(self.label, title)
+        return self._operations.trace_svg(self.label, title)
 
     @property
     def label(self) -> str:
         """``model:port``, how reports and trace files name this backend."""
-        return self._verbs.label(self.port)
+        return self._operations.label(self.port)
 
     @property
     def rules(self) -> list[Rule]:
         """The rules in force, with how often each answered (``rule.hits``)."""
-        return self._verbs.rules
+        return self._operations.rules
 
     def add_fault(self, kind: str, **params: Any) -> Fault:
         """Arm a fault: ``kind`` (what) plus parameters and conditions (when).
@@ -214,21 +214,21 @@ class LLMBackend(BackendAssertions):
         A request with the header ``x-llmsim-fault: KIND`` gets that kind.
         See the fault reference in the docs for the details.
         """
-        return self._verbs.add_fault(kind, **params)
+        return self._operations.add_fault(kind, **params)
 
     @property
     def faults(self) -> list[Fault]:
         """The faults armed, in the order they are tried (a spent ``times`` fault is no longer armed)."""
-        return self._verbs.faults
+        return self._operations.faults
 
     @property
     def fault_states(self) -> list[FaultState]:
         """Every fault added since the last clear: each one's ``hits`` and whether it is ``spent``."""
-        return self._verbs.fault_states
+        return self._operations.fault_states
 
     def clear_faults(self) -> None:
         """Disarm every fault."""
-        self._verbs.clear_faults()
+        self._operations.clear_faults()
 
     def check(self) -> None:
         """Raise the first internal error the simulator hit while serving (a bug), if any."""
@@ -241,7 +241,7 @@ class LLMBackend(BackendAssertions):
 
     def reset(self, config: SimConfig | None = None) -> None:
         """Back to the starting settings (or ``config``) with empty cache, metrics and log."""
-        self._verbs.reset(config)
+        self._operations.reset(config)
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait (wall seconds) until no request is in flight; True if it got there.
@@ -249,7 +249,7 @@ class LLMBackend(BackendAssertions):
         Useful after a client disconnects: the server notices at its next
         write, then accounts the request as cancelled.
         """
-        return self._verbs.wait_idle(timeout)
+        return self._operations.wait_idle(timeout)
 
     # --- reading ---
 
@@ -271,12 +271,12 @@ class LLMBackend(BackendAssertions):
     @property
     def metrics(self) -> MetricsSnapshot:
         """A snapshot of the counters and latency distributions since the last reset."""
-        return self._verbs.snapshot()
+        return self._operations.snapshot()
 
     @property
     def requests(self) -> list[RequestRecord]:
         """The request log (most recent ``max_log_entries``), oldest first."""
-        return self._verbs.requests()
+        return self._operations.requests()
 
     def prometheus_text(self) -> str:
         """What ``GET /metrics`` would answer now."""

@@ -18,8 +18,8 @@ from typing import Any
 from .assertions import BackendAssertions
 from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to_json
 from .server.loopback import DIRECT, is_loopback
-from .sim.codecs import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
 from .sim.config import ConfigError, SimConfig
+from .sim.control_json import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
 from .sim.faults import Fault, FaultError, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord

@@ -17,7 +17,7 @@ from pytest_llmsim.content import tools as tools_module
 from pytest_llmsim.content.schema import SchemaError, check_schema, generate_instance
 from pytest_llmsim.content.schema_check import _schema_problem
 from pytest_llmsim.content.tools import _VERDICTS, MAX_KEPT_VERDICTS, OutputFormat, ToolSpec, ToolUse, check_schemas
-from pytest_llmsim.sim import wire_json
+from pytest_llmsim.sim import fast_json
 
 FORMATS = ["date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname"]
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -232,8 +232,8 @@ def test_a_kept_tools_tuple_is_found_without_writing_its_schemas(monkeypatch: py
     use = _tools(GOOD, BAD)
     first = check_schemas(use, None)
     written: list[Any] = []
-    canonical = wire_json.canonical
-    monkeypatch.setattr(wire_json, "canonical", lambda value: written.append(value) or canonical(value))
+    canonical = fast_json.canonical
+    monkeypatch.setattr(fast_json, "canonical", lambda value: written.append(value) or canonical(value))
     assert check_schemas(ToolUse(use.tools, "required"), None) == first  # another ToolUse, the same tuple
     assert written == []
     check_schemas(use, OutputFormat("json_schema", GOOD, "out", "response_format.json_schema.schema"))

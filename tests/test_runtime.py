@@ -1,4 +1,4 @@
-"""The runtime's hand-off between the engine and a request's handler (``Ticket``)."""
+"""The runtime's hand-off between the engine and a request's handler (``TokenFeed``)."""
 
 from __future__ import annotations
 
@@ -8,30 +8,30 @@ import time
 
 import pytest
 
-from pytest_llmsim.sim import ticket as tickets
+from pytest_llmsim.sim import token_feed
 from pytest_llmsim.sim.engine import SimSequence
-from pytest_llmsim.sim.ticket import FINISH, TOKEN, ClientGone, Ticket
+from pytest_llmsim.sim.token_feed import FINISH, TOKEN, ClientGone, TokenFeed
 
 
 @pytest.fixture
 def every_wake_up_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every wake-up asks whether the client is there (no interval to wait for)."""
-    monkeypatch.setattr(tickets, "CLIENT_CHECK_INTERVAL", 0.0)
+    monkeypatch.setattr(token_feed, "CLIENT_CHECK_INTERVAL", 0.0)
 
 
-def _hang_up(ticket: Ticket) -> None:
-    """Read the ticket's news as a handler does, the client found gone at the first wake-up."""
+def _hang_up(feed: TokenFeed) -> None:
+    """Read the feed's news as a handler does, the client found gone at the first wake-up."""
     with pytest.raises(ClientGone):
-        for _ in ticket.batches(client_gone=lambda: True):
+        for _ in feed.batches(client_gone=lambda: True):
             pass
 
 
-def _wait_returns(ticket: Ticket, seconds: float = 2.0) -> bool:
-    """Whether reading the ticket's news to the end returns within ``seconds`` (run in a thread: a
+def _wait_returns(feed: TokenFeed, seconds: float = 2.0) -> bool:
+    """Whether reading the feed's news to the end returns within ``seconds`` (run in a thread: a
     stranded read never does). Reads as a stream's handler does: ``wait()`` skips reading once the
-    ticket is over."""
+    feed is over."""
     def read_to_the_end() -> None:
-        for _ in ticket.batches():
+        for _ in feed.batches():
             pass
 
     waiter = threading.Thread(target=read_to_the_end, daemon=True)
@@ -50,12 +50,12 @@ def test_a_hang_up_noticed_after_news_arrived_does_not_strand_the_wait_that_foll
     (a descriptor per such hang-up under load: ``benchmarks/memory.py`` showed them growing).
     """
     seq = SimSequence([1, 2, 3], 5)
-    ticket = Ticket([seq])
-    ticket.post(TOKEN, seq, 1, 0.1)
-    _hang_up(ticket)
-    ticket.post(FINISH, seq, 1, 0.2)  # the engine, cancelling the sequence
-    assert _wait_returns(ticket), "wait() missed the finish"
-    assert ticket.open_count == 0
+    feed = TokenFeed([seq])
+    feed.post(TOKEN, seq, 1, 0.1)
+    _hang_up(feed)
+    feed.post(FINISH, seq, 1, 0.2)  # the engine, cancelling the sequence
+    assert _wait_returns(feed), "wait() missed the finish"
+    assert feed.open_count == 0
 
 
 @pytest.mark.usefixtures("every_wake_up_asks")
@@ -63,45 +63,45 @@ def test_a_finish_that_came_with_the_wake_up_is_counted_when_the_client_is_gone(
     """The wake-up brings the sequence's finish and the check finds the client gone: the finish is
     counted all the same, so the ``wait()`` that follows returns at once."""
     seq = SimSequence([1, 2, 3], 5)
-    ticket = Ticket([seq])
-    ticket.post(FINISH, seq, 5, 0.3)
-    _hang_up(ticket)
-    assert ticket.open_count == 0
-    assert _wait_returns(ticket)
+    feed = TokenFeed([seq])
+    feed.post(FINISH, seq, 5, 0.3)
+    _hang_up(feed)
+    assert feed.open_count == 0
+    assert _wait_returns(feed)
 
 
 def test_wait_returns_only_when_every_sequence_is_over() -> None:
-    """``wait()`` returns at once for a ticket whose sequences all finished (an instantaneous backend
+    """``wait()`` returns at once for a feed whose sequences all finished (an instantaneous backend
     posts every finish before the handler waits), and keeps waiting while one is still running."""
     first, second = SimSequence([1, 2, 3], 5), SimSequence([1, 2, 3], 5)
-    ticket = Ticket([first, second])
-    ticket.post(FINISH, first, 5, 0.1)
-    assert not ticket.over
-    waiter = threading.Thread(target=ticket.wait, daemon=True)
+    feed = TokenFeed([first, second])
+    feed.post(FINISH, first, 5, 0.1)
+    assert not feed.over
+    waiter = threading.Thread(target=feed.wait, daemon=True)
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive(), "wait() returned with a sequence still running"
-    ticket.post(FINISH, second, 5, 0.2)
+    feed.post(FINISH, second, 5, 0.2)
     waiter.join(2.0)
     assert not waiter.is_alive()
-    assert ticket.over
-    done = Ticket([SimSequence([1], 1)])
+    assert feed.over
+    done = TokenFeed([SimSequence([1], 1)])
     done.post(FINISH, done.sequences[0], 1, 0.3)
     done.wait()  # returns at once: nothing left to wait for
 
 
-def _writes_directly(ticket: Ticket, seconds: float, then_finish: bool) -> threading.Thread:
-    """A thread that plays the engine writing ``ticket``'s tokens itself (``Ticket.direct``) every 5 ms for
+def _writes_directly(feed: TokenFeed, seconds: float, then_finish: bool) -> threading.Thread:
+    """A thread that plays the engine writing ``token_feed``'s tokens itself (``TokenFeed.direct``) every 5 ms for
     ``seconds``, through the runtime's listener, then posts the finish (or falls silent)."""
-    seq = ticket.sequences[0]
-    seq.owner = ticket
-    listener = tickets.TicketListener()
+    seq = feed.sequences[0]
+    seq.owner = feed
+    listener = token_feed.TokenFeedListener()
 
     def send(sequence: SimSequence, emitted: int, due: float) -> bool:
-        ticket.direct_writes += 1  # as the server's writer counts a send that went out
+        feed.direct_writes += 1  # as the server's writer counts a send that went out
         return True
 
-    ticket.direct = send
+    feed.direct = send
 
     def write() -> None:
         deadline = time.monotonic() + seconds
@@ -110,7 +110,7 @@ def _writes_directly(ticket: Ticket, seconds: float, then_finish: bool) -> threa
             listener.on_token(seq, 0.0)
             time.sleep(0.005)
         if then_finish:
-            ticket.post(FINISH, seq, seq.emitted, 0.0)
+            feed.post(FINISH, seq, seq.emitted, 0.0)
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
@@ -122,17 +122,17 @@ def test_a_stream_the_engine_writes_is_not_polled_for_hang_ups_while_its_writes_
     """While the engine writes a stream's tokens itself, the handler is not woken every check interval
     to look for a hang-up: a send to a client that is gone fails and wakes it. It was: at 64 streams,
     those wake-ups (20 a second per stream) were a fifth of the loop core's busy time."""
-    monkeypatch.setattr(tickets, "CLIENT_CHECK_INTERVAL", 0.01)
-    monkeypatch.setattr(tickets, "QUIET_CHECK_INTERVAL", 0.2)
-    ticket = Ticket([SimSequence([1, 2, 3], 1000)])
+    monkeypatch.setattr(token_feed, "CLIENT_CHECK_INTERVAL", 0.01)
+    monkeypatch.setattr(token_feed, "QUIET_CHECK_INTERVAL", 0.2)
+    feed = TokenFeed([SimSequence([1, 2, 3], 1000)])
     looks: list[float] = []
 
     def client_gone() -> bool:
         looks.append(time.monotonic())
         return False
 
-    writer = _writes_directly(ticket, 0.4, then_finish=True)
-    for _ in ticket.batches(client_gone):
+    writer = _writes_directly(feed, 0.4, then_finish=True)
+    for _ in feed.batches(client_gone):
         pass
     writer.join()
     assert len(looks) <= 5, f"{len(looks)} looks for a hang-up in 0.4 s of direct writes (every 10 ms: ~40)"
@@ -142,14 +142,14 @@ def test_a_hang_up_is_noticed_at_the_check_interval_once_the_direct_writes_stop(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """When the engine's writes stop (a preempted stream waits for a slot) and the client hangs up, the
     handler notices within one quiet interval and the short ones after it."""
-    monkeypatch.setattr(tickets, "CLIENT_CHECK_INTERVAL", 0.01)
-    monkeypatch.setattr(tickets, "QUIET_CHECK_INTERVAL", 0.2)
-    ticket = Ticket([SimSequence([1, 2, 3], 1000)])
-    writer = _writes_directly(ticket, 0.1, then_finish=False)
+    monkeypatch.setattr(token_feed, "CLIENT_CHECK_INTERVAL", 0.01)
+    monkeypatch.setattr(token_feed, "QUIET_CHECK_INTERVAL", 0.2)
+    feed = TokenFeed([SimSequence([1, 2, 3], 1000)])
+    writer = _writes_directly(feed, 0.1, then_finish=False)
     writer.join()
     stopped = time.monotonic()
     with pytest.raises(ClientGone):
-        for _ in ticket.batches(lambda: True):
+        for _ in feed.batches(lambda: True):
             pass
     assert time.monotonic() - stopped < 1.0
 
@@ -170,19 +170,19 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
     server_side, client_side = socket.socketpair()
     with server_side, client_side:
         seq = SimSequence([1, 2, 3], 4)
-        ticket = Ticket([seq])
-        seq.owner = ticket
-        writer = _DirectWriter(server_side, Renderer(), ["a", "b", "c", "d"], lambda due: None, ticket)
+        feed = TokenFeed([seq])
+        seq.owner = feed
+        writer = _DirectWriter(server_side, Renderer(), ["a", "b", "c", "d"], lambda due: None, feed)
         writer.enabled = True
-        ticket.direct = writer
-        listener = tickets.TicketListener()
+        feed.direct = writer
+        listener = token_feed.TokenFeedListener()
         for emitted in (1, 2):  # the hidden thinking
             seq.emitted = emitted
             listener.on_token(seq, 0.0)
-        assert ticket.direct_writes == 0
+        assert feed.direct_writes == 0
         seq.emitted = 3
         listener.on_token(seq, 0.0)
-        assert ticket.direct_writes == 1
+        assert feed.direct_writes == 1
         assert client_side.recv(100) == b"9\r\ndata: c\n\n\r\n"  # one HTTP/1.1 chunk of 9 bytes
 
 
@@ -199,9 +199,9 @@ def test_the_direct_writer_renders_a_stream_the_same_a_token_at_a_time_or_in_a_b
             return f"<{position}:{piece}>".encode()
 
     pieces = ["a", "b", "c", "d", "e"]
-    ticket = Ticket([SimSequence([1], 5)])
-    one_at_a_time = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, ticket)
-    backlog = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, ticket)
+    feed = TokenFeed([SimSequence([1], 5)])
+    one_at_a_time = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, feed)
+    backlog = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, feed)
     with one_at_a_time._sock, backlog._sock:
         stepwise = b"".join(one_at_a_time.render(upto) for upto in (1, 2, 2, 3, 4, 5))
         assert stepwise == backlog.render(2) + backlog.render(5) + backlog.render(5)

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import GenerationRequest, RateLimitStatus, SimError, wire_json
+from ..sim import GenerationRequest, RateLimitStatus, SimError, fast_json
 from ..sim.request import ToolSpec
 from ..sim.tokens import PlannedCall, PlannedOutput
 from .anthropic_context import applied_edits_body, original_tokens_body
@@ -135,7 +135,7 @@ def _content(generation: Generation) -> list[dict[str, Any]]:
 
 
 def _event(name: str, body: dict[str, Any]) -> bytes:
-    return b"event: %s\ndata: %s\n\n" % (name.encode(), wire_json.dumps(body))
+    return b"event: %s\ndata: %s\n\n" % (name.encode(), fast_json.dumps(body))
 
 
 class MessagesStream:
@@ -166,7 +166,7 @@ class MessagesStream:
             field = "text" if kind == "text_delta" else "thinking"
             event = _event("content_block_delta", {"type": "content_block_delta", "index": index,
                                                    "delta": {"type": kind, field: self._MARK}})
-            head, tail = event.split(wire_json.dumps(self._MARK))
+            head, tail = event.split(fast_json.dumps(self._MARK))
             template = self._templates[kind] = (head, tail)
         return template[0] + encode_basestring_ascii(piece).encode() + template[1]
 

@@ -15,7 +15,7 @@ import struct
 import zlib
 from typing import Any
 
-from ..sim import wire_json
+from ..sim import fast_json
 
 __all__ = ["CONTENT_TYPE", "event", "exception", "message"]
 
@@ -44,10 +44,10 @@ def message(headers: tuple[tuple[str, str], ...], payload: bytes) -> bytes:
 def event(event_type: str, body: dict[str, Any]) -> bytes:
     """An event whose payload is ``body`` as JSON."""
     return message(((":event-type", event_type), (":content-type", "application/json"),
-                    (":message-type", "event")), wire_json.dumps(body))
+                    (":message-type", "event")), fast_json.dumps(body))
 
 
 def exception(exception_type: str, text: str) -> bytes:
     """An exception message (``throttlingException``, ``modelStreamErrorException``, ...)."""
     return message(((":exception-type", exception_type), (":content-type", "application/json"),
-                    (":message-type", "exception")), wire_json.dumps({"message": text}))
+                    (":message-type", "exception")), fast_json.dumps({"message": text}))

@@ -23,7 +23,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..content.embeddings import encode_base64
-from ..sim import ChatMessage, GenerationRequest, SimError, invalid, wire_json
+from ..sim import ChatMessage, GenerationRequest, SimError, fast_json, invalid
 from .base import NO_TARGET, RequestTarget
 from .rerank import CohereErrors
 from .tool_fields import openai_output_format, openai_tool_use
@@ -175,7 +175,7 @@ class CohereChat(CohereErrors):
 
 
 def _event(body: dict[str, Any]) -> bytes:
-    return b"event: %s\ndata: %s\n\n" % (body["type"].encode(), wire_json.dumps(body))
+    return b"event: %s\ndata: %s\n\n" % (body["type"].encode(), fast_json.dumps(body))
 
 
 class CohereStream:

@@ -28,7 +28,7 @@ import json
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
+from ..sim import GenerationRequest, RateLimitStatus, SimError, fast_json, invalid
 from .base import NO_TARGET, PIECE_MARK, RequestTarget, WireAPI
 from .gemini_fields import camel_keys, gemini_messages, gemini_tool_use, generation_config, unknown_fields
 from .tools_text import tools_text
@@ -273,11 +273,11 @@ class GeminiStream:
             _, call = output.call_at(position)
             if position != call.end - 1:
                 return b""
-            return self._frame(wire_json.dumps(self._chunk(index, [_call_part(call.name, call.arguments)])))
+            return self._frame(fast_json.dumps(self._chunk(index, [_call_part(call.name, call.arguments)])))
         template = self._templates.get(index)
         if template is None:
-            body = wire_json.dumps(self._chunk(index, [{"text": self._MARK}]))
-            head, tail = body.split(wire_json.dumps(self._MARK))
+            body = fast_json.dumps(self._chunk(index, [{"text": self._MARK}]))
+            head, tail = body.split(fast_json.dumps(self._MARK))
             template = self._templates[index] = (head, tail)
         return self._frame(template[0] + encode_basestring_ascii(piece).encode() + template[1])
 
@@ -290,21 +290,21 @@ class GeminiStream:
     def finish(self, index: int) -> bytes:
         output = self._generation.outputs[index]
         if output.finish_reason == BLOCKED:
-            return b"" if index else self._frame(wire_json.dumps(_blocked(self._generation, self._id)))
-        return self._frame(wire_json.dumps(self._chunk(index, [{"text": ""}], _finish_reason(output))))
+            return b"" if index else self._frame(fast_json.dumps(_blocked(self._generation, self._id)))
+        return self._frame(fast_json.dumps(self._chunk(index, [{"text": ""}], _finish_reason(output))))
 
     def closing(self) -> bytes:
         return b"" if self._sse else (b"[]" if self._count == 0 else b"]")
 
     def error(self, error: SimError) -> bytes:
-        framed = self._frame(wire_json.dumps({"error": status_body(error)}))
+        framed = self._frame(fast_json.dumps({"error": status_body(error)}))
         return framed if self._sse else framed + b"]"
 
     def aborted(self, error: SimError) -> bytes:
         return self.error(error)
 
     def malformed(self) -> bytes:
-        body = wire_json.dumps(self._chunk(0, [{"text": ""}]))
+        body = fast_json.dumps(self._chunk(0, [{"text": ""}]))
         return self._frame(body[:len(body) // 2])
 
 

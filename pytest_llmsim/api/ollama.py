@@ -21,7 +21,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, invalid, wire_json
+from ..sim import ChatMessage, GenerationRequest, RateLimitStatus, SimError, fast_json, invalid
 from ..sim.request import ReasoningAsk
 from .base import NO_TARGET, RequestTarget, WireAPI
 from .tool_fields import openai_output_format, openai_tool_use
@@ -294,7 +294,7 @@ class OllamaStream:
         self._generation = generation
 
     def _line(self, body: dict[str, Any]) -> bytes:
-        return wire_json.dumps(body) + b"\n"
+        return fast_json.dumps(body) + b"\n"
 
     def opening(self, index: int) -> bytes:
         return b""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..sim import SimError, invalid, wire_json
+from ..sim import SimError, fast_json, invalid
 from .openai_common import openai_error_body
 from .validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
 
@@ -42,7 +42,7 @@ def parse_batch_lines(data: bytes, endpoint: str) -> list[tuple[str, dict[str, A
     for number, line in enumerate(lines, 1):
         data = line.encode("utf-8", "surrogatepass")
         try:
-            item = wire_json.loads(data)
+            item = fast_json.loads(data)
         except (ValueError, RecursionError):
             item = None
             if not json_depth_exceeds(data):

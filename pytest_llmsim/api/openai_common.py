@@ -12,7 +12,7 @@ from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import RateLimitStatus, SimError, invalid, wire_json
+from ..sim import RateLimitStatus, SimError, fast_json, invalid
 from ..sim.ratelimit import openai_rate_limit_headers
 from .base import PIECE_MARK, WireAPI, request_hex_id
 from .validation import describe, is_int, optional, ranged
@@ -207,7 +207,7 @@ def envelope(response_id: str, obj: str, model: str, created: int | None) -> dic
 
 
 def sse(body: dict[str, Any]) -> bytes:
-    return b"data: " + wire_json.dumps(body) + b"\n\n"
+    return b"data: " + fast_json.dumps(body) + b"\n\n"
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
@@ -269,7 +269,7 @@ class OpenAIStream:
         template = self._templates.get(index)
         if template is None:
             head, tail = self.event(self._choice(index, self._MARK, None)).split(
-                wire_json.dumps(self._MARK))
+                fast_json.dumps(self._MARK))
             template = self._templates[index] = (head, tail)
         return template[0] + encode_basestring_ascii(piece).encode() + template[1]
 

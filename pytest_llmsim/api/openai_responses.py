@@ -29,7 +29,7 @@ import base64
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import GenerationRequest, SimError, wire_json
+from ..sim import GenerationRequest, SimError, fast_json
 from ..sim.tokens import PlannedCall
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
 from .openai_common import OpenAIContentFilter, OpenAIErrors
@@ -134,7 +134,7 @@ class _ResponsesStream:
     def _event(self, body: dict[str, Any]) -> bytes:
         body["sequence_number"] = self._sequence
         self._sequence += 1
-        return b"event: %s\ndata: %s\n\n" % (body["type"].encode(), wire_json.dumps(body))
+        return b"event: %s\ndata: %s\n\n" % (body["type"].encode(), fast_json.dumps(body))
 
     def _located(self, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, "item_id": self._item, "output_index": self._first, "content_index": 0, **fields}
@@ -204,9 +204,9 @@ class _ResponsesStream:
         if template is None:
             body = self._located("response.output_text.delta", delta=self._PIECE, logprobs=[])
             body["sequence_number"] = self._NUMBER
-            text = b"event: response.output_text.delta\ndata: %s\n\n" % wire_json.dumps(body)
-            head, rest = text.split(wire_json.dumps(self._PIECE))
-            middle, tail = rest.split(wire_json.dumps(self._NUMBER))
+            text = b"event: response.output_text.delta\ndata: %s\n\n" % fast_json.dumps(body)
+            head, rest = text.split(fast_json.dumps(self._PIECE))
+            middle, tail = rest.split(fast_json.dumps(self._NUMBER))
             template = self._template = (head, middle, tail)
         number = self._sequence
         self._sequence += 1

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..sim import wire_json
-from ..sim.kept import Kept
+from ..sim import fast_json
+from ..sim.bounded_cache import BoundedCache
 from ..sim.request import ToolSpec
 
 __all__ = ["MAX_KEPT", "MAX_KEPT_SPECS", "kept_specs", "tools_key", "tools_text"]
@@ -28,19 +28,19 @@ __all__ = ["MAX_KEPT", "MAX_KEPT_SPECS", "kept_specs", "tools_key", "tools_text"
 #: Distinct lists of tools whose text is kept (the oldest goes first; a few MB at most).
 MAX_KEPT = 128
 
-_TEXTS: Kept[bytes, str] = Kept(MAX_KEPT)
+_TEXTS: BoundedCache[bytes, str] = BoundedCache(MAX_KEPT)
 _LAST = threading.local()  # per handler: the last list of tools keyed, and its key
 
 
 def tools_key(tools: Any) -> bytes | None:
-    """``wire_json.exact(tools)``: the key of what is kept for a list of tools, written once per request
+    """``fast_json.exact(tools)``: the key of what is kept for a list of tools, written once per request
     (a list with a null is read back to be sure of it, which costs as much as writing it). The last list
     keyed is held with its key, so the identity test can never match another list at a freed one's address;
     a list changed in place after it was keyed would keep its old key (the parsers read fresh bodies)."""
     last = getattr(_LAST, "pair", None)
     if last is not None and last[0] is tools:
         return last[1]  # type: ignore[no-any-return]
-    key = wire_json.exact(tools)
+    key = fast_json.exact(tools)
     _LAST.pair = (tools, key)
     return key
 
@@ -78,4 +78,4 @@ def kept_specs(shape: str, tools: list[Any], parse: Callable[[], tuple[ToolSpec,
 #: "gemini", "bedrock") and text (the oldest goes first). Their objects are frozen; their schemas are read,
 #: never changed, as a request's own are.
 MAX_KEPT_SPECS = 128
-_SPECS: Kept[tuple[str, bytes], tuple[ToolSpec, ...]] = Kept(MAX_KEPT_SPECS)
+_SPECS: BoundedCache[tuple[str, bytes], tuple[ToolSpec, ...]] = BoundedCache(MAX_KEPT_SPECS)

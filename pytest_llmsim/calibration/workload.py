@@ -55,7 +55,7 @@ MOST_ARRIVALS = 2000
 
 
 class _Recorder:
-    wants_tokens = False  # only finishes matter here: the step engine skips on_token and lets decoders ride
+    wants_tokens = False  # only finishes matter here: the step engine skips on_token and makes decoders lazy
 
     def __init__(self) -> None:
         self.finished: list[SimSequence] = []

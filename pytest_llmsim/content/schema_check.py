@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..sim import wire_json
+from ..sim import fast_json
 from ..sim.patterns import PatternError, compile_pattern
 
 __all__ = ["SchemaError", "check_schema", "linear_time_validator"]
@@ -32,7 +32,7 @@ def check_schema(schema: Any) -> None:
     """
     if not isinstance(schema, (dict, bool)):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")
-    text = wire_json.canonical(schema)  # orjson: 20 tools' keys in 6 µs instead of 80 (json.dumps sorted)
+    text = fast_json.canonical(schema)  # orjson: 20 tools' keys in 6 µs instead of 80 (json.dumps sorted)
     with _SCHEMA_CHECK:  # a burst of first requests with the same tools checks them once, not each
         problem = _schema_problem(text)
     if problem is not None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..sim import wire_json
-from ..sim.kept import Kept
+from ..sim import fast_json
+from ..sim.bounded_cache import BoundedCache
 from ..sim.request import OutputFormat, ToolSpec, ToolUse
 from .schema import SchemaError, check_schema
 
@@ -36,7 +36,7 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
     Run after the request's cheap limits: 60,000 distinct tool schemas cost ~40 s to check, and
     a request that long is refused by its context length first. The verdict is kept per set of schemas
     (an agent sends the same tools with every request: 20 tools' checks, each keyed by its own text, were
-    about a tenth of such a request), under their JSON text with sorted keys (:func:`wire_json.canonical`: one
+    about a tenth of such a request), under their JSON text with sorted keys (:func:`fast_json.canonical`: one
     C call where orjson writes it exactly), and by the tools' own tuple where a parser keeps its tools' objects
     per list (:mod:`pytest_llmsim.api.tool_fields`): the same tuple, the same schemas, no text to write.
     """
@@ -51,7 +51,7 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
         schemas.append([output_format.schema, output_format.param])
     if not schemas:
         return None
-    key = wire_json.canonical(schemas)
+    key = fast_json.canonical(schemas)
     known = _VERDICTS.get(key)
     if known is not None:
         verdict = known[0]
@@ -65,10 +65,11 @@ def check_schemas(use: ToolUse | None, output_format: OutputFormat | None) -> tu
 
 #: Sets of schemas whose verdict is kept (the oldest goes first).
 MAX_KEPT_VERDICTS = 128
-_VERDICTS: Kept[bytes, tuple[tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)  # (verdict,): None is one
+# (verdict,): None is one
+_VERDICTS: BoundedCache[bytes, tuple[tuple[str, str] | None]] = BoundedCache(MAX_KEPT_VERDICTS)
 # The same verdicts by a tools tuple's address (the tuple held with it); tools made anew for every request (a
 # list with a server tool, Gemini's allowed names, tools beside a response format) are found by their text.
-_BY_TOOLS: Kept[int, tuple[tuple[ToolSpec, ...], tuple[str, str] | None]] = Kept(MAX_KEPT_VERDICTS)
+_BY_TOOLS: BoundedCache[int, tuple[tuple[ToolSpec, ...], tuple[str, str] | None]] = BoundedCache(MAX_KEPT_VERDICTS)
 
 
 def _first_problem(schemas: list[list[Any]]) -> tuple[str, str] | None:

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .keepalive import response_framing
+from .response_head import response_head
 from .sockets import CoalescingWriter
-from .wire import response_head
 
 __all__ = ["SERVER_HEADER", "Answer"]
 

@@ -25,7 +25,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
 from ..api import OPENAI_CHAT, WireAPI
-from ..sim import SimError, wire_json
+from ..sim import SimError, fast_json
 from ..sim.config import SimConfig
 from ..sim.fault_effects import BadEncoding, Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.simulator import Simulator
@@ -53,12 +53,12 @@ from .listener import ConnectionServer
 from .live_page import is_page_path, page_response, root_index
 from .loopback import is_loopback
 from .responder import GenerationResponder
+from .response_head import HTTP_ERROR_CODES
 from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
 from .routes import Handler, Route, RouteMatch, RouteTable, request_target
 from .sessions import SessionHandler, session_route, upgrade_required
 from .sockets import drop_connection
 from .tls import TLSMaterial
-from .wire import HTTP_ERROR_CODES
 
 __all__ = ["GENERATION_ROUTES", "SimulatorServer", "validate_address"]
 
@@ -145,7 +145,7 @@ class SimulatorServer(HTTPServer):
         error = SimError(status, message, type="server_error" if status >= 500 else "invalid_request_error",
                          code=HTTP_ERROR_CODES.get(status, "bad_request"))
         _, body, _ = self.api_of_path(path or "").render_error(error)  # the status stays what HTTP says
-        return wire_json.dumps(body)
+        return fast_json.dumps(body)
 
     # --- HTTPS (tls = true) ---
 

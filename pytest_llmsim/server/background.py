@@ -20,7 +20,7 @@ from ..sim.generation import Generation, Outcome
 from ..sim.request_log import RequestRecord
 from ..sim.sequence import SeqState
 from ..sim.simulator import Simulator
-from ..sim.ticket import FINISH
+from ..sim.token_feed import FINISH
 from .job_registry import JobRegistry
 
 __all__ = ["BackgroundJob", "BackgroundJobs"]
@@ -79,7 +79,7 @@ class BackgroundJob:
         finished = True
         self.status = "in_progress"
         self._keep(renderer.opening(0))
-        for batch in generation.ticket.batches():
+        for batch in generation.feed.batches():
             for kind, seq, emitted, _ in batch:
                 index = seq.index
                 pieces = outputs[index].pieces[sent[index]:emitted]

@@ -215,9 +215,9 @@ class BatchJobs(JobRegistry[BatchJob]):
             if epoch == self._epoch:
                 simulator.finish(record)
             return
-        generation.ticket.wait()
+        generation.feed.wait()
         if epoch != self._epoch:  # reset while it ran: the engine ended it, and the new backend never saw it
-            simulator.runtime.release(generation.ticket)
+            simulator.runtime.release(generation.feed)
             item.cancelled = True
             return
         record.status = 200

@@ -37,9 +37,9 @@ from .request_message import (
     header_name,
     method_name,
 )
+from .response_head import error_response
 from .sockets import SO_TIMESTAMP, CoalescingWriter, nonblocking_socket, receive_now, receive_stamped
 from .websocket import UPGRADE_KEY, WebSocketUpgrade, is_websocket_upgrade
-from .wire import error_response
 from .workers import HeadWatchdog
 
 __all__ = ["Connection", "ConnectionOwner"]

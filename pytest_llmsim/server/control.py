@@ -34,18 +34,18 @@ from werkzeug.wrappers import Request, Response
 
 from ..content.replies import Rule, reply_from_json
 from ..sim import SimError
-from ..sim.codecs import CONTROL_PREFIX, config_to_json, plain, record_to_json, snapshot_to_json
 from ..sim.config import ConfigError, is_profile_path, profile_names
+from ..sim.control_json import CONTROL_PREFIX, config_to_json, plain, record_to_json, snapshot_to_json
 from ..sim.faults import FaultError, fault_kinds
 from ..sim.request_log import RequestRecord
+from .backend_operations import BackendOperations, ServedBackend
 from .fleet import fleet_metrics
 from .request_body import read_json_body
-from .verbs import BackendVerbs, ServedBackend
 
 
 class ControlledServer(ServedBackend, Protocol):
     """What the control API needs of the server it answers for (the server imports this module, not
-    the other way round): the verbs' server, and its address."""
+    the other way round): the operations' server, and its address."""
 
     host: str
     port: int
@@ -90,7 +90,7 @@ class ControlAPI:
 
     def __init__(self, server: ControlledServer) -> None:
         self._server = server
-        self._verbs = BackendVerbs(server)
+        self._operations = BackendOperations(server)
         self.token: str | None = None
         self.allowed_hosts: frozenset[str] = frozenset()  # host names accepted besides loopback and the listen one
         # The first replica of a fleet (llmsim serve --replicas): its own address and the others' (GET fleet)
@@ -176,13 +176,13 @@ class ControlAPI:
     def _body(self, request: Request) -> dict[str, Any]:
         # its own limit: a test may set max_body_bytes small and still reset the backend
         body, _ = read_json_body(request.environ, MAX_CONTROL_BODY, "the control API's limit",
-                                 self._verbs.config.keepalive_timeout, empty={})
+                                 self._operations.config.keepalive_timeout, empty={})
         if not isinstance(body, dict):
             raise ValueError("the control API takes a JSON object")
         return body
 
     def _profiles(self) -> tuple[str | None, ...]:
-        return self._verbs.config.profile, self._verbs.base.profile
+        return self._operations.config.profile, self._operations.base.profile
 
     def _tls(self, request: Request) -> Response:
         ca_file = self._server.ca_file
@@ -190,40 +190,40 @@ class ControlAPI:
             return _json({"ca_file": ca_file, "ca_pem": pem.read()})
 
     def _get_config(self, request: Request) -> Response:
-        return _json(config_to_json(self._verbs.config))
+        return _json(config_to_json(self._operations.config))
 
     def _patch_config(self, request: Request) -> Response:
         settings = _without_profile_paths(self._body(request), self._profiles())
-        return _json(config_to_json(self._verbs.configure(**settings)))
+        return _json(config_to_json(self._operations.configure(**settings)))
 
     def _reset(self, request: Request) -> Response:
         settings = self._body(request).get("settings")
         if settings is not None and not isinstance(settings, dict):
             raise ValueError("'settings' must be an object of settings")
         settings = _without_profile_paths(settings or {}, self._profiles())
-        self._verbs.reset(None if not settings else self._verbs.base.replace(**settings))
-        return _json(config_to_json(self._verbs.config))
+        self._operations.reset(None if not settings else self._operations.base.replace(**settings))
+        return _json(config_to_json(self._operations.config))
 
     def _history(self, request: Request) -> Response:
         """The last five minutes of load, one sample a second (the live page's charts, kept server-side)."""
-        history = self._verbs.simulator.history
+        history = self._operations.simulator.history
         return _json({"seconds": history.seconds, "samples": history.recent()})
 
     def _get_faults(self, request: Request) -> Response:
         """Every fault added since the last clear, in the order tried, with ``hits`` and ``spent`` (a ``times``
         fault whose times are used: listed, no longer tried)."""
         return _json([{**dataclasses.asdict(state.fault), "hits": state.hits, "spent": state.spent}
-                      for state in self._verbs.fault_states])
+                      for state in self._operations.fault_states])
 
     def _add_fault(self, request: Request) -> Response:
         body = self._body(request)
         kind = body.pop("kind", None)
         if not isinstance(kind, str):
             raise ValueError("a fault needs its 'kind'")
-        return _json(dataclasses.asdict(self._verbs.add_fault(kind, **body)), 201)
+        return _json(dataclasses.asdict(self._operations.add_fault(kind, **body)), 201)
 
     def _clear_faults(self, request: Request) -> Response:
-        self._verbs.clear_faults()
+        self._operations.clear_faults()
         return _json([])
 
     def _replies(self, request: Request) -> Response:
@@ -232,33 +232,33 @@ class ControlAPI:
         if not isinstance(replies, list):
             raise ValueError("'replies' must be a list of replies (strings, or {'text'|'json'|'tool_calls'|"
                              "'error': ...} objects)")
-        self._verbs.reply_with([reply_from_json(reply) for reply in replies])
+        self._operations.reply_with([reply_from_json(reply) for reply in replies])
         return _json({"queued": len(replies)})
 
     def _get_rules(self, request: Request) -> Response:
-        return _json([rule.to_json() for rule in self._verbs.rules])
+        return _json([rule.to_json() for rule in self._operations.rules])
 
     def _add_rule(self, request: Request) -> Response:
-        return _json(self._verbs.add_rule(Rule.from_json(self._body(request))).to_json(), 201)
+        return _json(self._operations.add_rule(Rule.from_json(self._body(request))).to_json(), 201)
 
     def _metrics(self, request: Request) -> Response:
-        return _json(snapshot_to_json(self._verbs.snapshot()))
+        return _json(snapshot_to_json(self._operations.snapshot()))
 
     def _fleet(self, request: Request) -> Response:
         if self.fleet is None:
             return _error(404, "This backend is not the first replica of a fleet (llmsim serve --replicas N): ask "
                                "that one, at the address it printed first.", "not_a_fleet")
         own_url, others = self.fleet
-        return _json(fleet_metrics(snapshot_to_json(self._verbs.snapshot()), own_url, others, self.token))
+        return _json(fleet_metrics(snapshot_to_json(self._operations.snapshot()), own_url, others, self.token))
 
     def _histograms(self, request: Request) -> Response:
-        return _json(plain(self._verbs.histograms()))
+        return _json(plain(self._operations.histograms()))
 
     def _fault_kinds(self, request: Request) -> Response:
         return _json(fault_kinds())
 
     def _requests(self, request: Request) -> Response:
-        records = _filtered(self._verbs.requests(), request.args)
+        records = _filtered(self._operations.requests(), request.args)
         limit = min(_count_arg(request.args, "limit", MAX_PAGE), MAX_PAGE)
         if "tail" in request.args:  # the newest N, oldest first (a live view's poll)
             offset = max(len(records) - min(_count_arg(request.args, "tail", MAX_PAGE), MAX_PAGE), 0)
@@ -268,17 +268,18 @@ class ControlAPI:
         return _json({"total": len(records), "offset": offset, "records": [record_to_json(r) for r in page]})
 
     def _wait_idle(self, request: Request) -> Response:
-        return _json({"idle": self._verbs.wait_idle(float(self._body(request).get("timeout", 5.0)))})
+        return _json({"idle": self._operations.wait_idle(float(self._body(request).get("timeout", 5.0)))})
 
     def _trace(self, request: Request) -> Response:
         """The trace as Chrome trace-event JSON (``?format=svg``: the SVG timeline)."""
-        label = self._verbs.label(self._server.port)
+        label = self._operations.label(self._server.port)
         if request.args.get("format") == "svg":
-            return Response(self._verbs.trace_svg(label, request.args.get("title", "")), content_type="image/svg+xml")
-        return _json(self._verbs.trace(label))
+            svg = self._operations.trace_svg(label, request.args.get("title", ""))
+            return Response(svg, content_type="image/svg+xml")
+        return _json(self._operations.trace(label))
 
     def _errors(self, request: Request) -> Response:
-        return _json([f"{type(error).__name__}: {error}" for error in self._verbs.errors()])
+        return _json([f"{type(error).__name__}: {error}" for error in self._operations.errors()])
 
 
 def _count_arg(args: MultiDict[str, str], name: str, default: int) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from ..api.validation import MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate
-from ..sim import SimError, wire_json
+from ..sim import SimError, fast_json
 from .compression import UnsupportedCoding, decode_body
 from .environ import BODY_DEADLINE
 
@@ -130,7 +130,7 @@ def read_json_body(environ: dict[str, Any], limit: int, limit_name: str, timeout
     if not data and empty is not ...:
         return empty, data
     try:
-        body = wire_json.loads(data)
+        body = fast_json.loads(data)
     except (ValueError, RecursionError):
         raise SimError(400, "We could not parse the JSON body of your request. The API expects "
                             "a JSON payload, but what was sent was not valid JSON.", code="invalid_json") from None

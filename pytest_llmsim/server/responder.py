@@ -18,13 +18,13 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from ..api.base import StreamRenderer, WireAPI
-from ..sim import SimError, wire_json
+from ..sim import SimError, fast_json
 from ..sim.engine import SeqState, SimSequence
 from ..sim.fault_effects import Drop, Empty, ErrorEvent, Fail, Malformed, Stall
 from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Generation, Outcome, Simulator
-from ..sim.ticket import FINISH, ClientGone, Ticket
+from ..sim.token_feed import FINISH, ClientGone, TokenFeed
 from .background import BackgroundJob, BackgroundJobs
 from .compression import STREAMING_KEY
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
@@ -83,7 +83,7 @@ def _status_line(status: int) -> tuple[str, int]:
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return CompleteResponse(wire_json.dumps(body), status, headers)
+    return CompleteResponse(fast_json.dumps(body), status, headers)
 
 
 def complete_response(data: bytes, content_type: str, status: int = 200) -> Response:
@@ -106,16 +106,26 @@ class _DirectWriter:
     hang-up (it looks itself only every ``QUIET_CHECK_INTERVAL``).
     """
 
-    __slots__ = ("_events", "_lag", "_pieces", "_sock", "_ticket", "enabled", "lock", "opened", "pending",
-                 "written")
+    __slots__ = (
+        "_events",
+        "_feed",
+        "_lag",
+        "_pieces",
+        "_sock",
+        "enabled",
+        "lock",
+        "opened",
+        "pending",
+        "written",
+    )
 
     def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str],
-                 lag: Callable[[float], None], ticket: Ticket) -> None:
+                 lag: Callable[[float], None], feed: TokenFeed) -> None:
         self._sock = nonblocking_socket(sock)  # sends here must never wait
         self._events = events
         self._pieces = pieces
         self._lag = lag  # told the virtual time of each token it wrote, to measure lateness
-        self._ticket = ticket  # counts the sends that went out (its reader then looks for hang-ups less often)
+        self._feed = feed  # counts the sends that went out (its reader then looks for hang-ups less often)
         self.lock = threading.Lock()
         self.enabled = False  # set once the response headers are out
         self.opened = False  # the role event has been written
@@ -156,7 +166,7 @@ class _DirectWriter:
             if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
                 return False
-            self._ticket.direct_writes += 1  # only a send proves the client there (empty events do not)
+            self._feed.direct_writes += 1  # only a send proves the client there (empty events do not)
             self._lag(due)
             return True
         finally:
@@ -221,7 +231,7 @@ class GenerationResponder:
         try:
             if isinstance(before, Stall) and self.simulator.stall(before.seconds, gone):
                 raise ClientGone
-            generation.ticket.wait(gone)
+            generation.feed.wait(gone)
         except ClientGone:  # the client gave up (e.g. its timeout): free the slot, count it
             self._abandon(record, generation, Outcome.CLIENT_GONE, 0)
             drop_connection(request)  # 499 is the log's word for it: nothing is written to a client that has gone
@@ -255,7 +265,7 @@ class GenerationResponder:
     def _abandon(self, record: RequestRecord, generation: Generation, outcome: Outcome, delivered: int) -> None:
         """End a generation early (client gone, or a fault cut it): free its slots, then account it."""
         self.simulator.cancel(generation)
-        generation.ticket.wait()
+        generation.feed.wait()
         self.simulator.finish(record, generation, outcome, delivered)
 
     # --- streamed ---
@@ -284,7 +294,7 @@ class GenerationResponder:
                 last, reset = yield from self._stream_direct(request, generation, events, direct)
                 out.append(last)
             else:
-                for batch in generation.ticket.batches(gone):
+                for batch in generation.feed.batches(gone):
                     due: list[bytes] = []
                     for kind, seq, emitted, _ in batch:
                         index = seq.index
@@ -348,7 +358,7 @@ class GenerationResponder:
                 or not can_send_now()):  # it must never block: no such flag, no fast path
             return None
         return _DirectWriter(sock, events, generation.outputs[0].pieces,
-                             functools.partial(self.simulator.note_lag, generation), generation.ticket)
+                             functools.partial(self.simulator.note_lag, generation), generation.feed)
 
     def _stream_direct(self, request: Request, generation: Generation, events: StreamRenderer,
                        direct: _DirectWriter) -> Generator[bytes, None, tuple[bytes, bool]]:
@@ -360,9 +370,9 @@ class GenerationResponder:
         interleave. Returns the finish event, for the caller to send with
         ``[DONE]``, and whether the backend was reset under the stream.
         """
-        generation.ticket.direct = direct
+        generation.feed.direct = direct
         direct.enabled = True
-        for batch in generation.ticket.batches(lambda: client_gone(request)):
+        for batch in generation.feed.batches(lambda: client_gone(request)):
             with direct.lock:
                 out = [direct.pending]
                 direct.pending = b""

@@ -15,8 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from .fast_json import dumps
 from .request import ChatMessage, SimError
-from .wire_json import dumps
 
 __all__ = ["ConversationStore", "StoredExchange", "continued_not_found"]
 

@@ -42,7 +42,7 @@ class EngineListener(Protocol):
     """Receives what the engine does, in virtual-time order.
 
     A listener with ``wants_tokens = False`` is a hint that only finishes matter: the step-cost engine
-    then does not call :meth:`on_token` after first tokens, and lets decoders ride (:mod:`.riders`): a running
+    then does not call :meth:`on_token` after first tokens, and makes decoders lazy (:mod:`.lazy_decoders`): a running
     sequence's ``emitted`` and ``last_token_at`` are current only when it is told of it (its finish), not
     between events.
     """

@@ -16,7 +16,7 @@ from .fault_effects import EFFECTS
 from .request import GenerationRequest, RateLimitStatus
 from .request_log import RequestRecord
 from .sequence import SeqState, SimSequence
-from .ticket import Ticket
+from .token_feed import TokenFeed
 from .tokens import PlannedOutput
 
 __all__ = ["CLIENT_CLOSED_REQUEST", "Generation", "LogprobTable", "Outcome", "TokenLogprob", "ending"]
@@ -70,13 +70,13 @@ def ending(record: RequestRecord, outcome: Outcome) -> str:
 
 @dataclass(slots=True)
 class Generation:
-    """A request inside the engine: its outputs, sequences and ticket."""
+    """A request inside the engine: its outputs, sequences and feed."""
 
     request: GenerationRequest
     prompt_lengths: list[int]
     outputs: list[PlannedOutput]
     sequences: list[SimSequence]
-    ticket: Ticket
+    feed: TokenFeed
     echo_prefixes: list[str]
     epoch: int
     rate_limit: RateLimitStatus | None

@@ -19,7 +19,7 @@ from typing import Any
 
 from werkzeug.datastructures import Headers
 
-from . import wire_json
+from . import fast_json
 
 __all__ = ["TRUNCATED_MARKER", "RequestLog", "RequestRecord"]
 
@@ -142,7 +142,7 @@ class _ParsedWhenRead:
             return self
         value = self.slot.__get__(record, owner)
         if type(value) is bytes:
-            value = wire_json.loads(value)  # what it was parsed to on arrival: the same reader
+            value = fast_json.loads(value)  # what it was parsed to on arrival: the same reader
             self.slot.__set__(record, value)
         return value
 

@@ -5,7 +5,7 @@ Simulated time runs ``speed`` times faster than wall time from an anchor (``virt
 
 Threads. One engine thread sleeps until the wall time of the next engine event and runs everything then due. A
 handler thread that submits work runs the events already due itself (so an instantaneous backend never hands a
-request across threads). Events reach handlers through a :class:`Ticket` per HTTP request; a handler that falls
+request across threads). Events reach handlers through a :class:`TokenFeed` per HTTP request; a handler that falls
 behind finds several tokens waiting and writes them together, so lateness never accumulates: token times are
 fixed by the engine's schedule, not by the handler's pace.
 """
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from .config import ConfigError, SimConfig
 from .engine import Engine, SeqState, SimSequence
 from .step_engine import StepEngine
-from .ticket import FINISH, Ticket, TicketListener
+from .token_feed import FINISH, TokenFeed, TokenFeedListener
 
 __all__ = ["Runtime"]
 
@@ -52,10 +52,10 @@ class Runtime:
         self._room = threading.Condition(self._lock)
         self._room_waiters = 0
         self._stopping = False
-        self._listener = TicketListener()
+        self._listener = TokenFeedListener()
         self._on_counts = on_counts  # every engine tells it when its batch or queue changes
         self.errors: list[Exception] = []  # what the engine raised (a defect), for check()
-        self._live: set[Ticket] = set()
+        self._live: set[TokenFeed] = set()
         self.config = config
         self.engine = self._new_engine(config)
         self._anchor_virtual = 0.0
@@ -147,8 +147,8 @@ class Runtime:
         return count <= free + max(0, config.max_waiting - engine.waiting_count)
 
     def submit(self, sequences: Sequence[SimSequence], arrived_at: float | None = None,
-               wants_tokens: bool = True, delay: float = 0.0) -> Ticket:
-        """Start the sequences of one request; ``ticket.accepted`` is False if the queue was full.
+               wants_tokens: bool = True, delay: float = 0.0) -> TokenFeed:
+        """Start the sequences of one request; ``feed.accepted`` is False if the queue was full.
 
         ``arrived_at`` is the ``time.monotonic()`` at which the request reached
         the server (the kernel's receive time of its first bytes, or when its
@@ -158,47 +158,47 @@ class Runtime:
         ``delay``: simulated seconds before the sequences reach the engine
         (a model still loading).
         """
-        ticket = Ticket(sequences, wants_tokens)
+        feed = TokenFeed(sequences, wants_tokens)
         with self._lock:
             if self._stopping:  # a request racing the shutdown: answer busy, never hang
-                ticket.accepted = False
-                ticket.open_count = 0
-                return ticket
+                feed.accepted = False
+                feed.open_count = 0
+                return feed
             engine = self.engine
             now = self.virtual_now()
             # A backlog left over (a slice budget) makes the arrival a scheduled event instead.
             engine.advance(now, SLICE_EVENTS)
             at = self._virtual_at(arrived_at, now) + delay
             for seq in sequences:
-                seq.owner = ticket
+                seq.owner = feed
                 if not engine.submit(seq, at):
-                    ticket.accepted = False
-            if not ticket.accepted:
+                    feed.accepted = False
+            if not feed.accepted:
                 for seq in sequences:
                     engine.cancel(seq)
-            self._live.add(ticket)
+            self._live.add(feed)
             self._run_due()
             self._wake_if_needed()
-        return ticket
+        return feed
 
-    def cancel(self, ticket: Ticket) -> None:
+    def cancel(self, feed: TokenFeed) -> None:
         """The client went away: its sequences leave the engine now and free their slots."""
         with self._lock:
-            for seq in ticket.sequences:
+            for seq in feed.sequences:
                 if seq.state in IN_ENGINE:
                     self.engine.cancel(seq)
             self._run_due()
             self._wake_if_needed()
 
-    def release(self, ticket: Ticket) -> None:
-        """Forget a ticket whose handler is done with it."""
-        # Under the lock even when the engine is done with the ticket (set.discard alone would be atomic):
+    def release(self, feed: TokenFeed) -> None:
+        """Forget a feed whose handler is done with it."""
+        # Under the lock even when the engine is done with the feed (set.discard alone would be atomic):
         # while the engine thread writes a slice of stream tokens, finishing handlers then wait here, off
         # the GIL, instead of taking it from the engine at each of its sends. Lock-free, 256 closed-loop
         # streams' gap p99 went from 1.7x to 3.2x the ITL (benchmarks/closed_loop_streams.py, threads).
         with self._lock:
-            self._live.discard(ticket)
-            for seq in ticket.sequences:  # unlink, so both go at once, not at the next GC
+            self._live.discard(feed)
+            for seq in feed.sequences:  # unlink, so both go at once, not at the next GC
                 seq.owner = None
 
     def _wake_if_needed(self) -> None:
@@ -228,11 +228,11 @@ class Runtime:
             traceback.clear_frames(error.__traceback__)
             self.errors.append(error)
         old = self.engine
-        for ticket in list(self._live):
-            for seq in ticket.sequences:
+        for feed in list(self._live):
+            for seq in feed.sequences:
                 if seq.state in IN_ENGINE:
                     seq.state = SeqState.CANCELLED
-                    ticket.post(FINISH, seq, seq.emitted, old.now)
+                    feed.post(FINISH, seq, seq.emitted, old.now)
         self._live.clear()
         self.engine = self._new_engine(self.config)
         self.engine.now, self.engine.cache = old.now, old.cache
@@ -261,11 +261,11 @@ class Runtime:
         their handlers end instead of hanging.
         """
         with self._lock:
-            for ticket in list(self._live):
-                for seq in ticket.sequences:
+            for feed in list(self._live):
+                for seq in feed.sequences:
                     if seq.state in IN_ENGINE:
                         seq.state = SeqState.CANCELLED
-                        ticket.post(FINISH, seq, seq.emitted, self.engine.now)
+                        feed.post(FINISH, seq, seq.emitted, self.engine.now)
             self._live.clear()
             self.config = config
             self.engine = self._new_engine(config)

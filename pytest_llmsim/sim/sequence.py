@@ -1,6 +1,6 @@
 """A sequence's life in the engine: its state, its inter-token gaps, and its simulated timings.
 
-Kept apart from the engine so the KV-block accounting and the trace can name a
+BoundedCache apart from the engine so the KV-block accounting and the trace can name a
 sequence without importing the engine (they did, in a circle).
 """
 
@@ -137,7 +137,7 @@ class SimSequence:
 
     ``output_length`` tokens are emitted unless the sequence is cancelled.
     ``latency_scale`` stretches this sequence's own steps (a slow fault).
-    ``owner`` and ``index`` are the caller's (the runtime keeps its ticket in
+    ``owner`` and ``index`` are the caller's (the runtime keeps its feed in
     ``owner``; the server keeps the choice index in ``index``). ``adapter``
     names the LoRA adapter it runs with (None: the base model).
     """
@@ -159,7 +159,7 @@ class SimSequence:
     last_step: int = -1
     run_from: int = -1
     step_serial: int = -1  # serial of its pending step event; older ones are stale
-    due_step: int = -1  # step-cost mode, riding a decode run: the step it must be visited at (see .riders)
+    due_step: int = -1  # step-cost mode, lazy in a decode run: the step it must be visited at (see .lazy_decoders)
     admission: int = 0  # order of its latest admission
     state: SeqState = SeqState.PENDING
     arrival: float = math.nan

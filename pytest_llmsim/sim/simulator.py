@@ -31,7 +31,7 @@ from .request_limits import charged_tokens, check_capacity, check_embedding, che
 from .request_log import RequestLog, RequestRecord
 from .runtime import Runtime
 from .secrets import accepted_key
-from .ticket import hold
+from .token_feed import hold
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
@@ -88,7 +88,7 @@ class Simulator:
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait (wall seconds) until no request is in flight; True if it got there.
 
-        One verb for every handle: ``LLMBackend.wait_idle``, the control API's
+        One operation for every handle: ``LLMBackend.wait_idle``, the control API's
         ``POST /llmsim/v1/wait-idle`` (and so ``RemoteBackend.wait_idle``).
         """
         deadline = time.monotonic() + max(0.0, timeout)
@@ -229,7 +229,7 @@ class Simulator:
         return self.faults.select(number, headers, request.model, prompt_text, route)
 
     def stall(self, seconds: float, client_gone: Callable[[], bool] | None = None) -> bool:
-        """Hold the calling handler for ``seconds`` of wall time (:func:`.ticket.hold`); ends early on reset
+        """Hold the calling handler for ``seconds`` of wall time (:func:`.feed.hold`); ends early on reset
         or stop, and returns True, early, when ``client_gone`` says the client hung up."""
         return hold(seconds, self._wake_stalls, client_gone)
 
@@ -290,10 +290,10 @@ class Simulator:
         if request.keep_alive is not None:
             load_time = self.residency.acquire(request.model, self.runtime.virtual_now(), config.ollama_load_seconds,
                                                request.keep_alive)
-        ticket = self.runtime.submit(sequences, arrived_at, wants_tokens=request.stream, delay=load_time)
-        if not ticket.accepted:
-            ticket.wait()
-            self.runtime.release(ticket)
+        feed = self.runtime.submit(sequences, arrived_at, wants_tokens=request.stream, delay=load_time)
+        if not feed.accepted:
+            feed.wait()
+            self.runtime.release(feed)
             self._release_model(request)
             raise queue_full(config, len(sequences))
         marked = None
@@ -301,7 +301,7 @@ class Simulator:
             marked_messages = request.messages[:request.cache_breakpoint]
             marked = min(len(prompts[0]), self.tokenizer.chat_prefix_length(marked_messages))
         logprobs = self._content.logprobs(tokenizer, config.seed) if request.logprobs is not None else None
-        return Generation(request, [len(ids) for ids in prompts], outputs, sequences, ticket,
+        return Generation(request, [len(ids) for ids in prompts], outputs, sequences, feed,
                           echo_prefixes, self._epoch, rate_limit, marked, logprobs, config.embedding_size,
                           config.seed, self._content.embed if request.kind == "embedding" else None,
                           load_time=load_time)
@@ -389,7 +389,7 @@ class Simulator:
             generation.emit_lags.append(max(0.0, late))
 
     def cancel(self, generation: Generation) -> None:
-        self.runtime.cancel(generation.ticket)
+        self.runtime.cancel(generation.feed)
 
     def finish(self, record: RequestRecord, generation: Generation | None = None,
                outcome: Outcome = Outcome.COMPLETE, delivered: int | None = None) -> None:
@@ -407,7 +407,7 @@ class Simulator:
         self._accounting.add(id(record))  # set.add/discard are atomic: no lock on the hot path
         try:
             if generation is not None:
-                self.runtime.release(generation.ticket)
+                self.runtime.release(generation.feed)
                 if generation.epoch != self._epoch:
                     return  # started before a reset: belongs to an earlier test
                 self._release_model(generation.request)

@@ -59,8 +59,8 @@ step is composed from the decoders and the prefills, kept apart as
 sequences change phase, not by walking the batch. A sweep's prediction
 takes about half the time for both (``docs/simulation.md``). For a
 listener that wants no tokens (``wants_tokens = False``, the calibration's;
-read once, at construction) decoders ride (:mod:`.riders`: visited only when
-due), and a step in which only riders decode, none is due and nothing else
+read once, at construction) decoders are lazy (:mod:`.lazy_decoders`: visited only when
+due), and a step in which only lazy decoders decode, none is due and nothing else
 happens first ends without an event of its own.
 """
 
@@ -74,7 +74,7 @@ from operator import attrgetter
 from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
 from .front_end import FrontEndTurns
-from .riders import Riders
+from .lazy_decoders import LazyDecoders
 
 __all__ = ["StepEngine"]
 
@@ -112,10 +112,10 @@ class StepEngine(Engine):
         self._step_gaps = array("d")
         self._first_step = 0
         self._last_end = 0.0
-        # Riders (see .riders) and the other decoders, visited every step (slow sequences, those a token
+        # LazyDecoders (see .lazy_decoders) and the other decoders, visited every step (slow sequences, those a token
         # budget left out of a step): the context the latter attend is _decoder_context.
         self._lazy = not getattr(self.listener, "wants_tokens", True)
-        self._riders = Riders(self.kv)
+        self._lazy_decoders = LazyDecoders(self.kv)
         self._eager: dict[SimSequence, None] = {}
         self._horizon = math.inf  # the time the running advance() stops at: no quiet step ends after it
         # The listener was told of a finish or a first token in this event: it may answer (a closed-loop client
@@ -128,8 +128,8 @@ class StepEngine(Engine):
         return super().advance(to, max_events)
 
     def reconfigure(self, config: SimConfig) -> None:
-        for seq in self._riders.members():
-            self._settle(seq)  # when a rider is due depends on the KV cache's capacity
+        for seq in self._lazy_decoders.members():
+            self._settle(seq)  # when a lazy decoder is due depends on the KV cache's capacity
         super().reconfigure(config)
 
     # --- arrivals: after the API server's own time ---
@@ -189,42 +189,42 @@ class StepEngine(Engine):
         else:
             self._prefills.pop(seq, None)
 
-    # --- riders ---
+    # --- lazy decoders ---
 
     def _ride(self, seq: SimSequence) -> None:
-        """The eager decoder ``seq``, current to the latest step, rides from the next step on."""
+        """The eager decoder ``seq``, current to the latest step, is lazy from the next step on."""
         del self._eager[seq]
         self._decoder_context -= len(seq.prompt_tokens) + seq.emitted
-        self._riders.join(seq)
+        self._lazy_decoders.join(seq)
 
     def _ride_quiet_steps(self, end: float) -> float:
-        """End the step in flight (ending at ``end``), and those after it, while only riders decode, none is
+        """End the step in flight (ending at ``end``), and those after it, while only lazy decoders decode, none is
         due and nothing else happens first (no event, the end of the ``advance`` asked for): without an event
         and a walk each. Each is costed and jittered as a step of its own; the last one, not quiet, is left in
         flight: returns its end."""
         events = self._events
         limit = min(events[0][0] if events else math.inf, self._horizon)
-        riders = self._riders
-        due = riders.next_due()
+        lazy_decoders = self._lazy_decoders
+        due = lazy_decoders.next_due()
         gaps = self._step_gaps
-        count = len(riders)
-        while end < limit and riders.through + 1 < due:
+        count = len(lazy_decoders)
+        while end < limit and lazy_decoders.through + 1 < due:
             gaps.append(end - self._last_end)
-            self._last_end = riders.through_end = self.now = end
-            riders.through += 1
-            kv_tokens = self._decoder_context + riders.context()
+            self._last_end = lazy_decoders.through_end = self.now = end
+            lazy_decoders.through += 1
+            kv_tokens = self._decoder_context + lazy_decoders.context()
             end = self._put_in_flight(end, kv_tokens, self._step_cost(count, kv_tokens, 0, False))
         return end
 
     def _settle(self, seq: SimSequence) -> None:
-        """If ``seq`` rides: advanced, and an eager decoder again (before anything reads or changes it)."""
-        if seq in self._riders:
-            self._riders.leave(seq)
+        """If ``seq`` is lazy: advanced, and an eager decoder again (before anything reads or changes it)."""
+        if seq in self._lazy_decoders:
+            self._lazy_decoders.leave(seq)
             self._eager[seq] = None
             self._decoder_context += len(seq.prompt_tokens) + seq.emitted
 
     def _ride_again(self, visited: list[SimSequence], step: int) -> None:
-        """Each visited decoder that emitted in ``step`` at the shared pace rides on."""
+        """Each visited decoder that emitted in ``step`` at the shared pace stays lazy."""
         eager = self._eager
         for seq in visited:
             if seq in eager and seq.last_step == step and seq.latency_scale == 1.0:
@@ -235,11 +235,11 @@ class StepEngine(Engine):
         budget = config.max_num_batched_tokens
         decoders = self._decoders
         if len(decoders) <= budget:  # every decode fits the token budget (the usual case)
-            decoding = list(self._eager) if self._lazy else list(decoders)  # riders are visited when due
-            kv_tokens = self._decoder_context + self._riders.context()
+            decoding = list(self._eager) if self._lazy else list(decoders)  # lazy decoders are visited when due
+            kv_tokens = self._decoder_context + self._lazy_decoders.context()
             decodes = len(decoders)
         else:  # the oldest admitted first
-            for seq in self._riders.members():
+            for seq in self._lazy_decoders.members():
                 self._settle(seq)  # every decoder visited while some are left out
             decoding = list(islice(decoders, budget))
             kv_tokens = sum(len(seq.prompt_tokens) + seq.emitted for seq in decoding)
@@ -333,8 +333,8 @@ class StepEngine(Engine):
         previous = step - 1
         decoding = self._decoding
         self._told = False
-        due = self._riders.due_at(step) if self._lazy else None
-        if due:  # riders due now are visited with the eager decoders
+        due = self._lazy_decoders.due_at(step) if self._lazy else None
+        if due:  # lazy decoders due now are visited with the eager decoders
             for seq in due:
                 self._settle(seq)
             decoding = decoding + due
@@ -371,7 +371,8 @@ class StepEngine(Engine):
                     on_token(seq, now)
                 if seq.emitted >= seq.output_length:
                     self._finish(seq, SeqState.FINISHED)
-            self._riders.through, self._riders.through_end = step, now  # the unvisited riders emitted in it
+            # the unvisited lazy decoders emitted in it
+            self._lazy_decoders.through, self._lazy_decoders.through_end = step, now
             for seq, chunk in self._prefilling:
                 if seq.state is not SeqState.RUNNING:
                     continue
@@ -423,14 +424,14 @@ class StepEngine(Engine):
 
     def _preempt(self, requester: SimSequence) -> bool:
         victim = next(reversed(self._running))
-        self._settle(victim)  # a rider not yet visited in this step: it has not emitted in it
+        self._settle(victim)  # a lazy decoder not yet visited in this step: it has not emitted in it
         self._flush_run(victim)  # its run ends here
         self._leave_batch(victim)
         return super()._preempt(requester)
 
     def _trim_timeline(self) -> None:
         """Drop the steps no pending run starts before."""
-        self._riders.advance_all()
+        self._lazy_decoders.advance_all()
         keep_from = min((seq.run_from for seq in self._running if seq.last_step > seq.run_from >= 0),
                         default=self._first_step + len(self._step_gaps) - 1)
         drop = keep_from + 1 - self._first_step

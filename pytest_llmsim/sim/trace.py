@@ -180,7 +180,7 @@ class TraceRecorder:
     def request(self, record: RequestRecord, sequences: list[SimSequence], at: float) -> None:
         """A request is over; ``sequences`` are its engine sequences (none if it never reached the engine).
 
-        Kept as one flat tuple of numbers and strings (a few microseconds per request): the request's
+        BoundedCache as one flat tuple of numbers and strings (a few microseconds per request): the request's
         fields, then each drawn sequence's ``_SEQUENCE_FIELDS``. The garbage collector stops tracking such
         a tuple the first time it looks at it; nested tuples, or an object inside (a ``SeqState``), kept
         every recorded request in view of later collections. :meth:`snapshot` builds the objects.

@@ -1,4 +1,4 @@
-"""The step engine's riders: for a listener that wants no tokens, decoders advanced only when visited must end
+"""The step engine's lazy decoders: for a listener that wants no tokens, decoders advanced only when visited must end
 exactly as decoders walked every step do (token counts, times, gaps, preemptions, finishes, step costs)."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], lis
         own = prompt(rng.randint(1, 40), 1000 * (i + 1))
         seq = SimSequence(shared[:rng.choice((0, 16, 32))] + own, rng.randint(1, 60), index=i)
         if rng.random() < 0.15:
-            seq.latency_scale = rng.choice((2.0, 3.0))  # a slow fault: never rides
+            seq.latency_scale = rng.choice((2.0, 3.0))  # a slow fault: never lazy
         sequences.append(seq)
         engine.submit(seq, at=round(rng.uniform(0.0, 0.3), 3))
     for _ in range(rng.randint(0, 2)):  # clients that leave mid-run
@@ -69,12 +69,12 @@ def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], lis
 
 
 @pytest.mark.parametrize("seed", range(120))
-def test_riders_end_as_decoders_walked_every_step(seed: int) -> None:
+def test_lazy_decoders_end_as_decoders_walked_every_step(seed: int) -> None:
     assert _scenario(seed, wants_tokens=False) == _scenario(seed, wants_tokens=True)
 
 
 def test_the_scenarios_preempt_cancel_and_leave_decodes_out() -> None:
-    """The comparison above covers what riders must get right: preemptions and runs left out of a step."""
+    """The comparison above covers what lazy decoders must get right: preemptions and runs left out of a step."""
     outcomes = [_scenario(seed, wants_tokens=False) for seed in range(120)]
     assert sum(preemptions for *_, preemptions in outcomes) > 20
     assert any(state == "CANCELLED" for outcome in outcomes for _, state, _ in outcome[1])

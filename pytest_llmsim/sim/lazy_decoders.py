@@ -1,13 +1,13 @@
-"""Riders: the step-cost engine's decoders advanced only when visited, for a listener that wants no tokens.
+"""Lazy decoders: the step-cost engine's decoders advanced only when visited, for a listener that wants no tokens.
 
 A decoder that emits on every step gains one token per step, at the step's end: nothing about it needs a
 decision until it emits its last token or, with a bounded KV cache, finds its blocks full before a token
-(it may have to preempt another). Such a decoder *rides*: its ``emitted``, ``last_step`` and
+(it may have to preempt another). Such a decoder is lazy: its ``emitted``, ``last_step`` and
 ``last_token_at`` stay as they were when it joined and are brought forward only when it is visited (it
-is due, it leaves the batch, or something reads it), and the engine walks only the riders due at a
-step. The context the riders attend is ``base + len(riders) * through``, ``base`` summing prompt +
-emitted - last_step, which advancing leaves as it is. The calibration, which runs thousands of
-simulated sweeps, wants no tokens; the HTTP runtime does, and never has riders.
+is due, it leaves the batch, or something reads it), and the engine walks only the lazy decoders due at a
+step. The context the lazy decoders attend is ``base + len(lazy_decoders) * through``, ``base`` summing
+prompt + emitted - last_step, which advancing leaves as it is. The calibration, which runs thousands of
+simulated sweeps, wants no tokens; the HTTP runtime does, and never has lazy decoders.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from heapq import heappop, heappush
 from .kv_blocks import KVBlocks
 from .sequence import SimSequence
 
-__all__ = ["Riders"]
+__all__ = ["LazyDecoders"]
 
 
-class Riders:
-    """The riding decoders, the steps they are due at, and the step they are current to once advanced."""
+class LazyDecoders:
+    """The lazy decoders, the steps they are due at, and the step they are current to once advanced."""
 
     def __init__(self, kv: KVBlocks) -> None:
         self.kv = kv
-        self.through = -1  # the latest step every rider has emitted in ...
+        self.through = -1  # the latest step every lazy decoder has emitted in ...
         self.through_end = 0.0  # ... and when it ended
         self._members: dict[SimSequence, None] = {}
         self._base = 0
@@ -43,11 +43,11 @@ class Riders:
         return list(self._members)
 
     def context(self) -> int:
-        """The tokens the riders attend at step ``through``: their prompts and what they emitted."""
+        """The tokens the lazy decoders attend at step ``through``: their prompts and what they emitted."""
         return self._base + len(self._members) * self.through
 
     def join(self, seq: SimSequence) -> None:
-        """``seq``, current to step ``through``, rides from the next step on."""
+        """``seq``, current to step ``through``, is lazy from the next step on."""
         self._members[seq] = None
         self._base += len(seq.prompt_tokens) + seq.emitted - seq.last_step
         # Due at its last token; with a bounded KV cache also before the token that finds its blocks full
@@ -63,20 +63,20 @@ class Riders:
             heappush(self._due_steps, due)
 
     def leave(self, seq: SimSequence) -> None:
-        """``seq`` rides no more: advanced to step ``through`` (the engine visits it every step from now)."""
+        """``seq`` is lazy no more: advanced to step ``through`` (the engine visits it every step from now)."""
         self.advance(seq)
         del self._members[seq]
         self._base -= len(seq.prompt_tokens) + seq.emitted - seq.last_step
         seq.due_step = -1
 
     def advance(self, seq: SimSequence) -> None:
-        """Bring the rider ``seq``'s own fields to step ``through`` (and its KV blocks, when unbounded)."""
+        """Bring the lazy decoder ``seq``'s own fields to step ``through`` (and its KV blocks, when unbounded)."""
         before, last = seq.emitted, seq.emitted + self.through - seq.last_step - 1  # emitted before each token
         seq.emitted = last + 1
         seq.last_step = self.through
         seq.last_token_at = self.through_end
         # The new blocks the walk would have taken: one before each token that found its blocks full (only
-        # unbounded: a bounded cache's rider is visited first). A first token, from the prefill, takes none.
+        # unbounded: a bounded cache's lazy decoder is visited first). A first token, from the prefill, takes none.
         block_size, boundary, grown = self.kv.block_size, seq.kv_boundary, 0
         at = max(before, boundary)
         while at <= last:
@@ -93,12 +93,12 @@ class Riders:
             self.advance(seq)
 
     def due_at(self, step: int) -> list[SimSequence]:
-        """The riders due at ``step`` (once each; those that left since are not)."""
+        """The lazy decoders due at ``step`` (once each; those that left since are not)."""
         due = self._due.pop(step, None)
         return [seq for seq in dict.fromkeys(due) if seq.due_step == step] if due else []
 
     def next_due(self) -> int:
-        """The first step a rider may be due at (a large number if none)."""
+        """The first step a lazy decoder may be due at (a large number if none)."""
         steps, due = self._due_steps, self._due
         while steps and steps[0] not in due:
             heappop(steps)

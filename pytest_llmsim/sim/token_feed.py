@@ -1,9 +1,9 @@
 """A request's view of its sequences while they run: the engine posts, the handler reads.
 
-The runtime's listener (:class:`TicketListener`) forwards each sequence's
-tokens and finish to the ticket that owns it, from whichever thread runs the
+The runtime's listener (:class:`TokenFeedListener`) forwards each sequence's
+tokens and finish to the feed that owns it, from whichever thread runs the
 engine; the HTTP handler reads them as batches, or has the engine write a
-stream's tokens itself (``Ticket.direct``). Kept apart from the runtime, which
+stream's tokens itself (``TokenFeed.direct``). BoundedCache apart from the runtime, which
 owns the engine, its clock and its thread.
 """
 
@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 from .sequence import SimSequence
 
-__all__ = ["CLIENT_CHECK_INTERVAL", "FINISH", "QUIET_CHECK_INTERVAL", "TOKEN", "ClientGone", "Ticket",
-           "TicketListener", "hold"]
+__all__ = ["CLIENT_CHECK_INTERVAL", "FINISH", "QUIET_CHECK_INTERVAL", "TOKEN", "ClientGone", "TokenFeed",
+           "TokenFeedListener", "hold"]
 
 # How often a handler waiting for tokens checks whether its client hung up.
 CLIENT_CHECK_INTERVAL = 0.05
-# How often instead while the engine writes its stream's tokens itself (``Ticket.direct``) and those writes go
+# How often instead while the engine writes its stream's tokens itself (``TokenFeed.direct``) and those writes go
 # out: a send to a client that is gone fails and wakes the handler, so each look is mostly a wasted wake-up (20
 # a second per stream at the interval above: a fifth of the loop core's busy time at 64 streams). 1 s, not 0.5:
 # a sub-second stream then never wakes its handler mid-way; at 1,024 closed-loop streams of 0.5 s that halved
@@ -32,11 +32,11 @@ TOKEN = "token"
 FINISH = "finish"
 
 
-class Ticket:
+class TokenFeed:
     """A handler's view of its sequences (one per choice) while they run.
 
     The engine posts to it; the handler reads. Posts are coalesced: the
-    ticket keeps only each sequence's latest state, so a handler that falls
+    feed keeps only each sequence's latest state, so a handler that falls
     behind (a client that does not read) finds one entry per choice waiting,
     never a backlog that grows with every token.
     """
@@ -148,17 +148,17 @@ class ClientGone(Exception):
     """The client closed its connection while its request was waiting for tokens."""
 
 
-class TicketListener:
-    """Engine listener that forwards events to the owning ticket."""
+class TokenFeedListener:
+    """Engine listener that forwards events to the owning feed."""
 
     def on_token(self, seq: SimSequence, now: float) -> None:
-        ticket = seq.owner
-        if ticket is None or not ticket.wants_tokens:  # released, or only the finish matters
+        feed = seq.owner
+        if feed is None or not feed.wants_tokens:  # released, or only the finish matters
             return
-        direct = ticket.direct
+        direct = feed.direct
         if direct is not None and direct(seq, seq.emitted, now):
             return
-        ticket.post(TOKEN, seq, seq.emitted, now)
+        feed.post(TOKEN, seq, seq.emitted, now)
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
         if seq.owner is not None:

@@ -1,7 +1,7 @@
 """A bounded store of what a request computed, for the next request that brings the same thing.
 
 An agent sends the same tools, schemas and system prompt with every request: what they cost to
-check, parse or write is kept by their JSON text (:func:`.wire_json.exact`) and reused. Reads take
+check, parse or write is kept by their JSON text (:func:`.fast_json.exact`) and reused. Reads take
 no lock (a dict read is atomic); an insert takes one, so another thread's eviction never changes the
 dict under it. The oldest entry goes first once ``most`` are kept.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import threading
 from typing import Generic, TypeVar
 
-__all__ = ["Kept"]
+__all__ = ["BoundedCache"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class Kept(Generic[K, V]):
+class BoundedCache(Generic[K, V]):
     """At most ``most`` values by key, the oldest dropped first."""
 
     __slots__ = ("_lock", "_values", "most")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmsim import LLMBackend
-from pytest_llmsim.sim import wire_json
+from pytest_llmsim.sim import fast_json
 
 BODY: dict[str, Any] = {"id": "chatcmpl-1", "created": 1796080493, "choices": [{"index": 0, "message": {
     "role": "assistant", "content": "héllo ✓ \"quoted\"\n\x00", "refusal": None}, "logprobs": [-0.25, 1e-05]}],
@@ -19,7 +19,7 @@ BODY: dict[str, Any] = {"id": "chatcmpl-1", "created": 1796080493, "choices": [{
 
 
 def test_compact_utf8_json_that_parses_back_to_the_value() -> None:
-    data = wire_json.dumps(BODY)
+    data = fast_json.dumps(BODY)
     assert json.loads(data) == BODY
     assert b": " not in data and b", " not in data.replace(b'", "', b"")  # compact
     assert "héllo ✓".encode() in data  # UTF-8, no \\u escapes for text
@@ -27,10 +27,10 @@ def test_compact_utf8_json_that_parses_back_to_the_value() -> None:
 
 def test_what_orjson_does_not_take_is_written_by_the_standard_library(monkeypatch: pytest.MonkeyPatch) -> None:
     echoed = {"seed": 2 ** 70, 7: "int key"}  # a 65-bit integer a client sent; a non-string key
-    assert json.loads(wire_json.dumps(echoed)) == {"seed": 2 ** 70, "7": "int key"}
-    monkeypatch.setattr(wire_json, "orjson", None)  # an interpreter without orjson's wheels
-    assert json.loads(wire_json.dumps(BODY)) == BODY
-    assert wire_json.dumps({"a": [1, "é"]}) == b'{"a":[1,"\xc3\xa9"]}'
+    assert json.loads(fast_json.dumps(echoed)) == {"seed": 2 ** 70, "7": "int key"}
+    monkeypatch.setattr(fast_json, "orjson", None)  # an interpreter without orjson's wheels
+    assert json.loads(fast_json.dumps(BODY)) == BODY
+    assert fast_json.dumps({"a": [1, "é"]}) == b'{"a":[1,"\xc3\xa9"]}'
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -61,22 +61,22 @@ BAD_BODIES = [b'{"a": 1,}', b"{'a': 1}", b'{"a": "\xff"}', b"", b"[" * 1100 + b"
 
 @pytest.mark.parametrize("data", ODD_BODIES)
 def test_a_body_reads_as_the_standard_library_reads_it(data: bytes) -> None:
-    got, want = wire_json.loads(data), json.loads(data)
+    got, want = fast_json.loads(data), json.loads(data)
     assert repr(got) == repr(want)  # repr: NaN compares unequal to itself, and 1 == 1.0 would hide a float
 
 
 @pytest.mark.parametrize("data", BAD_BODIES)
 def test_a_body_the_standard_library_refuses_is_refused_with_its_error(data: bytes) -> None:
     with pytest.raises((ValueError, RecursionError)) as ours:
-        wire_json.loads(data)
+        fast_json.loads(data)
     with pytest.raises((ValueError, RecursionError)) as theirs:
         json.loads(data)
     assert type(ours.value) is type(theirs.value)
 
 
 def test_a_body_reads_the_same_without_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire_json, "orjson", None)
-    assert wire_json.loads(b'{"seed": 123456789012345678901234567890, "x": [1.5]}') == {
+    monkeypatch.setattr(fast_json, "orjson", None)
+    assert fast_json.loads(b'{"seed": 123456789012345678901234567890, "x": [1.5]}') == {
         "seed": 123456789012345678901234567890, "x": [1.5]}
 
 
@@ -129,13 +129,13 @@ def test_a_canonical_text_parses_back_to_its_value_whatever_orjson_cannot_write(
 
     values = [{"b": 1, "a": [1.5, "é", True]}, {"minimum": math.inf}, {"minimum": None}, {"big": 2 ** 70},
               {"x": -0.0, "y": 1e-300}]
-    keys = [wire_json.canonical(value) for value in values]
+    keys = [fast_json.canonical(value) for value in values]
     assert keys[0] == b'{"a":[1.5,"\xc3\xa9",true],"b":1}'  # orjson's own text, sorted
     assert len(set(keys)) == len(keys)  # an infinity and a null never share a key
     for value, key in zip(values, keys):
-        assert json.loads(key) == value and wire_json.canonical(json.loads(key)) == key
-    assert math.isnan(json.loads(wire_json.canonical({"m": math.nan}))["m"])
-    assert wire_json.canonical({"b": 1, "a": 2}) == wire_json.canonical({"a": 2, "b": 1})
+        assert json.loads(key) == value and fast_json.canonical(json.loads(key)) == key
+    assert math.isnan(json.loads(fast_json.canonical({"m": math.nan}))["m"])
+    assert fast_json.canonical({"b": 1, "a": 2}) == fast_json.canonical({"a": 2, "b": 1})
 
 
 def test_an_exact_text_holds_a_null_only_where_the_value_does() -> None:
@@ -145,12 +145,12 @@ def test_an_exact_text_holds_a_null_only_where_the_value_does() -> None:
 
     optional = {"type": "object", "properties": {"q": {"anyOf": [{"type": "string"}, {"type": "null"}],
                                                        "default": None}}}
-    assert wire_json.exact(optional) == b'{"type":"object","properties":{"q":{"anyOf":[{"type":"string"},' \
+    assert fast_json.exact(optional) == b'{"type":"object","properties":{"q":{"anyOf":[{"type":"string"},' \
                                         b'{"type":"null"}],"default":null}}}'
-    assert wire_json.exact([optional, None]) is not None
+    assert fast_json.exact([optional, None]) is not None
     for inexact in ({"m": math.nan}, {"m": math.inf, "n": None}, [-math.inf], {"big": 2 ** 70}, {1: "x"}):
-        assert wire_json.exact(inexact) is None
-    assert wire_json.exact({"s": "null"}) == b'{"s":"null"}'  # a string that says null is no null
+        assert fast_json.exact(inexact) is None
+    assert fast_json.exact({"s": "null"}) == b'{"s":"null"}'  # a string that says null is no null
 
 
 def _depth(value: Any) -> int:

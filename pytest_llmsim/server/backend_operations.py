@@ -1,9 +1,9 @@
-"""The backend's verbs, written once: what a test can ask of a served backend.
+"""The backend's operations, written once: what a test can ask of a served backend.
 
 ``LLMBackend`` calls these in-process; the control API (``server/control.py``)
 decodes its JSON into the same calls and encodes their answers with
-``sim/codecs``, and ``RemoteBackend`` sends that JSON, so the three handles
-cannot drift apart. Each verb is one call into the simulator (or the server,
+``sim/control_json``, and ``RemoteBackend`` sends that JSON, so the three handles
+cannot drift apart. Each operation is one call into the simulator (or the server,
 for the errors it kept); nothing here knows HTTP.
 """
 
@@ -22,11 +22,11 @@ from ..sim.trace_svg import timeline_svg
 if TYPE_CHECKING:
     from ..sim.simulator import Simulator
 
-__all__ = ["BackendVerbs", "ServedBackend"]
+__all__ = ["BackendOperations", "ServedBackend"]
 
 
 class ServedBackend(Protocol):
-    """What the verbs need of the server that serves the backend."""
+    """What the operations need of the server that serves the backend."""
 
     simulator: Simulator
     handler_errors: list[Exception]
@@ -35,7 +35,7 @@ class ServedBackend(Protocol):
         """Back to the starting settings (or ``config``) with empty state, kept errors forgotten."""
 
 
-class BackendVerbs:
+class BackendOperations:
     """reset, wait_idle, configure, faults, rules, replies, the snapshot, the log, the trace, the errors."""
 
     def __init__(self, server: ServedBackend) -> None:
