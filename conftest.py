@@ -22,6 +22,7 @@ from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 from pytest_llmsim.cli import load_config_file, load_config_rules
 from pytest_llmsim.plugin import _arm, faults_from_markers, replies_from_markers, settings_from_markers
+from pytest_llmsim.sdk_environment import environment_set
 
 FIXTURES = ["llm_backend", "llm_backend_factory", "llmsim_config", "tmp_path", "monkeypatch"]
 
@@ -61,7 +62,12 @@ def run_python(example: Example) -> None:
         backend = namespace["llm_backend"]
         backend.reset(namespace["llmsim_config"].replace(**settings_from_markers(marked)))  # type: ignore[arg-type]
         _arm(backend, faults_from_markers(marked), replies_from_markers(marked))  # type: ignore[arg-type]
-        value(**{parameter: namespace[parameter] for parameter in inspect.signature(value).parameters})
+        parameters = inspect.signature(value).parameters
+        # llm_backend_env for this example only (the fixture keeps it for the session: every later test)
+        environment = backend.env() if "llm_backend_env" in parameters else {}
+        with environment_set(environment):
+            value(**{parameter: environment if parameter == "llm_backend_env" else namespace[parameter]
+                     for parameter in parameters})
 
 
 def load_toml(example: Example) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from .assertions import BackendAssertions
 from .content.model import MODEL_CONTENT
 from .content.replies import Reply, Rule, RuleBuilder
+from .sdk_environment import DEFAULT_KEY, sdk_environment
 from .server.app import SimulatorServer
 from .server.backend_operations import BackendOperations
 from .server.control import host_name
@@ -102,6 +103,12 @@ class LLMBackend(BackendAssertions):
     def url_for(self, path: str) -> str:
         """Absolute URL of ``path`` on this backend."""
         return self._server.url_for(path)
+
+    def env(self, api_key: str = DEFAULT_KEY) -> dict[str, str]:
+        """The official SDKs' environment variables pointed at this backend (``OPENAI_BASE_URL``,
+        ``ANTHROPIC_BASE_URL``, ...; see :mod:`pytest_llmsim.sdk_environment`), for code that builds its
+        own clients or a gateway started as a process."""
+        return sdk_environment(self.root_url, api_key)
 
     @property
     def own_url(self) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .assertions import BackendAssertions
 from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to_json
+from .sdk_environment import DEFAULT_KEY, sdk_environment
 from .server.loopback import DIRECT, is_loopback
 from .sim.config import ConfigError, SimConfig
 from .sim.control_json import CONTROL_PREFIX, fault_from_json, record_from_json, snapshot_from_json
@@ -99,6 +100,12 @@ class RemoteBackend(BackendAssertions):
     def url_for(self, path: str) -> str:
         """Absolute URL of ``path`` on this backend."""
         return self.root_url + "/" + path.lstrip("/")
+
+    def env(self, api_key: str = DEFAULT_KEY) -> dict[str, str]:
+        """The official SDKs' environment variables pointed at this backend (``OPENAI_BASE_URL``,
+        ``ANTHROPIC_BASE_URL``, ...; see :mod:`pytest_llmsim.sdk_environment`), for code that builds its
+        own clients or a gateway started as a process."""
+        return sdk_environment(self.root_url, api_key)
 
     @property
     def ca_file(self) -> str:

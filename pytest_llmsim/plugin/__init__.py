@@ -24,6 +24,7 @@ from ..backend import LLMBackend
 from ..gc_pacing import CollectionPacer, PauseWatch, freeze_startup
 from ..isolation import ProcessBackend, spawn_backend
 from ..pool import BackendPool
+from ..sdk_environment import environment_set
 from ..server.cores import missing_for_io
 from ..sim.config import SimConfig
 from .markers import MARKERS, faults_from_markers, replies_from_markers, settings_from_markers
@@ -270,6 +271,21 @@ def llm_backend_factory(llmsim_listen_address: tuple[str, int], llmsim_config: S
         _record_for_report(request, backend)
         warn_if_lagging(backend, _gc_pause_since(request.config, began))
         backend.stop()
+
+
+@pytest.fixture(scope="session")
+def llm_backend_env(llmsim_session_backend: AnyBackend) -> Iterator[dict[str, str]]:
+    """Every official SDK pointed at the session's backend through its own environment variables
+    (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ``OLLAMA_HOST``,
+    ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``, ``AZURE_OPENAI_ENDPOINT``, ``CO_API_URL`` and their keys; the
+    dict of ``llm_backend.env()``), so application code that builds its own clients runs unchanged.
+
+    Set from the first test that asks for it to the end of the session, then restored. A client made
+    before that keeps the address it read: cohere's clients read ``CO_API_URL`` when ``cohere`` is first
+    imported, and ollama's module functions (``ollama.chat``) use a client made at import.
+    """
+    with environment_set(llmsim_session_backend.env()) as variables:
+        yield dict(variables)
 
 
 @pytest.fixture(scope="session")
