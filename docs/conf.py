@@ -39,6 +39,9 @@ nitpick_ignore_regex = [
     ("py:class", r"pytest_llmsim\.(sim\.)?simulator\..*"),
     # internal: the request model and the error every API renders, the helpers' mixin
     ("py:class", r"(pytest_llmsim\.sim\.request\.)?(GenerationRequest|SimError|RateLimitStatus)"),
+    # the parts of a GenerationRequest's fields that stay internal (its constructor shows them)
+    ("py:class", r"pytest_llmsim\.sim\.(request\.(ReasoningAsk|ToolUse|OutputFormat)|tokens\.ChatMessage"
+                 r"|context_edits\.(ContextEdit|AppliedEdit))"),
     ("py:class", r"pytest_llmsim\.assertions\.BackendAssertions"),
     ("py:class", r"dict\[str"),  # a generic alias autodoc splits at its comma
     ("py:exc", r"(ValueError|TypeError|RuntimeError|OSError|AssertionError)"),

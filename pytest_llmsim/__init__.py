@@ -13,6 +13,7 @@ from .remote import RemoteBackend, RemoteError  # noqa: E402
 from .sim.config import ConfigError, SimConfig  # noqa: E402
 from .sim.faults import FAULT_KINDS, Fault, FaultError, FaultState  # noqa: E402
 from .sim.metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
+from .sim.request import GenerationRequest  # noqa: E402
 from .sim.request_log import RequestRecord  # noqa: E402
 from .sim.secrets import key_fingerprint  # noqa: E402
 
@@ -27,6 +28,7 @@ __all__ = [
     "Fault",
     "FaultError",
     "FaultState",
+    "GenerationRequest",
     "LLMBackend",
     "LLMSimLagWarning",
     "MetricsSnapshot",

@@ -176,6 +176,8 @@ class LLMBackend(BackendAssertions):
         ``embeddings``. ``backend.on(prompt=r"weather").reply(ToolCall("get_weather", {...}), times=1)``.
         Rules are tried in the order added, before queued replies; the
         request log names the rule that answered (``record.rule``).
+        ``.reply(fn)`` with one callable answers each matching request with what
+        ``fn(request)`` returns (any reply form; None for the backend's own answer).
         """
         return RuleBuilder(self._operations.add_rule, prompt=prompt, model=model, tool=tool, api=api)
 

@@ -159,7 +159,12 @@ class RemoteBackend(BackendAssertions):
         return RuleBuilder(self.add_rule, prompt=prompt, model=model, tool=tool, api=api)
 
     def add_rule(self, rule: Rule) -> Rule:
-        """Add a rule on the remote backend; returns it as the backend stored it (named)."""
+        """Add a rule on the remote backend; returns it as the backend stored it (named). A rule that answers
+        with a callable is refused (TypeError): the callable would have to run in the backend's process."""
+        if rule.answer is not None:
+            raise TypeError("a rule that answers with a callable runs it in the backend's own process, and this "
+                            "backend runs in another (RemoteBackend, --llmsim-isolation=process): give it fixed "
+                            "replies, matched by prompt, model, tool or api")
         return Rule.from_json(self._call("POST", "rules", rule.to_json()))
 
     def trace(self) -> dict[str, Any]:

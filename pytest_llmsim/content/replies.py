@@ -141,7 +141,8 @@ class Rule:
     is among the functions the request offers; ``api`` is the wire API
     (``chat``, ``completions``, ``responses``, ``messages``, ``embeddings``,
     or the full name such as ``openai.chat``). ``hits`` counts the requests
-    it answered.
+    it answered. Instead of ``replies``, ``answer`` may be a callable that is
+    given each matching request and returns its reply (``backend.on(...).reply(fn)``).
     """
 
     replies: tuple[Reply, ...]
@@ -152,9 +153,18 @@ class Rule:
     times: int | None = None
     name: str = ""
     hits: int = 0
+    # Instead of replies: called with each matching request (a GenerationRequest: model, messages, tools,
+    # the API it came through) in the handler's thread; returns a reply of any form, or None for the
+    # backend's own answer. In-process backends only: a function cannot cross the control API.
+    answer: Callable[[GenerationRequest], Any] | None = None
 
     def __post_init__(self) -> None:
-        if not self.replies:
+        if self.answer is not None:
+            if self.replies:
+                raise TypeError("a rule answers with fixed replies or with a callable, not both")
+            if not callable(self.answer):
+                raise TypeError(f"a rule's answer must be callable, not {self.answer!r}")
+        elif not self.replies:
             raise TypeError("a rule needs at least one reply")
         self.replies = tuple(normalize_reply(reply) for reply in self.replies)
         if self.times is not None and (isinstance(self.times, bool) or not isinstance(self.times, int)
@@ -185,15 +195,29 @@ class Rule:
         return self._pattern is None or self._pattern.search(request.prompt_text()) is not None
 
     def take(self) -> Reply:
-        """The reply for the next match (call holding the script's lock)."""
+        """The reply for the next match (call holding the script's lock; a rule with fixed replies)."""
         reply = self.replies[self.hits % len(self.replies)]
         self.hits += 1
         return reply
+
+    def answer_for(self, request: GenerationRequest) -> Reply | None:
+        """What this rule's callable answers ``request`` (call without the script's lock: the callable is the
+        test's code, and may be slow or ask the backend things); TypeError names a return that is no reply."""
+        assert self.answer is not None
+        result = self.answer(request)
+        if result is None:
+            return None
+        try:
+            return normalize_reply(result)
+        except TypeError as error:
+            raise TypeError(f"rule {self.name!r}: its callable returned no reply ({error})") from None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {key: getattr(self, key) for key in ("name", "prompt", "model", "tool", "api", "times")
                                 if getattr(self, key) not in (None, "")}
         data["replies"] = [reply_to_json(reply) for reply in self.replies]
+        if self.answer is not None:
+            data["callable"] = _callable_name(self.answer)
         data["hits"] = self.hits
         return data
 
@@ -204,11 +228,15 @@ class Rule:
         if not isinstance(data, Mapping):
             raise ValueError(f"a rule is an object, not {data!r}")
         known = {"name", "prompt", "model", "tool", "api", "times", "reply", "replies", "hits",
-                 "text", "json", "tool_call", "tool_calls", "error"}
+                 "text", "json", "tool_call", "tool_calls", "error", "callable"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown rule key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
         inline = {key: data[key] for key in ("text", "json", "tool_call", "tool_calls", "error") if key in data}
+        if data.get("callable") and not data.get("replies"):  # listed by a backend in another process
+            return cls((), prompt=data.get("prompt"), model=data.get("model"), tool=data.get("tool"),
+                       api=data.get("api"), times=data.get("times"), name=str(data.get("name") or ""),
+                       hits=int(data.get("hits") or 0), answer=_CallableElsewhere(str(data["callable"])))
         if "replies" in data:
             raw = data["replies"]
             if not isinstance(raw, list):
@@ -227,6 +255,24 @@ class Rule:
             raise ValueError(str(error)) from None
 
 
+def _callable_name(function: Callable[..., Any]) -> str:
+    """How a rule's callable is listed: its qualified name (a partial or an object: its repr)."""
+    try:
+        return str(function.__qualname__)
+    except AttributeError:
+        return repr(function)
+
+
+class _CallableElsewhere:
+    """A rule's callable as another process lists it: its name; calling it here is a mistake."""
+
+    def __init__(self, name: str) -> None:
+        self.__qualname__ = name
+
+    def __call__(self, request: GenerationRequest) -> Any:
+        raise TypeError(f"the callable {self.__qualname__!r} runs in the backend's own process, not this one")
+
+
 class RuleBuilder:
     """``backend.on(prompt=..., ...)``: say what to answer with :meth:`reply`."""
 
@@ -236,8 +282,12 @@ class RuleBuilder:
         self._matchers = (prompt, model, tool, api)
 
     def reply(self, *replies: Any, times: int | None = None, name: str = "") -> Rule:
-        """Answer matching requests with ``replies`` (in turn), for ever or ``times`` times."""
+        """Answer matching requests with ``replies`` (in turn), for ever or ``times`` times; or, given one
+        callable, with what it returns for each request (see :attr:`Rule.answer`)."""
         prompt, model, tool, api = self._matchers
+        if len(replies) == 1 and callable(replies[0]):
+            return self._add(Rule((), prompt=prompt, model=model, tool=tool, api=api, times=times, name=name,
+                                  answer=replies[0]))
         return self._add(Rule(tuple(replies), prompt=prompt, model=model, tool=tool, api=api, times=times,
                               name=name))
 
@@ -311,12 +361,17 @@ class Script:
         with self._lock:
             for rule, _ in self._rules:
                 if rule.matches(request):
-                    return rule.take(), rule.name
-            if not self._queue:
-                return None, None
-            reply, size = self._queue.popleft()
-            self.total_bytes -= size
-            return reply, None
+                    if rule.answer is None:
+                        return rule.take(), rule.name
+                    rule.hits += 1
+                    break
+            else:
+                if not self._queue:
+                    return None, None
+                reply, size = self._queue.popleft()
+                self.total_bytes -= size
+                return reply, None
+        return rule.answer_for(request), rule.name  # a callable's: run outside the lock
 
 
 def load_conversation(path: str | Path) -> list[Rule]:
