@@ -337,3 +337,31 @@ def test_every_documented_kind_has_one_effect_and_every_effect_is_documented() -
     table = text.split("## What", 1)[1].split("\n\n", 2)[1]
     documented = [line.split("|")[1].strip().strip("`") for line in table.splitlines()[2:]]
     assert documented == list(EFFECTS) == list(FAULT_KINDS)
+
+
+def test_truncate_ends_a_stream_cleanly_with_no_finish_reason_or_usage(llm_backend: LLMBackend) -> None:
+    """A silent truncation: the SDKs see a stream that ended well, short, with nothing that says so."""
+    import anthropic
+    from google import genai
+
+    llm_backend.add_fault("truncate", after_tokens=3)
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="test")
+    chunks = list(client.chat.completions.create(
+        model="llmsim", messages=[{"role": "user", "content": "hi"}], max_tokens=10, stream=True,
+        stream_options={"include_usage": True}))
+    assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices] == [None] * 4  # role + 3 tokens
+    assert all(chunk.usage is None for chunk in chunks)
+    claude = anthropic.Anthropic(base_url=llm_backend.root_url, api_key="test")
+    with claude, claude.messages.stream(model="claude-sonnet-4-5", max_tokens=10,
+                                        messages=[{"role": "user", "content": "hi"}]) as stream:
+        message = stream.get_final_message()
+    assert message.stop_reason is None and len(message.content[0].text.split()) <= 3  # type: ignore[union-attr]
+    with genai.Client(api_key="test", http_options={"base_url": llm_backend.root_url}) as gemini:
+        pieces = list(gemini.models.generate_content_stream(model="gemini-2.5-flash", contents="hi",
+                                                            config={"max_output_tokens": 10}))
+    assert [piece.candidates[0].finish_reason for piece in pieces] == [None] * 3  # type: ignore[index]
+    whole = client.chat.completions.create(model="llmsim", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=10)
+    assert (whole.choices[0].finish_reason, whole.usage.completion_tokens) == ("length", 10)  # type: ignore[union-attr]
+    assert [record.status for record in llm_backend.requests] == [200, 200, 200, 200]
+    assert [record.fault for record in llm_backend.requests] == ["truncate"] * 4

@@ -81,6 +81,9 @@ class _URLModelStream:
     def malformed(self) -> bytes:
         return b'data: {"text": "\n\n'
 
+    def truncated(self) -> bytes:
+        return b""
+
 
 class URLModelAPI(OpenAIErrors):
     """A throwaway wire protocol: the model in the path, the stream flag in the action and the query."""

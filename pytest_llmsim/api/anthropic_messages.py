@@ -273,6 +273,9 @@ class MessagesStream:
     def aborted(self, error: SimError) -> bytes:
         return self.error(error)  # event: error and no message_stop
 
+    def truncated(self) -> bytes:
+        return self.closing()  # message_stop, no message_delta (stop reason, usage)
+
     def malformed(self) -> bytes:
         return _event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                "delta": {"type": "text_delta", "text": ""}})[:-12] + b"\n\n"

@@ -145,6 +145,7 @@ class _AzureChatStream:
         self.error = inner.error
         self.aborted = inner.aborted
         self.malformed = inner.malformed
+        self.truncated = inner.truncated
 
     def opening(self, index: int) -> bytes:
         head = b""

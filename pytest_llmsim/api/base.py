@@ -112,6 +112,11 @@ class StreamRenderer(Protocol):
     def malformed(self) -> bytes:
         """An event whose JSON breaks off, as a truncating proxy would leave it."""
 
+    def truncated(self) -> bytes:
+        """What ends a stream the ``truncate`` fault cuts clean: the stream's structural end (``[DONE]``,
+        ``message_stop``, a JSON array's ``]``) with no finish reason and no usage; ``b""`` where the API's
+        own end carries those."""
+
     # A renderer may set ``content_type`` (the stream's media type) when it is not SSE's: Gemini's
     # streamGenerateContent without ``alt=sse`` streams one JSON array.
 

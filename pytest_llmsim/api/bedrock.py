@@ -199,6 +199,9 @@ class ConverseStream:
     def aborted(self, error: SimError) -> bytes:
         return _stream_exception(error)
 
+    def truncated(self) -> bytes:
+        return b""  # its end is messageStop and metadata, which carry the stop reason and usage
+
     def malformed(self) -> bytes:
         return aws_eventstream.message(((":event-type", "contentBlockDelta"), (":content-type", "application/json"),
                                         (":message-type", "event")), b'{"contentBlockIndex": 0, "delta": {"te')
@@ -266,6 +269,9 @@ class InvokeStream:
 
     def aborted(self, error: SimError) -> bytes:
         return _stream_exception(error)
+
+    def truncated(self) -> bytes:
+        return b""  # its end is messageStop and metadata, which carry the stop reason and usage
 
     def malformed(self) -> bytes:
         return aws_eventstream.message(((":event-type", "chunk"), (":content-type", "application/json"),

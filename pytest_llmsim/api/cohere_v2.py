@@ -222,6 +222,9 @@ class CohereStream:
     def aborted(self, error: SimError) -> bytes:
         return self.error(error)
 
+    def truncated(self) -> bytes:
+        return b""  # its end is message-end, which carries the finish reason and usage
+
     def malformed(self) -> bytes:
         return _event({"type": "content-delta", "index": 0, "delta": {"message": {"content": {"text": ""}}}})[:-12] \
             + b"\n\n"

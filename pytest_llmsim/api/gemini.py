@@ -303,6 +303,9 @@ class GeminiStream:
     def aborted(self, error: SimError) -> bytes:
         return self.error(error)
 
+    def truncated(self) -> bytes:
+        return self.closing()  # the JSON array closed (SSE: nothing); no finishReason chunk
+
     def malformed(self) -> bytes:
         body = fast_json.dumps(self._chunk(0, [{"text": ""}]))
         return self._frame(body[:len(body) // 2])

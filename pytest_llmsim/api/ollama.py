@@ -322,6 +322,9 @@ class OllamaStream:
     def aborted(self, error: SimError) -> bytes:
         return self.error(error)
 
+    def truncated(self) -> bytes:
+        return b""  # its end is the done line, which carries the done reason and counts
+
     def malformed(self) -> bytes:
         return self._line(self._api._piece(self._generation, ""))[:-10] + b"\n"
 

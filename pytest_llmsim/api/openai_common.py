@@ -291,5 +291,8 @@ class OpenAIStream:
     def aborted(self, error: SimError) -> bytes:
         return self.error(error)  # an error event and no [DONE]: the SDK raises APIError
 
+    def truncated(self) -> bytes:
+        return DONE  # no finish event, no usage event
+
     def malformed(self) -> bytes:
         return self.event(self._choice(0, "", None))[:-12] + b"\n\n"

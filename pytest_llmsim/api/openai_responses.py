@@ -241,6 +241,9 @@ class _ResponsesStream:
         failed["error"] = {"code": "server_error", "message": error.message}
         return self._event({"type": "response.failed", "response": failed})
 
+    def truncated(self) -> bytes:
+        return b""  # its end is response.completed, which carries the status and usage
+
     def malformed(self) -> bytes:
         return self._event(self._located("response.output_text.delta", delta="", logprobs=[]))[:-12] + b"\n\n"
 

@@ -23,6 +23,8 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..sim.fault_effects import ENCODING_CUT, ENCODING_LIE
+
 __all__ = [
     "COMPRESSED_TYPES",
     "ENCODING_FAULT_KEY",
@@ -153,9 +155,9 @@ def compressing_app(app: Callable[..., Iterable[bytes]], setting: Callable[[], s
                 if close is not None:
                     close()
             out = encoder.whole(data)
-            if state["fault"] == "lie":
+            if state["fault"] == ENCODING_LIE:
                 out = data
-            elif state["fault"] == "truncate":
+            elif state["fault"] == ENCODING_CUT:
                 out = out[:max(1, len(out) // 2)]
             state["start"](len(out))
             return [out]
@@ -177,7 +179,7 @@ class _CompressedStream:
         self._fault = fault
 
     def __iter__(self) -> Iterator[bytes]:
-        if self._fault == "lie":  # the plain events under a gzip header
+        if self._fault == ENCODING_LIE:  # the plain events under a gzip header
             yield from self._body
             return
         sent = False
@@ -186,12 +188,12 @@ class _CompressedStream:
                 yield b""  # the head goes out on admission, as without compression
                 continue
             out = self._encoder.piece(piece)
-            if self._fault == "truncate" and sent:  # cut mid-member: half of this piece, then nothing more
+            if self._fault == ENCODING_CUT and sent:  # cut mid-member: half of this piece, then nothing more
                 yield out[:max(1, len(out) // 2)]
                 return
             sent = True
             yield out
-        if self._fault != "truncate":
+        if self._fault != ENCODING_CUT:
             yield self._encoder.finish()
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from werkzeug.wrappers import Request, Response
 from ..api.base import StreamRenderer, WireAPI
 from ..sim import SimError, fast_json
 from ..sim.engine import SeqState, SimSequence
-from ..sim.fault_effects import Drop, Empty, ErrorEvent, Fail, Malformed, Stall
+from ..sim.fault_effects import Drop, Empty, ErrorEvent, Fail, Malformed, Stall, Truncate
 from ..sim.faults import Fault
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Generation, Outcome, Simulator
@@ -406,6 +406,8 @@ class GenerationResponder:
             return False
         if isinstance(action, ErrorEvent):
             out.append(events.error(action.error))
+        elif isinstance(action, Truncate):
+            out.append(events.truncated())  # then the HTTP framing ends as for a whole answer
         yield b"".join(out)
         out.clear()
         if isinstance(action, Stall):

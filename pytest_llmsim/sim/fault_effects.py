@@ -28,8 +28,8 @@ from typing import Protocol
 
 from .request import SimError
 
-__all__ = ["EFFECTS", "Action", "BadEncoding", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams",
-           "Filter", "Malformed", "Slow", "Stall"]
+__all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "Action", "BadEncoding", "Drop", "Empty", "ErrorEvent", "Fail",
+           "FaultEffect", "FaultParams", "Filter", "Malformed", "Slow", "Stall", "Truncate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,12 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Truncate:
+    """A stream: its clean ending now, with no finish reason and no usage (the API's ``[DONE]`` where it has
+    one), as a proxy that loses the tail of an answer leaves it: nothing tells the client it was cut."""
+
+
+@dataclass(frozen=True, slots=True)
 class Filter:
     """A content filter stops the answer: the prompt is blocked (``after_tokens`` None), or the answer
     ends after ``after_tokens`` tokens. Each API renders it as its own (an error, or a finish reason)."""
@@ -84,6 +90,11 @@ class Slow:
     factor: float
 
 
+# bad_encoding's modes (one of them shares its word with the truncate kind: the server says neither)
+ENCODING_LIE = "lie"
+ENCODING_CUT = "truncate"
+
+
 @dataclass(frozen=True, slots=True)
 class BadEncoding:
     """The answer's content coding is broken: ``lie`` (``Content-Encoding: gzip`` on the plain bytes) or
@@ -92,7 +103,7 @@ class BadEncoding:
     mode: str
 
 
-Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Slow | Filter | BadEncoding
+Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Slow | Filter | BadEncoding
 
 
 class FaultParams(Protocol):
@@ -138,7 +149,7 @@ class FaultEffect(Protocol):
     def cut_at(self, fault: FaultParams) -> int | None:
         """A stream: after how many token events ``at_cut`` acts (None: never)."""
 
-    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | None:
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | None:
         """A stream, at the cut (or at its end, when it had fewer tokens)."""
 
     def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | None:
@@ -164,7 +175,7 @@ class _Effect:
     def cut_at(self, fault: FaultParams) -> int | None:
         return None
 
-    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | None:
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | None:
         return None
 
     def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | None:
@@ -241,6 +252,20 @@ class DropEffect(_Effect):
 
     def at_end(self, fault: FaultParams) -> Drop:
         return Drop()
+
+
+class TruncateEffect(_Effect):
+    """A stream: ``after_tokens`` tokens, then its clean ending without a finish reason or usage; a
+    non-streamed answer is not touched (its body has no ending to lose)."""
+
+    params: tuple[str, ...] = ("after_tokens",)
+    ending = "truncated"
+
+    def cut_at(self, fault: FaultParams) -> int:
+        return fault.after_tokens
+
+    def at_cut(self, fault: FaultParams) -> Truncate:
+        return Truncate()
 
 
 class DropBeforeHeadersEffect(_Effect):
@@ -329,7 +354,7 @@ class BadEncodingEffect(_Effect):
     ending = "bad encoding"
 
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
-        return None if fault.mode in ("lie", "truncate") else ("mode", "expected 'lie' or 'truncate'")
+        return None if fault.mode in (ENCODING_LIE, ENCODING_CUT) else ("mode", "expected 'lie' or 'truncate'")
 
     def on_request(self, fault: FaultParams) -> BadEncoding:
         return BadEncoding(fault.mode)
@@ -354,6 +379,7 @@ EFFECTS: dict[str, FaultEffect] = {
     "http_error": AnyStatusEffect(500, "server_error", None, None, "Simulated HTTP error."),
     "error_event": ErrorEventEffect(),
     "drop": DropEffect(),
+    "truncate": TruncateEffect(),
     "drop_before_headers": DropBeforeHeadersEffect(),
     "empty": EmptyEffect(),
     "malformed": MalformedEffect(),
