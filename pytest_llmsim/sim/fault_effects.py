@@ -238,14 +238,19 @@ class ErrorEventEffect(_Effect):
         return Fail(_stream_error(fault))
 
 
-class DropEffect(_Effect):
-    """A stream: ``after_tokens`` tokens, then the connection closes; not streamed: closed unanswered."""
+class _CutAfterTokens(_Effect):
+    """A kind that acts on a stream after its ``after_tokens``-th token event."""
 
     params: tuple[str, ...] = ("after_tokens",)
-    ending = "dropped"
 
     def cut_at(self, fault: FaultParams) -> int:
         return fault.after_tokens
+
+
+class DropEffect(_CutAfterTokens):
+    """A stream: ``after_tokens`` tokens, then the connection closes; not streamed: closed unanswered."""
+
+    ending = "dropped"
 
     def at_cut(self, fault: FaultParams) -> Drop:
         return Drop()
@@ -254,15 +259,11 @@ class DropEffect(_Effect):
         return Drop()
 
 
-class TruncateEffect(_Effect):
+class TruncateEffect(_CutAfterTokens):
     """A stream: ``after_tokens`` tokens, then its clean ending without a finish reason or usage; a
     non-streamed answer is not touched (its body has no ending to lose)."""
 
-    params: tuple[str, ...] = ("after_tokens",)
     ending = "truncated"
-
-    def cut_at(self, fault: FaultParams) -> int:
-        return fault.after_tokens
 
     def at_cut(self, fault: FaultParams) -> Truncate:
         return Truncate()
@@ -289,14 +290,10 @@ class EmptyEffect(_Effect):
         return Empty()
 
 
-class MalformedEffect(_Effect):
+class MalformedEffect(_CutAfterTokens):
     """A stream: one broken event after ``after_tokens`` tokens; not streamed: the body cut in half."""
 
-    params: tuple[str, ...] = ("after_tokens",)
     ending = "malformed"
-
-    def cut_at(self, fault: FaultParams) -> int:
-        return fault.after_tokens
 
     def at_cut(self, fault: FaultParams) -> Malformed:
         return Malformed()
