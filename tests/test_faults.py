@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -365,3 +366,50 @@ def test_truncate_ends_a_stream_cleanly_with_no_finish_reason_or_usage(llm_backe
     assert (whole.choices[0].finish_reason, whole.usage.completion_tokens) == ("length", 10)  # type: ignore[union-attr]
     assert [record.status for record in llm_backend.requests] == [200, 200, 200, 200]
     assert [record.fault for record in llm_backend.requests] == ["truncate"] * 4
+
+
+def test_bad_tool_call_breaks_the_answers_tool_calls_as_asked(llm_backend: LLMBackend) -> None:
+    """Arguments that are not JSON, that break the schema, a tool the request did not offer, one id for two calls."""
+    import anthropic
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": False}}}
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="test", max_retries=0)
+
+    def calls(breaks: str, stream: bool = False) -> list[tuple[str, str, str]]:
+        llm_backend.clear_faults()
+        llm_backend.add_fault("bad_tool_call", breaks=breaks)
+        ask = {"model": "llmsim", "messages": [{"role": "user", "content": "weather?"}], "tools": [weather],
+               "tool_choice": "required"}
+        if not stream:
+            message = client.chat.completions.create(**ask).choices[0].message  # type: ignore[call-overload]
+            return [(call.id, call.function.name, call.function.arguments) for call in message.tool_calls]
+        with client.chat.completions.stream(**ask) as events:  # type: ignore[arg-type]
+            final = events.get_final_completion().choices[0].message
+        return [(call.id, call.function.name, call.function.arguments) for call in final.tool_calls or []]
+
+    llm_backend.clear_faults()
+    whole = client.chat.completions.create(model="llmsim", messages=[{"role": "user", "content": "weather?"}],
+                                           tools=[weather], tool_choice="required")  # type: ignore[list-item]
+    assert "city" in json.loads(whole.choices[0].message.tool_calls[0].function.arguments)  # type: ignore[index]
+    [(_, name, arguments)] = calls("arguments")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(arguments)
+    assert name == "get_weather"
+    [(_, _, arguments)] = calls("schema")
+    assert json.loads(arguments) == {"pytest_llmsim_unexpected": True}  # no city, a property it does not define
+    [(_, name, _)] = calls("name")
+    assert name == "get_weather_not_offered"
+    (first_id, _, _), (second_id, _, _) = calls("id", stream=True)
+    assert first_id == second_id
+    llm_backend.clear_faults()
+    llm_backend.add_fault("bad_tool_call", breaks="name")
+    schema = weather["function"]["parameters"]  # type: ignore[index]
+    with anthropic.Anthropic(base_url=llm_backend.root_url, api_key="test") as claude:
+        answer = claude.messages.create(model="claude-sonnet-4-5", max_tokens=64, tool_choice={"type": "any"},
+                                        tools=[{"name": "get_weather", "input_schema": schema}],
+                                        messages=[{"role": "user", "content": "weather?"}])
+    assert [block.name for block in answer.content if block.type == "tool_use"] == ["get_weather_not_offered"]
+    with pytest.raises(ValueError, match="breaks"):
+        llm_backend.add_fault("bad_tool_call", breaks="everything")

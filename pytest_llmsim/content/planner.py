@@ -96,7 +96,7 @@ class ContentPlanner:
         limit = budget if request.max_tokens is not None else room  # a model-ended answer: only the room
         if isinstance(reply, (ToolCall, list)):
             calls = [reply] if isinstance(reply, ToolCall) else reply
-            return self._calls([(call.name, call.arguments_text) for call in calls], limit)
+            return self._calls([(call.name, call.arguments_text) for call in calls], limit, request)
         if isinstance(reply, dict):
             return self.tokenizer.plan(self.tokenizer.encode(_compact(reply)), limit, request.stops)
         if isinstance(reply, str):
@@ -132,7 +132,7 @@ class ContentPlanner:
                     where = f"tool {tool.name!r}: "
                     calls.append((tool.name, _compact(generate_instance(tool.parameters or NO_ARGUMENTS, rng,
                                                                         max_chars, rate))))
-                return self._calls(calls, limit)
+                return self._calls(calls, limit, request)
             output_format = request.output_format
             if output_format is not None:
                 schema = output_format.schema if output_format.kind == "json_schema" else _ANY_OBJECT
@@ -160,8 +160,14 @@ class ContentPlanner:
             answer = self._filler(request, key ^ _SERVED_SALT, max(0, budget - used))
         return answer.after_served(served)
 
-    def _calls(self, calls: Sequence[tuple[str, str]], limit: int) -> PlannedOutput:
-        """Tool calls whose arguments are the answer's tokens, cut at ``limit`` tokens."""
+    def _calls(self, calls: Sequence[tuple[str, str]], limit: int,
+               request: GenerationRequest | None = None) -> PlannedOutput:
+        """Tool calls whose arguments are the answer's tokens, cut at ``limit`` tokens; broken as the
+        ``request``'s ``bad_tool_call`` fault says, if it has one."""
+        breaks = request.tool_call_fault if request is not None else None
+        if breaks is not None:
+            offered = {tool.name for tool in request.tool_use.tools} if request and request.tool_use else set()
+            calls = _broken(list(calls), breaks, offered)
         tokens: list[int] = []
         pieces: list[str] = []
         planned: list[PlannedCall] = []
@@ -176,7 +182,8 @@ class ContentPlanner:
             start = len(tokens)
             tokens.extend(ids)
             pieces.extend(call_pieces)
-            planned.append(PlannedCall(os.urandom(12).hex(), name, "".join(call_pieces), start, len(tokens)))
+            key = planned[0].key if breaks == "id" and planned else os.urandom(12).hex()  # "id": one for all
+            planned.append(PlannedCall(key, name, "".join(call_pieces), start, len(tokens)))
             if finish == "length":
                 break
         return PlannedOutput(tokens, pieces, finish, calls=tuple(planned))
@@ -203,6 +210,26 @@ class ContentPlanner:
 
 _ANY_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}, "confidence": {"type": "number",
                "minimum": 0, "maximum": 1}}, "required": ["answer"]}
+
+
+def _broken(calls: list[tuple[str, str]], breaks: str, offered: set[str]) -> list[tuple[str, str]]:
+    """``calls`` (name, arguments) as a ``bad_tool_call`` fault leaves them (``id`` is made in ``_calls``)."""
+    if breaks == "arguments":  # cut mid-JSON
+        return [(name, arguments[:max(1, len(arguments) // 2)]) for name, arguments in calls]
+    if breaks == "schema":  # none of the schema's properties, and one it does not define
+        return [(name, _UNEXPECTED_ARGUMENTS) for name, _ in calls]
+    if breaks == "name":  # a tool the request did not offer
+        renamed = []
+        for name, arguments in calls:
+            unoffered = f"{name}_not_offered"
+            while unoffered in offered:
+                unoffered += "_"
+            renamed.append((unoffered, arguments))
+        return renamed
+    return calls + calls[:1] if len(calls) == 1 else calls  # "id": two calls at least, to share one id
+
+
+_UNEXPECTED_ARGUMENTS = '{"pytest_llmsim_unexpected":true}'
 
 
 def _error_type(status: int) -> str:

@@ -1,12 +1,10 @@
 """The HTTP face of a simulator: the route table, dispatch, the generation lifecycle.
 
-Built on pytest-httpserver's ``HTTPServer`` for its lifecycle and ``url_for``, and
-so a test can still add its own ``expect_request(...)`` handlers: one that matches
-a request answers it, on the simulator's routes too (it wins over the simulator).
-Everything here translates HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator`
-calls and back. The routes: every API's generation routes and the ones that
-generate nothing (``route_table``), session routes (:meth:`SimulatorServer.add_session`),
-the control API and the live page.
+Built on pytest-httpserver's ``HTTPServer`` for its lifecycle and ``url_for``, and so a test can still add
+its own ``expect_request(...)`` handlers: one that matches a request answers it, on the simulator's routes
+too (it wins over the simulator). Everything here translates HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator`
+calls and back. The routes: every API's generation routes and the ones that generate nothing
+(``route_table``), session routes (:meth:`SimulatorServer.add_session`), the control API and the live page.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from werkzeug.wrappers import Request, Response
 from ..api import OPENAI_CHAT, WireAPI
 from ..sim import SimError, fast_json
 from ..sim.config import SimConfig
-from ..sim.fault_effects import BadEncoding, Drop, Empty, Fail, Filter, Slow, Stall
+from ..sim.fault_effects import BadEncoding, BreakToolCalls, Drop, Empty, Fail, Filter, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .background import BackgroundJobs
@@ -439,6 +437,8 @@ class SimulatorServer(HTTPServer):
                     filtered = content_filtered(api, action)
                 if isinstance(action, BadEncoding):
                     request.environ[ENCODING_FAULT_KEY] = action.mode
+                if isinstance(action, BreakToolCalls):
+                    parsed.tool_call_fault = action.breaks
             try:
                 generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale, filtered)
             finally:

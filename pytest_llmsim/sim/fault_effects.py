@@ -28,8 +28,9 @@ from typing import Protocol
 
 from .request import SimError
 
-__all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "Action", "BadEncoding", "Drop", "Empty", "ErrorEvent", "Fail",
-           "FaultEffect", "FaultParams", "Filter", "Malformed", "Slow", "Stall", "Truncate"]
+__all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BreakToolCalls",
+           "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter", "Malformed", "Slow", "Stall",
+           "Truncate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,13 @@ class Truncate:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakToolCalls:
+    """The answer's tool calls come out broken as ``breaks`` says (see ``TOOL_CALL_BREAKS``)."""
+
+    breaks: str
+
+
+@dataclass(frozen=True, slots=True)
 class Filter:
     """A content filter stops the answer: the prompt is blocked (``after_tokens`` None), or the answer
     ends after ``after_tokens`` tokens. Each API renders it as its own (an error, or a finish reason)."""
@@ -90,6 +98,9 @@ class Slow:
     factor: float
 
 
+# bad_tool_call's ways to break a tool call (``breaks``)
+TOOL_CALL_BREAKS = ("arguments", "schema", "name", "id")
+
 # bad_encoding's modes (one of them shares its word with the truncate kind: the server says neither)
 ENCODING_LIE = "lie"
 ENCODING_CUT = "truncate"
@@ -103,7 +114,8 @@ class BadEncoding:
     mode: str
 
 
-Action = Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Slow | Filter | BadEncoding
+Action = (Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Slow | Filter | BadEncoding
+          | BreakToolCalls)
 
 
 class FaultParams(Protocol):
@@ -125,6 +137,8 @@ class FaultParams(Protocol):
     def side(self) -> str: ...
     @property
     def mode(self) -> str: ...
+    @property
+    def breaks(self) -> str: ...
 
 
 class FaultEffect(Protocol):
@@ -140,7 +154,7 @@ class FaultEffect(Protocol):
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | BreakToolCalls | None:
         """Before the generation starts (and on a route that generates nothing, before its answer)."""
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -166,7 +180,7 @@ class _Effect:
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         return None
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | BreakToolCalls | None:
         return None
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -357,6 +371,21 @@ class BadEncodingEffect(_Effect):
         return BadEncoding(fault.mode)
 
 
+class BadToolCallEffect(_Effect):
+    """The answer's tool calls broken as a gateway must catch them: ``arguments`` that are not JSON,
+    ``schema``-breaking arguments, a ``name`` the request did not offer, or an ``id`` two calls share."""
+
+    params: tuple[str, ...] = ("breaks",)
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        if fault.breaks in TOOL_CALL_BREAKS:
+            return None
+        return "breaks", f"expected one of {', '.join(TOOL_CALL_BREAKS)}"
+
+    def on_request(self, fault: FaultParams) -> BreakToolCalls:
+        return BreakToolCalls(fault.breaks)
+
+
 #: kind -> its effect; the order is the documented one (``FAULT_KINDS``).
 EFFECTS: dict[str, FaultEffect] = {
     "rate_limit": HTTPErrorEffect(429, "requests", "rate_limit_exceeded", None,
@@ -384,4 +413,5 @@ EFFECTS: dict[str, FaultEffect] = {
     "slow": SlowEffect(),
     "content_filter": ContentFilterEffect(),
     "bad_encoding": BadEncodingEffect(),
+    "bad_tool_call": BadToolCallEffect(),
 }

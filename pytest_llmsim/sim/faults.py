@@ -92,7 +92,8 @@ class Fault:
     in wall seconds, sent as ``Retry-After`` and ``retry-after-ms``),
     ``after_tokens`` (mid-stream kinds and ``stall``), ``seconds`` (``stall``,
     wall seconds: client timeouts are wall-clock), ``factor`` (``slow``), ``side`` (``content_filter``:
-    ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie`` or ``truncate``).
+    ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie`` or ``truncate``), ``breaks``
+    (``bad_tool_call``: ``arguments``, ``schema``, ``name`` or ``id``).
     When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``header_only``.
     """
 
@@ -105,6 +106,7 @@ class Fault:
     factor: float = 2.0
     side: str = "prompt"
     mode: str = "lie"
+    breaks: str = "arguments"
     times: int | None = None
     nth: int | None = None
     rate: float | None = None
