@@ -413,3 +413,24 @@ def test_bad_tool_call_breaks_the_answers_tool_calls_as_asked(llm_backend: LLMBa
     assert [block.name for block in answer.content if block.type == "tool_use"] == ["get_weather_not_offered"]
     with pytest.raises(ValueError, match="breaks"):
         llm_backend.add_fault("bad_tool_call", breaks="everything")
+
+
+def test_a_fault_aimed_by_key_hits_only_requests_that_present_it(llm_backend: LLMBackend) -> None:
+    """One tenant's key gets the 429s, the other's are served; the listing shows the key fingerprinted."""
+    from pytest_llmsim import RemoteBackend, key_fingerprint
+
+    llm_backend.add_fault("rate_limit", key="sk-tenant-a")
+    ask = {"model": "llmsim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    tenant_a = openai.OpenAI(base_url=llm_backend.base_url, api_key="sk-tenant-a", max_retries=0)
+    tenant_b = openai.OpenAI(base_url=llm_backend.base_url, api_key="sk-tenant-b", max_retries=0)
+    with pytest.raises(openai.RateLimitError):
+        tenant_a.chat.completions.create(**ask)  # type: ignore[call-overload]
+    assert tenant_b.chat.completions.create(**ask).usage.completion_tokens == 2  # type: ignore[call-overload]
+    gemini = httpx.post(f"{llm_backend.root_url}/v1beta/models/gemini-2.5-flash:generateContent?key=sk-tenant-a",
+                        json={"contents": [{"parts": [{"text": "hi"}]}]})
+    assert gemini.status_code == 429  # a key in the query string counts too
+    assert [record.fault for record in llm_backend.requests] == ["rate_limit", None, "rate_limit"]
+    # over the control API (a process backend's own handle, or one more handle on an in-process backend)
+    remote = llm_backend if isinstance(llm_backend, RemoteBackend) else RemoteBackend(llm_backend.root_url)
+    listed = remote.fault_states[0]
+    assert listed.fault.key == key_fingerprint("sk-tenant-a") and "sk-tenant-a" not in str(listed)

@@ -409,7 +409,8 @@ class SimulatorServer(HTTPServer):
         number = simulator.count_request()
         fault = None
         try:
-            credential = simulator.check_credentials(record.headers, request.environ.get("QUERY_STRING", ""))
+            query = request.environ.get("QUERY_STRING", "")  # keys may come in it (Gemini's ?key=)
+            credential = simulator.check_credentials(record.headers, query)
             body = read_logged_json(request, simulator, record)
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
@@ -419,9 +420,8 @@ class SimulatorServer(HTTPServer):
             parsed.credential = credential
             record.model = parsed.model or record.model
             record.stream = parsed.stream
-            fault = simulator.pick_fault(number, record.headers, parsed, record.route)
-            scale = 1.0
-            filtered: tuple[int, str] | None = None
+            fault = simulator.pick_fault(number, record.headers, parsed, record.route, query)
+            scale, filtered = 1.0, None  # a slow fault's factor; a content filter's (after_tokens, reason)
             if fault is not None:
                 record.fault = fault.kind
                 action = fault.effect.on_request(fault)

@@ -38,6 +38,7 @@ from ..sim.config import ConfigError, is_profile_path, profile_names
 from ..sim.control_json import CONTROL_PREFIX, config_to_json, plain, record_to_json, snapshot_to_json
 from ..sim.faults import FaultError, fault_kinds
 from ..sim.request_log import RequestRecord
+from ..sim.secrets import key_fingerprint
 from .backend_operations import BackendOperations, ServedBackend
 from .fleet import fleet_metrics
 from .request_body import read_json_body
@@ -212,8 +213,9 @@ class ControlAPI:
     def _get_faults(self, request: Request) -> Response:
         """Every fault added since the last clear, in the order tried, with ``hits`` and ``spent`` (a ``times``
         fault whose times are used: listed, no longer tried)."""
-        return _json([{**dataclasses.asdict(state.fault), "hits": state.hits, "spent": state.spent}
-                      for state in self._operations.fault_states])
+        return _json([{**dataclasses.asdict(state.fault), "hits": state.hits, "spent": state.spent,
+                       **({"key": key_fingerprint(state.fault.key)} if state.fault.key else {})}
+                      for state in self._operations.fault_states])  # a key leaves the process fingerprinted
 
     def _add_fault(self, request: Request) -> Response:
         body = self._body(request)

@@ -42,7 +42,7 @@ HeaderLookup = Headers | Mapping[str, str]
 
 #: Every fault kind, in the documented order.
 FAULT_KINDS: tuple[str, ...] = tuple(EFFECTS)
-_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "header_only", "route")
+_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "key", "header_only", "route")
 
 
 def fault_kinds() -> dict[str, dict[str, Any]]:
@@ -94,7 +94,8 @@ class Fault:
     wall seconds: client timeouts are wall-clock), ``factor`` (``slow``), ``side`` (``content_filter``:
     ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie`` or ``truncate``), ``breaks``
     (``bad_tool_call``: ``arguments``, ``schema``, ``name`` or ``id``).
-    When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``header_only``.
+    When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``key`` (the API key a generation request
+    presents, in any of the places the APIs take one), ``header_only``.
     """
 
     kind: str
@@ -112,6 +113,7 @@ class Fault:
     rate: float | None = None
     prompt: str | None = None
     model: str | None = None
+    key: str | None = None
     header_only: bool = False
     route: str | None = None
 
@@ -221,12 +223,14 @@ class FaultInjector:
                                and armed.matched >= armed.fault.times) for armed in self._armed]
 
     def select(self, n: int, headers: HeaderLookup, model: str | None,
-               prompt_text: Callable[[], str], route: str | None = None) -> Fault | None:
-        """The fault generation request number ``n`` (on route template ``route``) gets, if any (and count it)."""
+               prompt_text: Callable[[], str], route: str | None = None,
+               keys: Callable[[], list[str]] = list) -> Fault | None:
+        """The fault generation request number ``n`` (on route template ``route``) gets, if any (and count it).
+        ``keys`` gives the API keys the request presents (asked only of a fault aimed by ``key``)."""
         if not self._armed and not headers.get(FAULT_HEADER):  # the usual case: no lock to take
             return None
         with self._lock:
-            chosen = self._choose(n, headers, model, prompt_text, route)
+            chosen = self._choose(n, headers, model, prompt_text, route, keys)
             if chosen is not None:
                 self.injected[chosen.kind] = self.injected.get(chosen.kind, 0) + 1
             return chosen
@@ -255,7 +259,7 @@ class FaultInjector:
             return None
 
     def _choose(self, n: int, headers: HeaderLookup, model: str | None,
-                prompt_text: Callable[[], str], route: str | None) -> Fault | None:
+                prompt_text: Callable[[], str], route: str | None, keys: Callable[[], list[str]]) -> Fault | None:
         aimed = headers.get(FAULT_HEADER)
         if aimed:
             kind = aimed.strip()
@@ -275,6 +279,8 @@ class FaultInjector:
             if fault.nth is not None and n != fault.nth:
                 continue
             if fault.model is not None and model != fault.model:
+                continue
+            if fault.key is not None and fault.key not in keys():
                 continue
             if armed.pattern is not None and not armed.pattern.search(prompt_text()):
                 continue

@@ -30,7 +30,7 @@ from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import charged_tokens, check_capacity, check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import Runtime
-from .secrets import accepted_key
+from .secrets import accepted_key, presented_credentials
 from .token_feed import hold
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
@@ -218,7 +218,7 @@ class Simulator:
         return next(self._request_numbers)
 
     def pick_fault(self, number: int, headers: HeaderLookup, request: GenerationRequest,
-                   route: str | None = None) -> Fault | None:
+                   route: str | None = None, query_string: str = "") -> Fault | None:
         def prompt_text() -> str:  # only built when a fault matches on the prompt
             if request.kind == "chat":
                 return "\n".join(message.content for message in request.messages)
@@ -226,7 +226,10 @@ class Simulator:
             return "\n".join(p if isinstance(p, str) else tokenizer.encoding.decode(
                 [t for t in p if tokenizer.valid_token_id(t)]) for p in request.prompts)
 
-        return self.faults.select(number, headers, request.model, prompt_text, route)
+        def keys() -> list[str]:  # only read when a fault is aimed by key
+            return presented_credentials(headers, query_string)[0]
+
+        return self.faults.select(number, headers, request.model, prompt_text, route, keys)
 
     def stall(self, seconds: float, client_gone: Callable[[], bool] | None = None) -> bool:
         """Hold the calling handler for ``seconds`` of wall time (:func:`.feed.hold`); ends early on reset
