@@ -239,6 +239,10 @@ class LLMBackend(BackendAssertions):
         """Disarm every fault."""
         self._operations.clear_faults()
 
+    def clear_rules(self) -> None:
+        """Remove every rule (queued replies stay)."""
+        self._operations.clear_rules()
+
     def check(self) -> None:
         """Raise the first internal error the simulator hit while serving (a bug), if any."""
         self._server.check_handler_errors()

@@ -213,6 +213,10 @@ class RemoteBackend(BackendAssertions):
         """Disarm every fault."""
         self._call("DELETE", "faults")
 
+    def clear_rules(self) -> None:
+        """Remove every rule (queued replies stay)."""
+        self._call("DELETE", "rules")
+
     def check(self) -> None:
         """Raise the first internal error the remote simulator hit while serving, if any."""
         errors = self._call("GET", "errors")

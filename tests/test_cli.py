@@ -183,6 +183,46 @@ def test_config_file_sets_settings_and_faults_and_flags_win(tmp_path: Any) -> No
         _stop(process)
 
 
+def test_watch_reloads_the_config_file_while_serving(tmp_path: Any) -> None:
+    """--watch: an edited file's settings, faults and rules apply while the backend serves on (flags still win,
+    a setting taken out goes back to its default); a file that does not validate changes nothing."""
+    from polling import wait_for
+
+    config = tmp_path / "llmsim.toml"
+    config.write_text('ttft = 0.5\nitl = 0.25\nspeed = "inf"\n')
+    process, root = _serve("--config", str(config), "--watch", "--max-batch-size", "8")
+    body = {"model": "m", "messages": [{"role": "user", "content": "weather?"}], "max_tokens": 2}
+
+    def settings() -> dict[str, Any]:
+        return dict(httpx.get(f"{root}/llmsim/v1/config", timeout=10).json())
+
+    try:
+        assert (settings()["ttft"], settings()["itl"]) == (0.5, 0.25)
+        config.write_text('ttft = 0.125\nspeed = "inf"\nmax_batch_size = 99\n\n'
+                          '[[faults]]\nkind = "rate_limit"\ntimes = 1\nretry_after = 0\n\n'
+                          '[[rules]]\nprompt = "weather"\ntext = "sunny"\n')
+        reloaded = wait_for(settings, lambda now: now["ttft"] == 0.125, seconds=30)
+        assert (reloaded["ttft"], reloaded["itl"], reloaded["max_batch_size"]) == (0.125, 0.0, 8)  # flag wins
+        assert httpx.post(f"{root}/v1/chat/completions", json=body, timeout=10).status_code == 429
+        answer = httpx.post(f"{root}/v1/chat/completions", json=body, timeout=10).json()
+        assert answer["choices"][0]["message"]["content"] == "sunny"
+        config.write_text("ttft = -1\n")  # does not validate: nothing changes, the server says so
+        time.sleep(1.5)  # three of the watcher's half-second looks
+        assert settings()["ttft"] == 0.125 and process.poll() is None
+        assert httpx.post(f"{root}/v1/chat/completions", json=body, timeout=10).status_code == 200
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+    assert "changed but was not applied" in errors and "invalid value for 'ttft'" in errors
+
+
+def test_watch_needs_a_config_file() -> None:
+    from pytest_llmsim.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--watch", "--port", "0"])
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("ttft = -1\n", "invalid value for 'ttft'"),
     ("nonsense = 1\n", "unknown setting 'nonsense'"),

@@ -37,6 +37,7 @@ from ..sim.config import (
 from ..sim.faults import Fault, FaultError
 from .calibration_commands import add_calibration_commands, run_calibrate, run_predict
 from .config_file import load_config, load_config_file, load_config_rules
+from .config_watch import ConfigWatcher
 from .replicas import heal, say, start_replicas, stop_replicas
 
 __all__ = ["build_parser", "load_config_file", "load_config_rules", "main", "pace_collections"]
@@ -101,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "free one (default: 8000)")
     serve.add_argument("--config", default=None, metavar="FILE",
                        help="TOML file of settings, [[faults]] and [[rules]]; flags win over it")
+    serve.add_argument("--watch", action="store_true",
+                       help="With --config: read the file again whenever it changes, while serving (its settings, "
+                            "under the environment and the flags; its faults and rules in place of those before); "
+                            "a file that does not validate changes nothing")
     serve.add_argument("--replicas", type=_replicas, default=1, metavar="N",
                        help="Serve N independent backends, each in its own process (its own batch, queue, cache "
                             "and metrics) on consecutive ports from --port (free ports with --port 0): a fleet for "
@@ -199,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file_settings, file_faults, rules = load_config(args.config)
         except (OSError, ValueError) as error:
             parser.error(f"--config {args.config}: {error}")
+    file_rules = len(rules)  # the file's come first; the --replay ones are the command line's
     for replay in args.replays:
         try:
             rules.extend(load_conversation(replay))
@@ -213,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = SimConfig().replace(**{**file_settings, **environment, **flags})  # flags > LLMSIM_* > the file
     except ConfigError as error:
         parser.error(f"--config {args.config}: {error}")
+    if args.watch and args.config is None:
+        parser.error("--watch reads the --config FILE again when it changes: give --config")
     if not is_loopback(args.host) and args.control_token is None and not args.allow_remote_control:
         parser.error(f"--host {args.host} serves the control API (/llmsim/v1/...) beyond this machine: set "
                      f"--control-token TOKEN, or say --allow-remote-control to serve it to anyone who can reach "
@@ -263,8 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if replicas:
         say(f"llmsim: the fleet's metrics, summed, at {first}/llmsim/v1/fleet")
     serve_argv = argv[argv.index("serve") + 1:]
+    watcher = None
+    if args.watch and args.config is not None:  # each replica runs with --watch too, and watches for itself
+        watcher = ConfigWatcher(args.config, backend, {**environment, **flags}, list(args.faults), rules[file_rules:],
+                                say)
     while not stop.wait(0.5):
         heal(replicas, serve_argv, shared)  # a dead replica comes back on its port; the others never stopped
+        if watcher is not None:
+            watcher.poll()
     stop_replicas(replicas)
     backend.stop()
     say("llmsim stopped")

@@ -356,6 +356,12 @@ class Script:
             self.total_bytes = 0
             self._numbers = itertools.count(1)
 
+    def clear_rules(self) -> None:
+        """Forget every rule (queued replies stay)."""
+        with self._lock:
+            self.total_bytes -= sum(size for _, size in self._rules)
+            self._rules.clear()
+
     def next_reply(self, request: GenerationRequest) -> tuple[Reply | None, str | None]:
         """The reply for ``request`` and the name of the rule that gave it (None: the queue, or nothing)."""
         with self._lock:

@@ -105,6 +105,10 @@ class BackendOperations:
         """The rules in force, with their hits."""
         return self.simulator.script.rules
 
+    def clear_rules(self) -> None:
+        """Remove every rule (queued replies stay)."""
+        self.simulator.script.clear_rules()
+
     # --- reading ---
 
     def snapshot(self) -> MetricsSnapshot:

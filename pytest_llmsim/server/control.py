@@ -13,6 +13,7 @@ or counted as API traffic. With a control token set, every call needs
     POST   /llmsim/v1/faults            arm one: {"kind": ..., params...}
     DELETE /llmsim/v1/faults            disarm all
     POST   /llmsim/v1/replies           queue scripted replies: {"replies": [...]}
+    GET, POST, DELETE /llmsim/v1/rules  the rules; add one (as Rule.from_json); remove all
     GET    /llmsim/v1/metrics           the metrics snapshot
     GET    /llmsim/v1/histograms        the latency histograms' buckets (cheap: nothing sorted)
     GET    /llmsim/v1/fault-kinds       each fault kind and the parameters it takes
@@ -106,6 +107,7 @@ class ControlAPI:
             ("POST", "replies"): self._replies,
             ("GET", "rules"): self._get_rules,
             ("POST", "rules"): self._add_rule,
+            ("DELETE", "rules"): self._clear_rules,
             ("GET", "metrics"): self._metrics,
             ("GET", "history"): self._history,
             ("GET", "histograms"): self._histograms,
@@ -242,6 +244,10 @@ class ControlAPI:
 
     def _add_rule(self, request: Request) -> Response:
         return _json(self._operations.add_rule(Rule.from_json(self._body(request))).to_json(), 201)
+
+    def _clear_rules(self, request: Request) -> Response:
+        self._operations.clear_rules()
+        return _json([])
 
     def _metrics(self, request: Request) -> Response:
         return _json(snapshot_to_json(self._operations.snapshot()))

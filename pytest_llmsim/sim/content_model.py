@@ -47,6 +47,9 @@ class ScriptBook(Protocol):
     def clear(self) -> None:
         """Forget every reply and rule."""
 
+    def clear_rules(self) -> None:
+        """Forget every rule (queued replies stay)."""
+
     def next_reply(self, request: GenerationRequest) -> tuple[Any, str | None]:
         """The reply for ``request`` and the name of the rule that gave it."""
 
