@@ -434,3 +434,25 @@ def test_a_fault_aimed_by_key_hits_only_requests_that_present_it(llm_backend: LL
     remote = llm_backend if isinstance(llm_backend, RemoteBackend) else RemoteBackend(llm_backend.root_url)
     listed = remote.fault_states[0]
     assert listed.fault.key == key_fingerprint("sk-tenant-a") and "sk-tenant-a" not in str(listed)
+
+
+def test_bad_usage_reports_more_tokens_than_were_sent(llm_backend: LLMBackend) -> None:
+    """The answer's usage says factor x the tokens sent; the log and the metrics keep the true count."""
+    import anthropic
+
+    llm_backend.add_fault("bad_usage", factor=3)
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="test")
+    ask = {"model": "llmsim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    assert (whole.usage.completion_tokens, whole.usage.total_tokens) == (12, whole.usage.prompt_tokens + 12)
+    chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+    assert sum(1 for chunk in chunks if chunk.choices and chunk.choices[0].delta.content) == 4
+    assert chunks[-1].usage.completion_tokens == 12
+    with anthropic.Anthropic(base_url=llm_backend.root_url, api_key="test") as claude:
+        message = claude.messages.create(model="claude-sonnet-4-5", max_tokens=4,
+                                         messages=[{"role": "user", "content": "hi"}])
+    assert message.usage.output_tokens == 12
+    assert [record.completion_tokens for record in llm_backend.requests] == [4, 4, 4]  # the truth
+    assert llm_backend.metrics.completion_tokens == 12  # 3 x 4 sent, not 3 x 12
+    with pytest.raises(ValueError, match="factor"):
+        llm_backend.add_fault("bad_usage", factor=1)

@@ -88,7 +88,7 @@ def usage(generation: Generation) -> dict[str, Any]:
         read = min(generation.cached_tokens, marked)
         written = marked - read
     body: dict[str, Any] = {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
-                            "cache_read_input_tokens": read, "output_tokens": generation.completion_tokens}
+                            "cache_read_input_tokens": read, "output_tokens": generation.reported_completion_tokens}
     served = generation.outputs[0].served if generation.outputs else ()
     if served:
         body["server_tool_use"] = server_tool_usage(served, _tools(generation))

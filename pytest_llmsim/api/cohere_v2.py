@@ -138,7 +138,7 @@ def _finish(generation: Generation) -> str:
 
 
 def _usage(generation: Generation) -> dict[str, Any]:
-    counts = {"input_tokens": generation.prompt_tokens, "output_tokens": generation.completion_tokens}
+    counts = {"input_tokens": generation.prompt_tokens, "output_tokens": generation.reported_completion_tokens}
     return {"billed_units": dict(counts), "tokens": counts, "cached_tokens": generation.cached_tokens}
 
 

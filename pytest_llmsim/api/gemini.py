@@ -229,8 +229,8 @@ def usage(generation: Generation, final: bool = True) -> dict[str, Any]:
     prompt, cached = generation.prompt_tokens, max(generation.cached_tokens, generation.marked_prompt_tokens or 0)
     body: dict[str, Any] = {"promptTokenCount": prompt}
     if final:
-        body["candidatesTokenCount"] = generation.completion_tokens
-    body["totalTokenCount"] = prompt + (generation.completion_tokens if final else 0)
+        body["candidatesTokenCount"] = generation.reported_completion_tokens
+    body["totalTokenCount"] = prompt + (generation.reported_completion_tokens if final else 0)
     if cached:
         body["cachedContentTokenCount"] = cached
         body["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": cached}]

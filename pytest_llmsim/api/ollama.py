@@ -222,7 +222,7 @@ def _durations(generation: Generation) -> dict[str, int]:
 def _done(generation: Generation) -> dict[str, Any]:
     reason = "length" if generation.outputs[0].finish_reason == "length" else "stop"
     return {"done": True, "done_reason": reason, **_durations(generation),
-            "prompt_eval_count": generation.prompt_tokens, "eval_count": generation.completion_tokens}
+            "prompt_eval_count": generation.prompt_tokens, "eval_count": generation.reported_completion_tokens}
 
 
 def _tool_calls(generation: Generation, calls: Any) -> list[dict[str, Any]]:

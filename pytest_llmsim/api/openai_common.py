@@ -198,7 +198,8 @@ def generation_usage(generation: Generation) -> dict[str, Any]:
     else:
         reasoning = sum(min(output.reasoning, seq.emitted) for output, seq in zip(generation.outputs,
                                                                                  generation.sequences))
-    return usage_body(generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens, reasoning)
+    return usage_body(generation.prompt_tokens, generation.reported_completion_tokens, generation.cached_tokens,
+                      reasoning)
 
 
 def envelope(response_id: str, obj: str, model: str, created: int | None) -> dict[str, Any]:

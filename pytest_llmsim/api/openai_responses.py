@@ -60,7 +60,7 @@ def _item_id(response_id: str) -> str:
 
 
 def _usage(generation: Generation) -> dict[str, Any]:
-    prompt, output = generation.prompt_tokens, generation.completion_tokens
+    prompt, output = generation.prompt_tokens, generation.reported_completion_tokens
     return {"input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": generation.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": output,

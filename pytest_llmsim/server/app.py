@@ -25,7 +25,7 @@ from werkzeug.wrappers import Request, Response
 from ..api import OPENAI_CHAT, WireAPI
 from ..sim import SimError, fast_json
 from ..sim.config import SimConfig
-from ..sim.fault_effects import BadEncoding, BreakToolCalls, Drop, Empty, Fail, Filter, Slow, Stall
+from ..sim.fault_effects import BadEncoding, Drop, Empty, Fail, Filter, RequestChange, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .background import BackgroundJobs
@@ -437,8 +437,8 @@ class SimulatorServer(HTTPServer):
                     filtered = content_filtered(api, action)
                 if isinstance(action, BadEncoding):
                     request.environ[ENCODING_FAULT_KEY] = action.mode
-                if isinstance(action, BreakToolCalls):
-                    parsed.tool_call_fault = action.breaks
+                if isinstance(action, RequestChange):  # what the answer says: its tool calls, its usage
+                    action.apply(parsed)
             try:
                 generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale, filtered)
             finally:

@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .request import SimError
+from .request import GenerationRequest, SimError
 
 __all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BreakToolCalls",
-           "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter", "Malformed", "Slow", "Stall",
-           "Truncate"]
+           "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter", "Malformed", "Misreport",
+           "RequestChange", "Slow", "Stall", "Truncate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,23 @@ class BreakToolCalls:
 
     breaks: str
 
+    def apply(self, request: GenerationRequest) -> None:
+        request.tool_call_fault = self.breaks
+
+
+@dataclass(frozen=True, slots=True)
+class Misreport:
+    """The answer's usage reports ``factor`` times the tokens it sent."""
+
+    factor: float
+
+    def apply(self, request: GenerationRequest) -> None:
+        request.usage_factor = self.factor
+
+
+#: The actions that change what the request's answer says (applied to the parsed request before it starts).
+RequestChange = BreakToolCalls | Misreport
+
 
 @dataclass(frozen=True, slots=True)
 class Filter:
@@ -115,7 +132,7 @@ class BadEncoding:
 
 
 Action = (Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Slow | Filter | BadEncoding
-          | BreakToolCalls)
+          | BreakToolCalls | Misreport)
 
 
 class FaultParams(Protocol):
@@ -154,7 +171,7 @@ class FaultEffect(Protocol):
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | BreakToolCalls | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | RequestChange | None:
         """Before the generation starts (and on a route that generates nothing, before its answer)."""
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -180,7 +197,7 @@ class _Effect:
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         return None
 
-    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | BreakToolCalls | None:
+    def on_request(self, fault: FaultParams) -> Fail | Drop | Slow | Filter | BadEncoding | RequestChange | None:
         return None
 
     def before_headers(self, fault: FaultParams, stream: bool) -> Stall | Empty | None:
@@ -386,6 +403,19 @@ class BadToolCallEffect(_Effect):
         return BreakToolCalls(fault.breaks)
 
 
+class BadUsageEffect(_Effect):
+    """The answer's usage reports ``factor`` times the tokens sent (rounded): a gateway's token accounting
+    that trusts usage over what it passed on is off by as much."""
+
+    params: tuple[str, ...] = ("factor",)
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        return None if fault.factor >= 0 and fault.factor != 1 else ("factor", "a number >= 0 other than 1")
+
+    def on_request(self, fault: FaultParams) -> Misreport:
+        return Misreport(fault.factor)
+
+
 #: kind -> its effect; the order is the documented one (``FAULT_KINDS``).
 EFFECTS: dict[str, FaultEffect] = {
     "rate_limit": HTTPErrorEffect(429, "requests", "rate_limit_exceeded", None,
@@ -414,4 +444,5 @@ EFFECTS: dict[str, FaultEffect] = {
     "content_filter": ContentFilterEffect(),
     "bad_encoding": BadEncodingEffect(),
     "bad_tool_call": BadToolCallEffect(),
+    "bad_usage": BadUsageEffect(),
 }

@@ -121,6 +121,13 @@ class Generation:
         return seqs[0].emitted if len(seqs) == 1 else sum(seq.emitted for seq in seqs)
 
     @property
+    def reported_completion_tokens(self) -> int:
+        """What the answer's usage says it sent: ``completion_tokens``, unless a ``bad_usage`` fault misreports it
+        (the log and the metrics keep the true count)."""
+        factor = self.request.usage_factor
+        return self.completion_tokens if factor == 1.0 else round(self.completion_tokens * factor)
+
+    @property
     def cached_tokens(self) -> int:
         seqs = self.sequences
         return seqs[0].cached_tokens if len(seqs) == 1 else sum(seq.cached_tokens for seq in self._first_choices())

@@ -201,6 +201,8 @@ class GenerationRequest:
     credential: str | None = None
     # a bad_tool_call fault's word for how this answer's tool calls come out broken (None: whole)
     tool_call_fault: str | None = None
+    # a bad_usage fault's factor: the answer's usage reports this many times the tokens it sent
+    usage_factor: float = 1.0
     # parts of the prompt the client asked the server to clear (Anthropic's context editing), and once the
     # prompt is counted: its tokens before them, and what each did
     context_edits: tuple[ContextEdit, ...] = ()
