@@ -465,3 +465,31 @@ def test_serve_io_gevent_serves_waits_and_streams_without_threads(io: str) -> No
         assert "llmsim stopped" in out
     finally:
         _stop(process)
+
+
+def test_a_replica_says_which_pod_it_is_on_every_answer() -> None:
+    """POD_NAME and POD_NAMESPACE (the downward API's) become x-inference-pod and x-inference-namespace, as
+    llm-d-inference-sim sends them: the answers of a backend without them carry neither."""
+    environment = {**os.environ, "POD_NAME": "llmsim-7f9c-x2", "POD_NAMESPACE": "gateway-tests"}
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--speed", "inf"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    try:
+        assert process.stdout is not None
+        root = re.search(r"(http://127\.0\.0\.1:\d+)/v1", process.stdout.readline())
+        assert root, process.stderr.read() if process.stderr else ""
+        chat = httpx.post(f"{root.group(1)}/v1/chat/completions", timeout=10,
+                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        error = httpx.post(f"{root.group(1)}/v1/chat/completions", json={"model": "m"}, timeout=10)
+        for answer in (chat, error, httpx.get(f"{root.group(1)}/health", timeout=10)):
+            assert (answer.headers["x-inference-pod"], answer.headers["x-inference-namespace"]) == (
+                "llmsim-7f9c-x2", "gateway-tests")
+        assert (chat.status_code, error.status_code) == (200, 400)
+    finally:
+        _stop(process)
+
+
+def test_without_pod_variables_no_identity_headers() -> None:
+    from pytest_llmsim.server.pod_identity import identity_headers
+
+    assert identity_headers({}) == identity_headers({"POD_NAME": "", "HOSTNAME": "h"}) == ()
+    assert identity_headers({"POD_NAME": "p"}) == (("x-inference-pod", "p"),)

@@ -27,12 +27,14 @@ SERVER_HEADER = f"Werkzeug/{importlib.metadata.version('werkzeug')} Python/{plat
 class Answer:
     """One response on the wire: the head with the first write, chunked framing when it has no length."""
 
-    __slots__ = ("_body_can_finish", "_head_only", "_version", "_writer", "chunked", "headers", "keep", "sent",
-                 "status", "upgraded")
+    __slots__ = ("_body_can_finish", "_head_only", "_identity", "_version", "_writer", "chunked", "headers", "keep",
+                 "sent", "status", "upgraded")
 
     def __init__(self, writer: CoalescingWriter, head_only: bool, version: str,
-                 body_can_finish: Callable[[], bool], keep: bool) -> None:
+                 body_can_finish: Callable[[], bool], keep: bool,
+                 identity: tuple[tuple[str, str], ...] = ()) -> None:
         self._writer = writer
+        self._identity = identity  # headers every answer of this server carries (pod_identity)
         self._head_only = head_only
         self._version = version
         self._body_can_finish = body_can_finish
@@ -60,7 +62,7 @@ class Answer:
         self.chunked, self.keep, extra = response_framing(
             code, self.headers, head_only=self._head_only, version=self._version,
             body_can_finish=self._body_can_finish(), keep=self.keep)
-        return response_head("HTTP/1.1", code, reason, SERVER_HEADER, [*self.headers, *extra])
+        return response_head("HTTP/1.1", code, reason, SERVER_HEADER, [*self.headers, *extra, *self._identity])
 
     def write(self, data: bytes, flush: bool = True) -> None:
         writer = self._writer

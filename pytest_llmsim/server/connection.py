@@ -68,6 +68,7 @@ class ConnectionOwner(Protocol):
     request_timeout: Callable[[], float]
     keepalive_policy: Callable[[], KeepAlivePolicy]
     error_body: Callable[[int, str, str | None], bytes]
+    identity_headers: tuple[tuple[str, str], ...]  # on every answer (server/pod_identity)
 
     watchdog: HeadWatchdog | None  # threads: cuts late heads and bodies; greenlets: None (socket timeouts)
 
@@ -409,7 +410,8 @@ class Connection:
         silent_close = policy.max_requests is not None and self._served >= policy.max_requests
         if "HTTP_EXPECT" in environ and environ["HTTP_EXPECT"].lower().strip(" \t") == "100-continue":
             self._writer.write(CONTINUE)
-        answer = Answer(self._writer, message.method == "HEAD", message.version, message.can_finish, keep)
+        answer = Answer(self._writer, message.method == "HEAD", message.version, message.can_finish, keep,
+                        self.server.identity_headers)
         if "HTTP_UPGRADE" in environ and is_websocket_upgrade(environ):
             environ[UPGRADE_KEY] = WebSocketUpgrade(message.headers, environ["REQUEST_URI"],
                                                     lambda data: self._switch(answer, message, data))

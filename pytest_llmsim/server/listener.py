@@ -31,6 +31,7 @@ from typing import Any
 from .connection import Connection
 from .keepalive import KeepAlivePolicy
 from .memory_trim import WaveTrimmer
+from .pod_identity import identity_headers
 from .sockets import SO_TIMESTAMP
 from .tls import TLSPump, opens_tls, terminate_tls
 from .workers import HeadWatchdog, WorkerPool
@@ -102,6 +103,7 @@ class ConnectionServer:
         self.keepalive_policy: Callable[[], KeepAlivePolicy] = keepalive_policy or KeepAlivePolicy
         self.error_body = error_body or default_error_body
         self.tls_context: Callable[[], ssl.SSLContext | None] = tls_context or (lambda: None)
+        self.identity_headers = identity_headers()  # x-inference-pod, from POD_NAME (a replica in Kubernetes)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.socket(family, socket.SOCK_STREAM)
         try:
