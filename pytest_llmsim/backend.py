@@ -33,12 +33,13 @@ class LLMBackend(BackendAssertions):
 
     def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0,
                  control_token: str | None = None, allowed_hosts: Iterable[str] = (), *,
-                 shared_port: bool = False, own_port: int = 0, **settings: Any) -> None:
+                 shared_port: bool = False, own_port: int = 0, replica: int = 1, **settings: Any) -> None:
         """``shared_port``: bind ``port`` with ``SO_REUSEPORT``, so backends in several processes listening
         on it share its connections (``llmsim serve --replicas N --shared-port``), and listen on ``own_port``
-        too (0: a free one; see :attr:`own_url`), where this backend alone answers."""
+        too (0: a free one; see :attr:`own_url`), where this backend alone answers. ``replica``: which
+        replica of a fleet this is (faults aimed with ``replica=N`` apply only on replica N)."""
         base = (config or SimConfig()).replace(**settings)
-        self._simulator = Simulator(base, MODEL_CONTENT)
+        self._simulator = Simulator(base, MODEL_CONTENT, replica)
         self._server = SimulatorServer(self._simulator, host, port)
         if shared_port:
             self._server.reuse_port = True

@@ -493,3 +493,20 @@ def test_without_pod_variables_no_identity_headers() -> None:
 
     assert identity_headers({}) == identity_headers({"POD_NAME": "", "HOSTNAME": "h"}) == ()
     assert identity_headers({"POD_NAME": "p"}) == (("x-inference-pod", "p"),)
+
+
+def test_a_fault_aimed_at_one_replica_of_a_fleet(tmp_path: Any) -> None:
+    """--fault KIND:replica=2 on a fleet: replica 2 answers with the fault, replica 1 serves."""
+    process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve", "--port", "0", "--replicas", "2",
+                                "--speed", "inf", "--fault", "rate_limit:replica=2,retry_after=0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        urls = [process.stdout.readline().split(" at ")[1].split()[0] for _ in range(2)]
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        statuses = [httpx.post(f"{url.removesuffix('/v1')}/v1/chat/completions", json=body, timeout=10).status_code
+                    for url in urls for _ in range(2)]
+        assert statuses == [200, 200, 429, 429]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)

@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(consecutive after --port, or free ones with --port 0), for its metrics and control "
                             "API")
     serve.add_argument("--own-port", type=_port, default=None, help=argparse.SUPPRESS)  # a replica's, from its parent
+    serve.add_argument("--replica-number", type=int, default=1, help=argparse.SUPPRESS)  # which one, from its parent
     serve.add_argument("--io", choices=IO_MODES, default="threads",
                        help="How connections are served: 'threads' (a handler thread per connection; the "
                             "default, as inside pytest) or 'loop' (one thread, a greenlet per connection on "
@@ -230,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--shared-port needs SO_REUSEPORT, which this platform's sockets do not have")
     own_port = args.own_port if args.own_port is not None else (args.port + 1 if args.shared_port and args.port else 0)
     backend = LLMBackend(config, host=args.host, port=args.port, control_token=args.control_token,
-                         allowed_hosts=allowed_hosts, shared_port=args.shared_port, own_port=own_port)
+                         allowed_hosts=allowed_hosts, shared_port=args.shared_port, own_port=own_port,
+                         replica=args.replica_number)
     backend.httpserver.trim_memory = args.gc_pacing == "on"  # a process that only serves: see server/memory_trim
     for kind, params in [*file_faults, *args.faults]:
         backend.add_fault(kind, **params)

@@ -20,8 +20,8 @@ __all__ = ["heal", "say", "start_replicas", "stop_replicas"]
 Replica = tuple[subprocess.Popen[str], str]  # the process and its URL
 
 
-def _replica_argv(argv: Sequence[str], port: int, shared: int | None = None) -> list[str]:
-    """``llmsim serve`` arguments for one more replica: the same, on ``port``, as a single replica (with a
+def _replica_argv(argv: Sequence[str], port: int, shared: int | None = None, number: int = 1) -> list[str]:
+    """``llmsim serve`` arguments for replica ``number``: the same, on ``port``, as a single replica (with a
     ``shared`` port: listening on it too)."""
     out: list[str] = []
     skip = False
@@ -29,12 +29,13 @@ def _replica_argv(argv: Sequence[str], port: int, shared: int | None = None) -> 
         if skip:
             skip = False
             continue
-        if arg in ("--port", "--replicas", "--own-port"):
+        if arg in ("--port", "--replicas", "--own-port", "--replica-number"):
             skip = True
             continue
-        if arg.startswith(("--port=", "--replicas=", "--own-port=")):
+        if arg.startswith(("--port=", "--replicas=", "--own-port=", "--replica-number=")):
             continue
         out.append(arg)
+    out += ["--replica-number", str(number)]
     if shared is not None:
         return [*out, "--port", str(shared), "--own-port", str(port)]
     return [*out, "--port", str(port)]
@@ -45,7 +46,7 @@ def _start_replica(argv: Sequence[str], number: int, port: int,
     """Replica ``number`` as an ``llmsim serve`` process on ``port`` (and the ``shared`` one) that dies with
     this one; its URL on ``port`` (or OSError)."""
     process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", "serve",
-                                *_replica_argv(argv, port, shared)],
+                                *_replica_argv(argv, port, shared, number)],
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)

@@ -42,7 +42,7 @@ HeaderLookup = Headers | Mapping[str, str]
 
 #: Every fault kind, in the documented order.
 FAULT_KINDS: tuple[str, ...] = tuple(EFFECTS)
-_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "key", "header_only", "route")
+_WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "key", "replica", "header_only", "route")
 
 
 def fault_kinds() -> dict[str, dict[str, Any]]:
@@ -95,7 +95,8 @@ class Fault:
     ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie`` or ``truncate``), ``breaks``
     (``bad_tool_call``: ``arguments``, ``schema``, ``name`` or ``id``).
     When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``key`` (the API key a generation request
-    presents, in any of the places the APIs take one), ``header_only``.
+    presents, in any of the places the APIs take one), ``replica`` (only replica N of ``llmsim serve --replicas``;
+    a lone backend is replica 1), ``header_only``.
     """
 
     kind: str
@@ -114,6 +115,7 @@ class Fault:
     prompt: str | None = None
     model: str | None = None
     key: str | None = None
+    replica: int | None = None
     header_only: bool = False
     route: str | None = None
 
@@ -137,11 +139,13 @@ class Fault:
         problem = self.effect.check(self)
         if problem is not None:
             raise bad(*problem)
-        for name in ("after_tokens", "times", "nth"):
+        for name in ("after_tokens", "times", "nth", "replica"):
             value = getattr(self, name)
             low = 0 if name == "after_tokens" else 1
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise bad(name, f"expected an integer >= {low}")
+        if self.key is not None and (not isinstance(self.key, str) or not self.key):
+            raise bad("key", "expected an API key (a non-empty string)")
         if self.rate is not None and not 0.0 <= self.rate <= 1.0:
             raise bad("rate", "expected a number from 0 to 1")
         if self.retry_after is not None and self.retry_after < 0:
@@ -194,11 +198,12 @@ class FaultState:
 class FaultInjector:
     """The faults added to one backend, and the choice of one per request."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, replica: int = 1) -> None:
         self._lock = threading.Lock()
         self._armed: list[_Armed] = []
         self._route_hits: dict[str, int] = {}
         self.seed = seed
+        self.replica = replica  # which replica of a fleet this backend is: faults aimed at another skip it
         self.injected: dict[str, int] = {}
 
     def add(self, fault: Fault) -> Fault:
@@ -249,6 +254,8 @@ class FaultInjector:
                 fault = armed.fault
                 if fault.route != route or (fault.times is not None and armed.matched >= fault.times):
                     continue
+                if fault.replica is not None and fault.replica != self.replica:
+                    continue
                 if fault.nth is not None and hit != fault.nth:
                     continue
                 if fault.rate is not None and self._draw(index, hit) >= fault.rate:
@@ -281,6 +288,8 @@ class FaultInjector:
             if fault.model is not None and model != fault.model:
                 continue
             if fault.key is not None and fault.key not in keys():
+                continue
+            if fault.replica is not None and fault.replica != self.replica:
                 continue
             if armed.pattern is not None and not armed.pattern.search(prompt_text()):
                 continue

@@ -43,7 +43,7 @@ MAX_LAG_SAMPLES = 4096  # emit-lag samples kept per request (one per write of to
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
 
-    def __init__(self, config: SimConfig | None, content: ContentModel) -> None:
+    def __init__(self, config: SimConfig | None, content: ContentModel, replica: int = 1) -> None:
         self._lock = threading.Lock()
         self._content = content
         self._base = config or SimConfig()
@@ -61,7 +61,7 @@ class Simulator:
         self.script = content.script(self.config)
         self.adapters = LoraAdapters(dict.fromkeys(self.config.lora_adapters, ""))  # LoRA name -> path
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
-        self.faults = FaultInjector(self.config.seed)
+        self.faults = FaultInjector(self.config.seed, replica)
         self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
         self._key_limiters = KeyLimiters()
         self._accounting: set[int] = set()  # ids of finished requests' records not yet in the metrics and log
@@ -115,7 +115,7 @@ class Simulator:
             self.history.clear()
             self.adapters = LoraAdapters(dict.fromkeys(config.lora_adapters, ""))
             self._epoch += 1
-            self.faults = FaultInjector(config.seed)
+            self.faults = FaultInjector(config.seed, self.faults.replica)
             self._limiter = RateLimiter(config.rpm, config.tpm)
             self._key_limiters = KeyLimiters()
             self._request_numbers = itertools.count(1)
