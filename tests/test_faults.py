@@ -456,3 +456,54 @@ def test_bad_usage_reports_more_tokens_than_were_sent(llm_backend: LLMBackend) -
     assert llm_backend.metrics.completion_tokens == 12  # 3 x 4 sent, not 3 x 12
     with pytest.raises(ValueError, match="factor"):
         llm_backend.add_fault("bad_usage", factor=1)
+
+
+def test_truncate_and_bad_usage_through_the_other_apis_sdks(llm_backend: LLMBackend) -> None:
+    """Where an API's own end carries the finish reason and usage (Responses, Bedrock, Cohere, Ollama), a
+    truncated stream just stops and its SDK reads it to the end; bad_usage misreports in each API's usage shape."""
+    import boto3
+    import cohere
+    import ollama
+    from google import genai
+
+    ask = [{"role": "user", "content": "hi"}]
+    responses = openai.OpenAI(base_url=llm_backend.base_url, api_key="test")
+    bedrock = boto3.client("bedrock-runtime", endpoint_url=llm_backend.root_url, region_name="us-east-1",
+                           aws_access_key_id="AKIDTEST", aws_secret_access_key="test")
+    co = cohere.ClientV2(api_key="test", base_url=llm_backend.root_url)
+    local = ollama.Client(host=llm_backend.root_url)
+    try:
+        llm_backend.add_fault("truncate", after_tokens=2)
+        kinds = [event.type for event in responses.responses.create(model="m", input="hi", max_output_tokens=8,
+                                                                     stream=True)]
+        assert kinds.count("response.output_text.delta") == 2 and "response.completed" not in kinds
+        events = list(bedrock.converse_stream(modelId="anthropic.claude-3-haiku-20240307-v1:0",
+                                              messages=[{"role": "user", "content": [{"text": "hi"}]}],
+                                              inferenceConfig={"maxTokens": 8})["stream"])
+        assert sum("contentBlockDelta" in event for event in events) == 2
+        assert not any("messageStop" in event or "metadata" in event for event in events)
+        streamed = [event.type for event in co.chat_stream(model="command-a", messages=ask,  # type: ignore[arg-type]
+                                                           max_tokens=8)]
+        assert streamed.count("content-delta") == 2 and "message-end" not in streamed
+        parts = list(local.chat(model="llama3", messages=ask, stream=True, options={"num_predict": 8}))
+        assert len(parts) == 2 and not any(part.done for part in parts)
+
+        llm_backend.clear_faults()
+        llm_backend.add_fault("bad_usage", factor=2)
+        answer = responses.responses.create(model="m", input="hi", max_output_tokens=4)
+        assert answer.usage.output_tokens == 8  # type: ignore[union-attr]
+        assert bedrock.converse(modelId="anthropic.claude-3-haiku-20240307-v1:0", inferenceConfig={"maxTokens": 4},
+                                messages=[{"role": "user", "content": [{"text": "hi"}]}])["usage"]["outputTokens"] == 8
+        cohere_usage = co.chat(model="command-a", messages=ask, max_tokens=4).usage  # type: ignore[arg-type]
+        assert cohere_usage.tokens.output_tokens == 8  # type: ignore[union-attr]
+        assert local.chat(model="llama3", messages=ask, options={"num_predict": 4}).eval_count == 8
+        with genai.Client(api_key="test", http_options={"base_url": llm_backend.root_url}) as gemini:
+            usage = gemini.models.generate_content(model="gemini-2.5-flash", contents="hi",
+                                                   config={"max_output_tokens": 4}).usage_metadata
+        assert usage is not None and usage.candidates_token_count == 8
+        assert (usage.total_token_count or 0) - (usage.prompt_token_count or 0) == 8
+        assert {record.completion_tokens for record in llm_backend.requests[4:]} == {4}  # the log keeps the truth
+    finally:
+        bedrock.close()
+        local.close()
+        co._client_wrapper.httpx_client.httpx_client.close()  # as test_http_cohere's fixture closes it
