@@ -35,9 +35,9 @@ from pytest_llmsim.sim.config import SimConfig
 #: The request path's steps, outermost first (``module:qualified.name``).
 PHASES = (
     "pytest_llmsim.server.app:SimulatorServer._route",
-    "pytest_llmsim.server.app:SimulatorServer._generate",
-    "pytest_llmsim.server.app:new_record",
-    "pytest_llmsim.server.app:read_logged_json",
+    "pytest_llmsim.server.request_life:GenerationLife.run",
+    "pytest_llmsim.server.request_life:new_record",
+    "pytest_llmsim.server.request_life:read_logged_json",
     "pytest_llmsim.api.openai_chat:OpenAIChat.parse",
     "pytest_llmsim.sim.simulator:Simulator.check_credentials",
     "pytest_llmsim.sim.simulator:Simulator.pick_fault",
@@ -47,7 +47,7 @@ PHASES = (
     "pytest_llmsim.sim.runtime:Runtime.submit",
     "pytest_llmsim.sim.engine:Engine.submit",
     "pytest_llmsim.sim.runtime:Runtime._run_due",
-    "pytest_llmsim.server.responder:GenerationResponder._complete",
+    "pytest_llmsim.server.request_life:GenerationLife._whole",
     "pytest_llmsim.sim.simulator:Simulator.finish",
     "pytest_llmsim.sim.runtime:Runtime.release",
     "pytest_llmsim.sim.generation:Generation.fill",
@@ -55,7 +55,7 @@ PHASES = (
     "pytest_llmsim.sim.request_log:RequestLog.append",
     "pytest_llmsim.sim.trace:TraceRecorder.request",
     "pytest_llmsim.api.openai_chat:OpenAIChat.response_body",
-    "pytest_llmsim.server.responder:json_response",
+    "pytest_llmsim.server.request_life:json_response",
 )
 
 

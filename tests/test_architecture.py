@@ -1,7 +1,8 @@
 """The house's rules, read from the code: rooms, imports that point down only, no circles.
 
 Rooms (``docs/architecture.md``): ``sim`` imports nothing above it; ``content`` imports ``sim``;
-``api`` imports ``sim`` and ``content``; ``server`` imports ``api``, ``content`` and ``sim``. The
+``api`` imports ``sim`` and ``content``; ``jobs`` (work run after an answer: background responses,
+files, batches) imports ``api``, ``content`` and ``sim``; ``server`` imports every room below it. The
 modules on top (the plugin, the handles, the command line) import anything. Imports under
 ``TYPE_CHECKING`` and inside functions count. Read with ``ast``: nothing is imported or run.
 """
@@ -20,8 +21,12 @@ ALLOWED = {
     "sim": {"sim"},
     "content": {"content", "sim"},
     "api": {"api", "content", "sim"},
-    "server": {"server", "api", "content", "sim"},
+    "jobs": {"jobs", "api", "content", "sim"},
+    "server": {"server", "jobs", "api", "content", "sim"},
 }
+# What the server may import of api/: the shapes every API shares and the one list of routes, never an API.
+SERVER_SEES_OF_API = {"pytest_llmsim.api", "pytest_llmsim.api.base", "pytest_llmsim.api.routing",
+                      "pytest_llmsim.api.catalog", "pytest_llmsim.api.validation"}
 # The modules that sit on top of the rooms, by design.
 TOP = {"__init__", "plugin", "backend", "remote", "cli", "isolation", "pool", "assertions", "gc_pacing",
        "calibration", "sdk_environment",  # the handles' env(): the SDKs' variables, beside the handles
@@ -97,6 +102,13 @@ def test_imports_point_down_only() -> None:
                     if _room(module) in ALLOWED and _room(target) not in ALLOWED[_room(module)])
     assert upward == [], "imports that run back up (a room may import only the rooms below it):\n" + \
         "\n".join(upward)
+
+
+def test_the_server_imports_no_api_module_by_name() -> None:
+    """An API is one module under api/ that the catalog lists: the server registers what the catalog says."""
+    named = sorted(f"{module} -> {target}" for module, targets in _graph().items() for target in targets
+                   if _room(module) == "server" and _room(target) == "api" and target not in SERVER_SEES_OF_API)
+    assert named == []
 
 
 def test_there_is_no_import_circle() -> None:

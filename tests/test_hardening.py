@@ -648,7 +648,7 @@ def test_a_complete_answer_is_the_response_werkzeug_would_build(headers: dict[st
     value werkzeug refuses is refused."""
     from werkzeug.wrappers import Response
 
-    from pytest_llmsim.server.responder import CompleteResponse
+    from pytest_llmsim.server.responses import CompleteResponse
     ours = CompleteResponse(b'{"a":1}', 429, headers, content_type)
     theirs = Response(b'{"a":1}', status=429, headers=headers, content_type=content_type)
     assert ours.headers.to_wsgi_list() == theirs.headers.to_wsgi_list()

@@ -2,7 +2,9 @@
 
 The throwaway adapter below lives only in this file: an API whose model and
 stream flag are in the URL (``/v1beta/models/{model}:{action}``, ``?alt=sse``,
-as Google's Gemini API has them), served by registering it on the server.
+as Google's Gemini API has them), with a model list of its own and a share of
+OpenAI's ``GET /v1/models`` (chosen by a header), served by registering its
+declared ``ROUTES`` on the server: nothing in ``server/`` knows of it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pytest_llmsim import LLMBackend
 from pytest_llmsim.api.base import NO_TARGET, RequestTarget
 from pytest_llmsim.api.openai_chat import parse_chat
 from pytest_llmsim.api.openai_common import OpenAIErrors
+from pytest_llmsim.api.routing import ApiRoute, Reply, RouteCall, SessionChannel
 from pytest_llmsim.server.routes import Route, RouteMatch, RouteTable, request_target
 from pytest_llmsim.sim import GenerationRequest, SimError
 from pytest_llmsim.sim.generation import Generation
@@ -109,14 +112,38 @@ class URLModelAPI(OpenAIErrors):
         return _URLModelStream(generation)
 
 
+URL_MODEL = URLModelAPI()
+
+
+def _list_models(call: RouteCall) -> Reply:
+    """A route that generates nothing, in the throwaway API's own shape."""
+    if call.query.get("limit", "9").isdigit() is False:
+        raise SimError(400, "'limit' must be a number.", param="limit", code="invalid_value")
+    names = call.simulator.served_models()[:int(call.query.get("limit", "9"))]
+    return Reply({"models": [{"name": name, "owner": call.credential} for name in names]},
+                 headers={"x-test-api": "url-model"})
+
+
+def _asks_for_url_model(environ: dict[str, Any]) -> bool:
+    return environ.get("HTTP_X_TEST_API") == "url-model"
+
+
+ROUTES = (
+    ApiRoute(TEMPLATE.replace("v1beta", "v1test"), URL_MODEL),
+    ApiRoute("/v1test/models", URL_MODEL, ("GET",), _list_models),
+    ApiRoute("/v1/models", URL_MODEL, ("GET",), _list_models, accepts=_asks_for_url_model),  # OpenAI's path too
+)
+
+
 @pytest.fixture
 def url_model_api(llm_backend: LLMBackend) -> Iterator[LLMBackend]:
     server = llm_backend.httpserver
-    server.add_route("/v1test/models/{model}:{action}", URLModelAPI())
+    server.add_routes(ROUTES)
     try:
         yield llm_backend
     finally:
-        server.routes.remove("/v1test/models/{model}:{action}")
+        for route in ROUTES:
+            server.routes.remove(route.template, route.accepts)
 
 
 def test_a_new_wire_protocol_is_one_adapter_and_one_route(url_model_api: LLMBackend) -> None:
@@ -156,6 +183,24 @@ def test_the_new_protocol_gets_faults_and_errors_in_its_shape(url_model_api: LLM
     assert httpx.get(url).status_code == 405  # the route's methods
 
 
+def test_the_new_protocol_serves_a_route_that_generates_nothing_and_shares_a_path(url_model_api: LLMBackend) -> None:
+    backend = url_model_api
+    own = httpx.get(backend.url_for("/v1test/models?limit=1"))
+    assert own.status_code == 200 and own.headers["x-test-api"] == "url-model"
+    assert own.json() == {"models": [{"name": backend.config.model, "owner": None}]}
+    bad = httpx.get(backend.url_for("/v1test/models?limit=x"))
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"  # raised, answered in its shape
+    shared = httpx.get(backend.url_for("/v1/models"), headers={"x-test-api": "url-model"})
+    assert "models" in shared.json()  # the guard chose the throwaway API
+    assert httpx.get(backend.url_for("/v1/models")).json()["object"] == "list"  # OpenAI's, for everyone else
+
+
+def test_removing_a_guarded_route_keeps_the_others_of_its_path(url_model_api: LLMBackend) -> None:
+    url_model_api.httpserver.routes.remove("/v1/models", _asks_for_url_model)
+    answer = httpx.get(url_model_api.url_for("/v1/models"), headers={"x-test-api": "url-model"})
+    assert answer.json()["object"] == "list"
+
+
 def test_an_error_answer_does_not_match_the_route_table_again(llm_backend: LLMBackend,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The route a request matched names its API's error shape: the table is asked once per request, not again
@@ -174,3 +219,29 @@ def test_an_error_answer_does_not_match_the_route_table_again(llm_backend: LLMBa
     refused = httpx.get(llm_backend.url_for("/v1/chat/completions"))  # a 405 in OpenAI's shape
     assert refused.status_code == 405 and refused.json()["error"]["code"] == "method_not_allowed"
     assert calls == ["/v1/chat/completions"]
+
+
+def _count_session(session: SessionChannel, call: RouteCall) -> None:
+    """A throwaway session: counts the prompt tokens of each text message, with the path's model."""
+    while (message := session.receive()) is not None:
+        tokens = call.simulator.count_prompt(parse_chat({"model": call.params["model"], "messages": [
+            {"role": "user", "content": message}]}))
+        session.send(json.dumps({"model": call.params["model"], "tokens": tokens, "key": call.credential}))
+
+
+def test_a_declared_session_route_is_served_like_the_others(llm_backend: LLMBackend) -> None:
+    websockets_sync = pytest.importorskip("websockets.sync.client")
+    route = ApiRoute("/v1test/count/{model}", URL_MODEL, ("GET",), session=_count_session, subprotocols=("count.v1",))
+    server = llm_backend.httpserver
+    server.add_routes([route])
+    try:
+        url = llm_backend.url_for("/v1test/count/tiny").replace("http", "ws", 1)
+        with websockets_sync.connect(url, subprotocols=["count.v1"]) as ws:  # type: ignore[list-item]
+            assert ws.subprotocol == "count.v1"
+            ws.send("hello world")
+            answer = json.loads(ws.recv(timeout=30))
+        assert answer["model"] == "tiny" and answer["tokens"] > 2 and answer["key"] is None
+        plain = httpx.get(llm_backend.url_for("/v1test/count/tiny"))  # a plain request on a session path
+        assert plain.status_code == 426 and plain.json()["error"]["code"] == "upgrade_required"
+    finally:
+        server.routes.remove(route.template)

@@ -158,7 +158,7 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
     """A token event the engine-side writer takes without sending a byte (OpenAI chat hides a reasoning
     model's thinking: its token events render empty) proves nothing about the client, so the handler must
     keep looking for a hang-up at the short interval; one that sends does count."""
-    from pytest_llmsim.server.responder import _DirectWriter
+    from pytest_llmsim.server.stream_writer import _DirectWriter
 
     class Renderer:
         def opening(self, index: int) -> bytes:
@@ -189,7 +189,7 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
 def test_the_direct_writer_renders_a_stream_the_same_a_token_at_a_time_or_in_a_backlog() -> None:
     """The engine-side writer's one-token path (the usual call) and its backlog path give the same events in
     the same order: an opening first, each piece once."""
-    from pytest_llmsim.server.responder import _DirectWriter
+    from pytest_llmsim.server.stream_writer import _DirectWriter
 
     class Renderer:
         def opening(self, index: int) -> bytes:

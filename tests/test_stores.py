@@ -152,7 +152,7 @@ def test_a_reset_ends_batch_items_waiting_for_queue_room(llm_backend: LLMBackend
     with _openai(llm_backend, "k") as client:
         uploaded = client.files.create(file=("in.jsonl", io.BytesIO(_batch_file(lines=6))), purpose="batch")
         client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
-    (job,) = llm_backend._server.batches.jobs.all()
+    (job,) = llm_backend._server.jobs.batches.jobs.all()
     # the two workers have each taken an item, which now waits for room (on the engine's queue, not a timer)
     assert wait_for(lambda: sum(item.started for item in job.items), lambda started: started == 2) == 2
     threads_before = threading.active_count()
@@ -200,8 +200,8 @@ def test_background_events_count_against_the_stored_bytes(llm_backend: LLMBacken
         ids = [client.responses.create(model="m", input="hi", max_output_tokens=200, background=True).id
                for _ in range(30)]
         server = llm_backend._server
-        assert wait_for(server.background.all, lambda jobs: all(job.over for job in jobs))
-        kept = server.background.all()
+        assert wait_for(server.jobs.background.all, lambda jobs: all(job.over for job in jobs))
+        kept = server.jobs.background.all()
         assert sum(job.size_bytes for job in kept) <= 20_000 + max(job.size_bytes for job in kept)
         assert len(kept) < 30
         # one the stores have dropped is gone, not "completed" with nothing in it
@@ -263,7 +263,7 @@ def test_finished_batches_are_kept_within_the_stored_bytes(llm_backend: LLMBacke
                                           completion_window="24h")
             made.append(batch.id)
             wait_for(lambda batch_id=batch.id: client.batches.retrieve(batch_id).status, lambda s: s == "completed")
-        kept = llm_backend._server.batches.jobs.all()
+        kept = llm_backend._server.jobs.batches.jobs.all()
         assert sum(job.size_bytes for job in kept) <= 20_000 + len(content)  # the newest is always kept
         assert len(kept) < 12 and kept[-1].id == made[-1]
         with pytest.raises(openai.NotFoundError):

@@ -32,11 +32,12 @@ from .anthropic_context import applied_edits_body, original_tokens_body
 from .anthropic_fields import parse_messages, thinking_signature
 from .anthropic_server_tools import result_block, server_tool_usage, server_use_block
 from .base import NO_TARGET, PIECE_MARK, RequestTarget, WireAPI, random_hex
+from .routing import ApiRoute, counting_route
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["ANTHROPIC_COUNTER", "ANTHROPIC_MESSAGES", "AnthropicMessages", "parse_messages"]
+__all__ = ["ANTHROPIC_COUNTER", "ANTHROPIC_MESSAGES", "ROUTES", "AnthropicMessages", "parse_messages"]
 
 # Anthropic's error types by status; 503 (overloaded, a full queue) is answered 529 as Anthropic does.
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -355,3 +356,6 @@ class AnthropicCounter:
 
 
 ANTHROPIC_COUNTER = AnthropicCounter()
+
+ROUTES = (ApiRoute("/v1/messages", ANTHROPIC_MESSAGES),
+          counting_route("/v1/messages/count_tokens", ANTHROPIC_MESSAGES, ANTHROPIC_COUNTER))

@@ -34,13 +34,24 @@ from .openai_chat import OPENAI_CHAT
 from .openai_common import openai_error_body, sse
 from .openai_completions import OPENAI_COMPLETIONS
 from .openai_embeddings import OPENAI_EMBEDDINGS
+from .openai_models import list_models, show_model
 from .openai_responses import OPENAI_RESPONSES
+from .routing import ApiRoute
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["AZURE_CHAT", "AZURE_COMPLETIONS", "AZURE_EMBEDDINGS", "AZURE_RESPONSES", "AZURE_V1_CHAT",
-           "AZURE_V1_EMBEDDINGS", "AZURE_V1_RESPONSES", "api_version_known"]
+__all__ = [
+    "AZURE_CHAT",
+    "AZURE_COMPLETIONS",
+    "AZURE_EMBEDDINGS",
+    "AZURE_RESPONSES",
+    "AZURE_V1_CHAT",
+    "AZURE_V1_EMBEDDINGS",
+    "AZURE_V1_RESPONSES",
+    "ROUTES",
+    "api_version_known",
+]
 
 API_VERSION = re.compile(r"(\d{4}-\d{2}-\d{2}(-preview)?|v1|latest|preview)\Z")
 NOT_FILTERED = {"filtered": False, "severity": "safe"}
@@ -163,3 +174,16 @@ AZURE_RESPONSES = AzureOpenAI(OPENAI_RESPONSES, "azure.responses")
 AZURE_V1_CHAT = AzureOpenAI(OPENAI_CHAT, "azure.v1.chat", versioned=False, chat=True)
 AZURE_V1_RESPONSES = AzureOpenAI(OPENAI_RESPONSES, "azure.v1.responses", versioned=False)
 AZURE_V1_EMBEDDINGS = AzureOpenAI(OPENAI_EMBEDDINGS, "azure.v1.embeddings", versioned=False)
+
+ROUTES = (
+    ApiRoute("/openai/deployments/{deployment}/chat/completions", AZURE_CHAT),
+    ApiRoute("/openai/deployments/{deployment}/completions", AZURE_COMPLETIONS),
+    ApiRoute("/openai/deployments/{deployment}/embeddings", AZURE_EMBEDDINGS),
+    ApiRoute("/openai/responses", AZURE_RESPONSES),
+    ApiRoute("/openai/v1/chat/completions", AZURE_V1_CHAT),
+    ApiRoute("/openai/v1/responses", AZURE_V1_RESPONSES),
+    ApiRoute("/openai/v1/embeddings", AZURE_V1_EMBEDDINGS),
+    ApiRoute("/openai/models", AZURE_CHAT, ("GET",), list_models),
+    ApiRoute("/openai/v1/models", AZURE_V1_CHAT, ("GET",), list_models),
+    ApiRoute("/openai/v1/models/{id}", AZURE_V1_CHAT, ("GET",), show_model),
+)

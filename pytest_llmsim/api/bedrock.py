@@ -30,13 +30,20 @@ from . import aws_eventstream
 from .anthropic_messages import ANTHROPIC_MESSAGES, MessagesStream, parse_messages, usage
 from .base import NO_TARGET, RequestTarget, WireAPI, request_uuid
 from .bedrock_fields import parse_converse
+from .routing import ApiRoute, counting_route
 from .validation import expect_object
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["BEDROCK_CONVERSE", "BEDROCK_CONVERSE_STREAM", "BEDROCK_COUNTER", "BEDROCK_INVOKE",
-           "BEDROCK_INVOKE_STREAM"]
+__all__ = [
+    "BEDROCK_CONVERSE",
+    "BEDROCK_CONVERSE_STREAM",
+    "BEDROCK_COUNTER",
+    "BEDROCK_INVOKE",
+    "BEDROCK_INVOKE_STREAM",
+    "ROUTES",
+]
 
 # Bedrock's error codes by HTTP status (sent as x-amzn-ErrorType)
 ERROR_TYPES = {400: "ValidationException", 401: "AccessDeniedException", 403: "AccessDeniedException",
@@ -308,3 +315,11 @@ BEDROCK_CONVERSE_STREAM = BedrockConverse(streamed=True)
 BEDROCK_INVOKE = BedrockInvoke(streamed=False)
 BEDROCK_INVOKE_STREAM = BedrockInvoke(streamed=True)
 BEDROCK_COUNTER = BedrockCounter()
+
+ROUTES = (
+    ApiRoute("/model/{model}/converse", BEDROCK_CONVERSE),
+    ApiRoute("/model/{model}/converse-stream", BEDROCK_CONVERSE_STREAM),
+    ApiRoute("/model/{model}/invoke", BEDROCK_INVOKE),
+    ApiRoute("/model/{model}/invoke-with-response-stream", BEDROCK_INVOKE_STREAM),
+    counting_route("/model/{model}/count-tokens", BEDROCK_CONVERSE, BEDROCK_COUNTER),
+)

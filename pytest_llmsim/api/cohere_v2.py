@@ -26,6 +26,7 @@ from ..content.embeddings import encode_base64
 from ..sim import ChatMessage, GenerationRequest, SimError, fast_json, invalid
 from .base import NO_TARGET, RequestTarget
 from .rerank import CohereErrors
+from .routing import ApiRoute
 from .tool_fields import openai_output_format, openai_tool_use
 from .tools_text import tools_text
 from .validation import describe, expect_object, is_int, ranged
@@ -33,7 +34,7 @@ from .validation import describe, expect_object, is_int, ranged
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["COHERE_CHAT", "COHERE_EMBED"]
+__all__ = ["COHERE_CHAT", "COHERE_EMBED", "ROUTES"]
 
 CHAT_FIELDS = ("model", "messages", "tools", "tool_choice", "response_format", "max_tokens", "stop_sequences",
                "stream", "temperature", "seed", "p", "k", "frequency_penalty", "presence_penalty", "safety_mode",
@@ -284,3 +285,5 @@ class CohereEmbed(CohereErrors):
 
 COHERE_CHAT = CohereChat()
 COHERE_EMBED = CohereEmbed()
+
+ROUTES = (ApiRoute("/v2/chat", COHERE_CHAT), ApiRoute("/v2/embed", COHERE_EMBED))

@@ -27,6 +27,7 @@ from .openai_common import (
     envelope,
     generation_usage,
 )
+from .routing import ApiRoute
 from .tool_fields import openai_output_format, openai_tool_use
 from .tools_text import tools_text
 from .validation import expect_object
@@ -34,7 +35,7 @@ from .validation import expect_object
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["OPENAI_CHAT", "OpenAIChat", "parse_chat"]
+__all__ = ["OPENAI_CHAT", "ROUTES", "OpenAIChat", "parse_chat"]
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -210,3 +211,5 @@ class OpenAIChat(OpenAIContentFilter, OpenAIErrors):
 
 
 OPENAI_CHAT = OpenAIChat()
+
+ROUTES = (ApiRoute("/v1/chat/completions", OPENAI_CHAT),)

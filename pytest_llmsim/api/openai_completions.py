@@ -22,12 +22,13 @@ from .openai_common import (
     envelope,
     generation_usage,
 )
+from .routing import ApiRoute
 from .validation import all_ints, expect_object, optional
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["MAX_PROMPTS", "OPENAI_COMPLETIONS", "OpenAICompletions", "parse_completion"]
+__all__ = ["MAX_PROMPTS", "OPENAI_COMPLETIONS", "ROUTES", "OpenAICompletions", "parse_completion"]
 
 # Prompts in one request (OpenAI caps embeddings inputs at 2048 too); each
 # costs n sequences, so this bounds a request before its work is counted.
@@ -130,3 +131,5 @@ class OpenAICompletions(OpenAIContentFilter, OpenAIErrors):
 
 
 OPENAI_COMPLETIONS = OpenAICompletions()
+
+ROUTES = (ApiRoute("/v1/completions", OPENAI_COMPLETIONS),)

@@ -19,12 +19,13 @@ from ..sim import GenerationRequest, invalid
 from .base import NO_TARGET, RequestTarget
 from .field_policy import FieldPolicy
 from .openai_common import OpenAIErrors, model_field
+from .routing import ApiRoute
 from .validation import all_ints, describe, expect_object, is_int, optional
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["MAX_INPUTS", "OPENAI_EMBEDDINGS", "OpenAIEmbeddings", "parse_embeddings"]
+__all__ = ["MAX_INPUTS", "OPENAI_EMBEDDINGS", "ROUTES", "OpenAIEmbeddings", "parse_embeddings"]
 
 MAX_INPUTS = 2048
 ENCODING_FORMATS = ("float", "base64")
@@ -98,3 +99,5 @@ class OpenAIEmbeddings(OpenAIErrors):
 
 
 OPENAI_EMBEDDINGS = OpenAIEmbeddings()
+
+ROUTES = (ApiRoute("/v1/embeddings", OPENAI_EMBEDDINGS),)

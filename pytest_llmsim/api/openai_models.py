@@ -7,11 +7,16 @@ path), each with vLLM's ``max_model_len``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..sim import SimError
+from .openai_chat import OPENAI_CHAT
+from .routing import ApiRoute, Reply, RouteCall
 
-__all__ = ["model_card", "model_list", "unknown_model"]
+if TYPE_CHECKING:
+    from ..sim.simulator import Simulator
+
+__all__ = ["ROUTES", "list_models", "model_card", "model_list", "show_model", "unknown_model"]
 
 
 def model_card(name: str, base_model: str, adapter_path: str | None, max_model_len: int) -> dict[str, Any]:
@@ -30,3 +35,25 @@ def model_list(cards: list[dict[str, Any]]) -> dict[str, Any]:
 def unknown_model(model_id: str) -> SimError:
     """The 404 of ``GET /v1/models/{id}`` for a name not served."""
     return SimError(404, f"The model `{model_id}` does not exist.", code="model_not_found", param="model")
+
+
+def _card(simulator: Simulator, name: str) -> dict[str, Any]:
+    config = simulator.config
+    return model_card(name, config.model, simulator.adapters.get(name), config.max_model_len)
+
+
+def list_models(call: RouteCall) -> Reply:
+    """``GET /v1/models``: every served name, the base model, ``served_models``, then LoRA adapters."""
+    return Reply(model_list([_card(call.simulator, name) for name in call.simulator.served_models()]))
+
+
+def show_model(call: RouteCall) -> Reply:
+    """``GET /v1/models/{id}``: one served name's card, else a 404."""
+    model_id = call.params["id"]
+    if model_id not in call.simulator.served_models():
+        raise unknown_model(model_id)
+    return Reply(_card(call.simulator, model_id))
+
+
+ROUTES = (ApiRoute("/v1/models", OPENAI_CHAT, ("GET",), list_models),
+          ApiRoute("/v1/models/{id}", OPENAI_CHAT, ("GET",), show_model))

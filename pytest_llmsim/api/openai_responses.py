@@ -29,17 +29,25 @@ import base64
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from ..sim import GenerationRequest, SimError, fast_json
+from ..sim import GenerationRequest, SimError, fast_json, invalid
 from ..sim.tokens import PlannedCall
 from .base import NO_TARGET, PIECE_MARK, RequestTarget
 from .openai_common import OpenAIContentFilter, OpenAIErrors
 from .openai_responses_fields import parse_responses
+from .routing import ApiRoute, Reply, RouteCall, counting_route
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["OPENAI_RESPONSES", "RESPONSES_COUNTER", "OpenAIResponses", "ResponsesCounter", "input_items",
-           "parse_responses"]
+__all__ = [
+    "OPENAI_RESPONSES",
+    "RESPONSES_COUNTER",
+    "ROUTES",
+    "OpenAIResponses",
+    "ResponsesCounter",
+    "input_items",
+    "parse_responses",
+]
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -308,3 +316,35 @@ def response_not_found(response_id: str) -> SimError:
 def deleted_response(response_id: str) -> dict[str, Any]:
     """The answer of ``DELETE /v1/responses/{id}``."""
     return {"id": response_id, "object": "response", "deleted": True}
+
+
+def list_input_items(call: RouteCall) -> Reply:
+    """``GET /v1/responses/{id}/input_items``: a stored response's input items (``order``, ``limit``,
+    ``after``; newest first by default, as OpenAI lists them)."""
+    response_id = call.params["id"]
+    stored = call.simulator.conversations.get(response_id, call.credential)
+    if stored is None:
+        raise response_not_found(response_id)
+    items = input_items(stored.messages, response_id)
+    order = call.query.get("order", "desc")
+    limit_text = call.query.get("limit", "20")
+    if order not in ("asc", "desc") or not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+        param = "order" if order not in ("asc", "desc") else "limit"
+        raise invalid(f"Invalid '{param}'.", param, "invalid_value")
+    if order == "desc":
+        items.reverse()
+    after = call.query.get("after")
+    if after is not None:
+        ids = [item["id"] for item in items]
+        items = items[ids.index(after) + 1:] if after in ids else []
+    page = items[:int(limit_text)]
+    return Reply({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                  "last_id": page[-1]["id"] if page else None, "has_more": len(items) > len(page)})
+
+
+# GET, DELETE and cancel of a stored response read the background jobs too: pytest_llmsim.jobs serves them
+ROUTES = (
+    ApiRoute("/v1/responses", OPENAI_RESPONSES),
+    counting_route("/v1/responses/input_tokens", OPENAI_RESPONSES, RESPONSES_COUNTER),
+    ApiRoute("/v1/responses/{id}/input_items", OPENAI_RESPONSES, ("GET",), list_input_items, stored=True),
+)

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 from ..sim import GenerationRequest, SimError, invalid
 from .base import NO_TARGET, RequestTarget, WireAPI
 from .openai_common import OpenAIErrors
+from .routing import ApiRoute
 from .validation import describe, expect_object, is_int
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["COHERE_RERANK", "VLLM_RERANK", "VLLM_SCORE"]
+__all__ = ["COHERE_RERANK", "ROUTES", "VLLM_RERANK", "VLLM_SCORE"]
 
 MAX_DOCUMENTS = 1000
 
@@ -195,3 +196,6 @@ class VLLMScore(OpenAIErrors):
 COHERE_RERANK = CohereRerank()
 VLLM_RERANK = VLLMRerank()
 VLLM_SCORE = VLLMScore()
+
+ROUTES = (ApiRoute("/v2/rerank", COHERE_RERANK), ApiRoute("/v1/rerank", VLLM_RERANK), ApiRoute("/rerank", VLLM_RERANK),
+          ApiRoute("/v1/score", VLLM_SCORE), ApiRoute("/score", VLLM_SCORE))

@@ -20,19 +20,22 @@ Anthropic's shapes. Any bearer token or API key is accepted.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from ..sim import GenerationRequest, SimError, invalid
 from .anthropic_messages import AnthropicCounter, AnthropicMessages, parse_messages
 from .base import NO_TARGET, RequestTarget
 from .gemini import GeminiCounter, GeminiEmbed, GeminiErrors, GeminiGenerate
+from .gemini_routes import show_gemini_model
+from .routing import ApiRoute, counting_route
 from .validation import describe, expect_object, is_int
 
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["VERTEX_ANTHROPIC", "VERTEX_ANTHROPIC_COUNTER", "VERTEX_COUNTER", "VERTEX_EMBED", "VERTEX_GENERATE",
-           "VERTEX_PREDICT_EMBED", "vertex_model_prefixes"]
+__all__ = ["ROUTES", "VERTEX_ANTHROPIC", "VERTEX_ANTHROPIC_COUNTER", "VERTEX_COUNTER", "VERTEX_EMBED",
+           "VERTEX_GENERATE", "VERTEX_PREDICT_EMBED", "vertex_model_prefixes"]
 
 RAW_ACTIONS = ("rawPredict", "streamRawPredict")
 MAX_PREDICT_INSTANCES = 250
@@ -131,3 +134,16 @@ VERTEX_COUNTER = GeminiCounter("vertex.count_tokens")
 VERTEX_PREDICT_EMBED = VertexPredictEmbed()
 VERTEX_ANTHROPIC = VertexAnthropic()
 VERTEX_ANTHROPIC_COUNTER = VertexAnthropicCounter()
+
+ROUTES = (
+    *(route for prefix in vertex_model_prefixes("google") for route in (
+        ApiRoute(f"{prefix}/{{model}}:{{action}}", VERTEX_GENERATE),
+        ApiRoute(f"{prefix}/{{model}}:embedContent", VERTEX_EMBED),
+        ApiRoute(f"{prefix}/{{model}}:predict", VERTEX_PREDICT_EMBED),
+        counting_route(f"{prefix}/{{model}}:countTokens", VERTEX_GENERATE, VERTEX_COUNTER),
+        ApiRoute(f"{prefix}/{{model}}", VERTEX_GENERATE, ("GET",),
+                 functools.partial(show_gemini_model, prefix="publishers/google/models/")))),
+    *(route for prefix in vertex_model_prefixes("anthropic") for route in (
+        ApiRoute(f"{prefix}/{{model}}:{{action}}", VERTEX_ANTHROPIC),
+        counting_route(f"{prefix}/count-tokens:rawPredict", VERTEX_ANTHROPIC, VERTEX_ANTHROPIC_COUNTER))),
+)

@@ -7,7 +7,8 @@ the chat routes count them, with the reply priming), ``add_special_tokens``
 and ``return_token_strs``, and answers ``count``, ``max_model_len``,
 ``tokens``, ``token_strs``; detokenize takes ``tokens`` and answers
 ``prompt``. Loading an adapter takes ``lora_name`` and ``lora_path`` and
-answers 200 with vLLM's plain-text success line.
+answers 200 with vLLM's plain-text success line. ``GET /health`` and
+``GET /metrics`` (Prometheus text) are vLLM's too; ``ROUTES`` lists them all.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..sim import ChatMessage, SimError, invalid
-from .openai_chat import chat_message
+from ..sim.metrics import PROMETHEUS_CONTENT_TYPE
+from .openai_chat import OPENAI_CHAT, chat_message
+from .routing import ApiRoute, Reply, RouteCall
 from .validation import all_ints, describe, expect_object
 
-__all__ = ["detokenize_body", "detokenize_tokens", "lora_answer", "lora_fields", "tokenize_body",
+__all__ = ["ROUTES", "detokenize_body", "detokenize_tokens", "lora_answer", "lora_fields", "tokenize_body",
            "tokenize_fields", "unknown_token"]
+
+PLAIN_TEXT = "text/plain; charset=utf-8"
 
 
 def tokenize_fields(body: Any) -> tuple[str | None, list[ChatMessage] | None, bool]:
@@ -80,3 +85,46 @@ def detokenize_body(text: str) -> dict[str, Any]:
 def lora_answer(name: str, load: bool) -> str:
     """vLLM's plain-text line for a loaded or unloaded adapter."""
     return f"Success: LoRA adapter '{name}' {'added' if load else 'removed'} successfully."
+
+
+def _lora(call: RouteCall, load: bool) -> Reply:
+    """Load or unload a LoRA adapter; 200 with vLLM's plain-text line."""
+    record = call.log()
+    body, _ = call.read_json(record)
+    name, path = lora_fields(body, need_path=load)
+    if load:
+        call.simulator.load_adapter(name, path)
+    else:
+        call.simulator.unload_adapter(name)
+    record.status = 200
+    call.simulator.finish(record)
+    return Reply(lora_answer(name, load).encode(), content_type=PLAIN_TEXT)
+
+
+def _tokenize(call: RouteCall) -> Reply:
+    prompt, messages, with_strings = tokenize_fields(call.read_json()[0])
+    tokenizer = call.simulator.tokenizer
+    ids = tokenizer.encode(prompt) if prompt is not None else tokenizer.chat_prompt(messages or [])
+    strings = [tokenizer.token_text(token) for token in ids] if with_strings else None
+    return Reply(tokenize_body(ids, call.simulator.config.max_model_len, strings))
+
+
+def _detokenize(call: RouteCall) -> Reply:
+    tokenizer = call.simulator.tokenizer
+    tokens = detokenize_tokens(call.read_json()[0])
+    bad = tokenizer.first_undecodable(tokens)  # what /tokenize returns reads back, chat framing included
+    if bad is not None:
+        raise unknown_token(bad, tokenizer.name)
+    return Reply(detokenize_body(tokenizer.decode_framed(tokens)))
+
+
+ROUTES = (
+    ApiRoute("/v1/load_lora_adapter", OPENAI_CHAT, handler=lambda call: _lora(call, load=True)),
+    ApiRoute("/v1/unload_lora_adapter", OPENAI_CHAT, handler=lambda call: _lora(call, load=False)),
+    ApiRoute("/tokenize", OPENAI_CHAT, handler=_tokenize),
+    ApiRoute("/detokenize", OPENAI_CHAT, handler=_detokenize),
+    ApiRoute("/health", OPENAI_CHAT, ("GET",), lambda call: Reply(b"", content_type=PLAIN_TEXT), keyed=False),
+    ApiRoute("/metrics", OPENAI_CHAT, ("GET",),
+             lambda call: Reply(call.simulator.prometheus_text(), content_type=PROMETHEUS_CONTENT_TYPE),
+             keyed=False, stored=True),
+)

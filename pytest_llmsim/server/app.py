@@ -3,8 +3,9 @@
 Built on pytest-httpserver's ``HTTPServer`` for its lifecycle and ``url_for``, and so a test can still add
 its own ``expect_request(...)`` handlers: one that matches a request answers it, on the simulator's routes
 too (it wins over the simulator). Everything here translates HTTP to :class:`~pytest_llmsim.sim.simulator.Simulator`
-calls and back. The routes: every API's generation routes and the ones that generate nothing
-(``route_table``), session routes (:meth:`SimulatorServer.add_session`), the control API and the live page.
+calls and back. The routes: whatever the API catalog and the jobs declare (``api.catalog``, ``jobs``; see
+:mod:`pytest_llmsim.api.routing`), session routes (:meth:`SimulatorServer.add_session`), the control API and the
+live page.
 """
 
 from __future__ import annotations
@@ -17,48 +18,43 @@ import ssl
 import threading
 import traceback
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
-from ..api import OPENAI_CHAT, WireAPI
+from ..api.base import WireAPI
+from ..api.catalog import API_ROUTES, DEFAULT_API
+from ..api.routing import ApiRoute
+from ..jobs import Jobs
 from ..sim import SimError, fast_json
 from ..sim.config import SimConfig
-from ..sim.fault_effects import BadEncoding, Drop, Empty, Fail, Filter, RequestChange, Slow, Stall
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
-from .background import BackgroundJobs
-from .batch_routes import BatchRoutes
-from .compression import ENCODING_FAULT_KEY, compressing_app
+from .compression import compressing_app
 from .control import CONTROL_PREFIX, ControlAPI
-from .environ import ACCEPTED_AT
 from .exchange import (
     API_KEY,
     CREDENTIAL_KEY,
     RECORD_KEY,
     ROUTE_KEY,
     answer_error,
-    content_filtered,
-    new_record,
-    read_logged_json,
     untokenizable,
 )
-from .info_routes import InfoRoutes
 from .keepalive import keepalive_policy
 from .lean_request import request_application
 from .listener import ConnectionServer
 from .live_page import is_page_path, page_response, root_index
 from .loopback import is_loopback
-from .responder import GenerationResponder
+from .request_life import Lives
 from .response_head import HTTP_ERROR_CODES
-from .route_table import BATCH_ROUTES, GENERATION_ROUTES, INFO_ROUTES
-from .routes import Handler, Route, RouteMatch, RouteTable, request_target
+from .route_calls import route_of
+from .routes import Route, RouteTable
 from .sessions import SessionHandler, session_route, upgrade_required
-from .sockets import drop_connection
 from .tls import TLSMaterial
 
-__all__ = ["GENERATION_ROUTES", "SimulatorServer", "validate_address"]
+__all__ = ["SimulatorServer", "validate_address"]
 
 # Internal errors kept for check(): the first few, with tracebacks but without their frames' locals
 # (request bodies), so a server that keeps failing keeps flat memory; the rest are only counted.
@@ -74,9 +70,6 @@ def validate_address(host: str, port: int) -> None:
                          "(an empty host would listen on every interface)")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an integer from 0 to 65535 (0 picks a free port), not {port!r}")
-
-
-DEFAULT_API: WireAPI = OPENAI_CHAT  # whose error shape a path outside every route answers in
 
 
 class SimulatorServer(HTTPServer):
@@ -102,30 +95,25 @@ class SimulatorServer(HTTPServer):
         self.trim_memory = False  # give a wave of closed connections' memory back (llmsim serve sets it)
         self.simulator = simulator
         self.no_handler_status_code = 404
-        self.background = BackgroundJobs()  # the Responses API's background: true
+        self.jobs = Jobs(simulator)  # background responses, files and batches
         self._tls: TLSMaterial | None = None  # made when HTTPS is first asked for (tls = true, ca_file)
         self._tls_lock = threading.Lock()
-        self._responder = GenerationResponder(simulator, self.background)
         self.control = ControlAPI(self)
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
+        self.lives = Lives(simulator, self.jobs.background, self._next_id)  # each request's life
         self.routes = RouteTable()
-        for template, api in GENERATION_ROUTES.items():
-            self.add_route(template, api)
-        info = InfoRoutes(simulator, self.background)
-        for template, methods, handler, api, accepts, keyed, stored in INFO_ROUTES:
-            self.routes.add(Route(template, methods, functools.partial(handler, info), api, accepts=accepts,
-                                  keyed=keyed, stored=stored))
-        self.batches = BatchRoutes(simulator)  # OpenAI's files and batches, Anthropic's message batches
-        for template, methods, handler, api, accepts, keyed, stored in BATCH_ROUTES:
-            self.routes.add(Route(template, methods, functools.partial(handler, self.batches), api, accepts=accepts,
-                                  keyed=keyed, stored=stored))
+        self.add_routes((*API_ROUTES, *self.jobs.routes()))
+
+    def add_routes(self, routes: Iterable[ApiRoute]) -> list[Route]:
+        """Serve the routes an API declares (see :mod:`pytest_llmsim.api.routing`): how a new wire protocol
+        is served; a route with the template and guard of one served already replaces it."""
+        return [self.routes.add(route_of(declared, self.simulator, self.lives.generation)) for declared in routes]
 
     def add_route(self, template: str, api: WireAPI, methods: tuple[str, ...] = ("POST",)) -> Route:
-        """Serve generation requests to ``template`` with ``api`` (its ``{name}`` parts reach
-        ``api.parse`` as path parameters): how a new wire protocol is served."""
-        handler: Handler = functools.partial(self._generate, api=api)
-        return self.routes.add(Route(template, methods, handler, api, generates=True))
+        """Serve generation requests to ``template`` with ``api`` (its ``{name}`` parts reach ``api.parse``
+        as path parameters)."""
+        return self.add_routes([ApiRoute(template, api, methods)])[0]
 
     def add_session(self, template: str, handler: SessionHandler, api: WireAPI = DEFAULT_API,
                     subprotocols: tuple[str, ...] = (), keyed: bool = True, **limits: Any) -> Route:
@@ -269,8 +257,7 @@ class SimulatorServer(HTTPServer):
     def reset_backend(self, config: SimConfig | None = None) -> None:
         """The one reset every handle uses (``LLMBackend.reset``, ``POST /llmsim/v1/reset``): the
         simulator back to its starting settings (or ``config``) with empty state, kept errors forgotten."""
-        self.background.clear()
-        self.batches.clear()
+        self.jobs.clear()
         self.simulator.reset(config)
         self.clear()
 
@@ -315,7 +302,7 @@ class SimulatorServer(HTTPServer):
             if refusal is not None:
                 return self._identified(request, route.api, refusal)
         if not route.generates and self.simulator.faults.targets(route.template):
-            return self._identified(request, route.api, self._with_route_fault(request, match))
+            return self._identified(request, route.api, self.lives.route_fault(request, match))
         return self._identified(request, route.api, route.handler(request, match))
 
     def _refused(self, request: Request, route: Route) -> Response | None:
@@ -351,28 +338,6 @@ class SimulatorServer(HTTPServer):
             record.request_id = request_id
         return response
 
-    def _with_route_fault(self, request: Request, match: RouteMatch) -> Response:
-        """A route that generates nothing, while a fault names it: apply the fault, log the request."""
-        record = new_record(request)
-        fault = self.simulator.faults.select_route(match.route.template)
-        record.fault = fault.kind if fault is not None else None
-        if fault is not None:
-            action = fault.effect.on_request(fault)
-            if isinstance(action, Fail):
-                return answer_error(self.simulator, request, match.route.api, action.error, record)
-            if isinstance(action, Drop):
-                self.simulator.finish(record)  # status 0: no response at all
-                drop_connection(request)
-                return Response(b"", status=500)  # never reaches the client
-            before = fault.effect.before_headers(fault, stream=False)
-            if isinstance(before, Stall):
-                self.simulator.stall(before.seconds)
-        empty = fault is not None and isinstance(fault.effect.at_end(fault), Empty)
-        response = Response(b"", status=200) if empty else match.route.handler(request, match)
-        record.status = response.status_code
-        self.simulator.finish(record)
-        return response
-
     def _test_handler_matches(self, request: Request) -> bool:
         """Whether one of the test's ``expect_request`` handlers would answer ``request``."""
         data = request.get_data()  # matchers may compare the body: keep it for the handler
@@ -398,53 +363,3 @@ class SimulatorServer(HTTPServer):
     def _api_error(self, request: Request, error: SimError) -> Response:
         api = request.environ.get(API_KEY) or self.api_of_path(request.path, request.environ)  # matched once
         return answer_error(self.simulator, request, api, error)
-
-    # --- generation routes ---
-
-    def _generate(self, request: Request, match: RouteMatch, api: WireAPI) -> Response:
-        """Any generation route: parse with ``api``, run faults and the simulator, answer in ``api``'s shape."""
-        simulator = self.simulator
-        record = new_record(request)
-        record.api = api.name
-        number = simulator.count_request()
-        fault = None
-        try:
-            query = request.environ.get("QUERY_STRING", "")  # keys may come in it (Gemini's ?key=)
-            credential = simulator.check_credentials(record.headers, query)
-            body = read_logged_json(request, simulator, record)
-            if isinstance(body, dict) and isinstance(body.get("model"), str):
-                record.model = body["model"]
-            record.model = match.params.get("model", record.model)  # an API with the model in its URL
-            parsed = api.parse(body, request_target(request.environ, match.params))
-            parsed.api = api.name
-            parsed.credential = credential
-            record.model = parsed.model or record.model
-            record.stream = parsed.stream
-            fault = simulator.pick_fault(number, record.headers, parsed, record.route, query)
-            scale, filtered = 1.0, None  # a slow fault's factor; a content filter's (after_tokens, reason)
-            if fault is not None:
-                record.fault = fault.kind
-                action = fault.effect.on_request(fault)
-                if isinstance(action, Fail):
-                    raise action.error
-                if isinstance(action, Drop):
-                    simulator.finish(record)  # status 0: no response at all
-                    drop_connection(request)
-                    return Response(b"", status=500)  # never reaches the client
-                if isinstance(action, Slow):
-                    scale = action.factor
-                if isinstance(action, Filter):
-                    filtered = content_filtered(api, action)
-                if isinstance(action, BadEncoding):
-                    request.environ[ENCODING_FAULT_KEY] = action.mode
-                if isinstance(action, RequestChange):  # what the answer says: its tool calls, its usage
-                    action.apply(parsed)
-            try:
-                generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale, filtered)
-            finally:
-                record.rule = parsed.rule
-        except SimError as error:
-            return answer_error(simulator, request, api, error, record)
-        except TokenizeError as error:
-            return answer_error(simulator, request, api, untokenizable(error, parsed.prompt_param), record)
-        return self._responder.respond(request, record, generation, api.id_prefix + self._next_id(), fault, api)

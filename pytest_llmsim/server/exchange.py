@@ -22,7 +22,7 @@ from ..sim.request_log import RequestRecord
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
 from .request_body import read_json_body
-from .responder import json_response
+from .responses import json_response
 from .trusted_headers import TrustedHeaders
 
 __all__ = ["API_KEY", "CREDENTIAL_KEY", "RECORD_KEY", "ROUTE_KEY", "answer_error", "content_filtered", "credential_of",

@@ -19,11 +19,12 @@ import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from werkzeug.wrappers import Request, Response
 
 from ..api.base import NO_TARGET, RequestTarget, WireAPI
+from ..api.routing import Guard
 from .websocket import is_websocket_upgrade
 
 __all__ = ["Route", "RouteMatch", "RouteTable", "request_target"]
@@ -32,8 +33,6 @@ _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 Handler = Callable[[Request, "RouteMatch"], Response]
 
 
-Guard = Callable[[dict[str, Any]], bool]
-
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -41,7 +40,7 @@ class Route:
 
     ``accepts``, when set, is asked of the request's WSGI environ: two APIs may share a path (Gemini's
     ``GET /v1/models`` and OpenAI's), told apart by what the request carries (Google's API key).
-    ``keyed`` and ``stored`` say who may read it (see :class:`~.route_table.InfoRoute`).
+    ``keyed`` and ``stored`` say who may read it (see :class:`~pytest_llmsim.api.routing.ApiRoute`).
     """
 
     template: str
@@ -116,10 +115,17 @@ class RouteTable:
         self._templated = kept
         return route
 
-    def remove(self, template: str) -> None:
-        """Forget every route of ``template`` (no error if there is none)."""
-        self._exact.pop(template, None)
-        self._templated = [(p, r) for p, r in self._templated if r.template != template]
+    def remove(self, template: str, accepts: Guard | Literal["any"] | None = "any") -> None:
+        """Forget the routes of ``template`` (every one, or the one with guard ``accepts``, None: the unguarded
+        one); no error if there is none."""
+        def kept(route: Route) -> bool:
+            return route.template != template or (accepts != "any" and route.accepts is not accepts)
+
+        if template in self._exact:
+            self._exact[template] = [route for route in self._exact[template] if kept(route)]
+            if not self._exact[template]:
+                del self._exact[template]
+        self._templated = [(p, r) for p, r in self._templated if kept(r)]
 
     def match(self, path: str, method: str | None = None, environ: dict[str, Any] | None = None) -> RouteMatch | None:
         """The route that answers ``method`` on ``path``, with its parameters, or None.

@@ -28,9 +28,9 @@ from typing import Protocol
 
 from .request import GenerationRequest, SimError
 
-__all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BreakToolCalls",
-           "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter", "Malformed", "Misreport",
-           "RequestChange", "Slow", "Stall", "Truncate"]
+__all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BaseEffect",
+           "BreakToolCalls", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter", "Malformed",
+           "Misreport", "RequestChange", "Slow", "Stall", "Truncate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +187,8 @@ class FaultEffect(Protocol):
         """A non-streamed answer whose generation is done (and a route's answer: only ``Empty``)."""
 
 
-class _Effect:
-    """Defaults: a kind does nothing where it does not say otherwise."""
+class BaseEffect:
+    """Defaults: a kind does nothing where it does not say otherwise (a new kind subclasses it)."""
 
     params: tuple[str, ...] = ()
     on_routes_without_generation = False
@@ -220,7 +220,7 @@ def _retry_headers(fault: FaultParams) -> dict[str, str]:
             "retry-after-ms": f"{round(fault.retry_after * 1000):d}"}
 
 
-class HTTPErrorEffect(_Effect):
+class HTTPErrorEffect(BaseEffect):
     """An error answer instead of the generation: one status, error type and code per kind."""
 
     params: tuple[str, ...] = ("message", "retry_after")
@@ -253,7 +253,7 @@ def _stream_error(fault: FaultParams) -> SimError:
                     type="server_error")
 
 
-class ErrorEventEffect(_Effect):
+class ErrorEventEffect(BaseEffect):
     """A stream: ``after_tokens`` tokens, then the API's error event; not streamed: a 500."""
 
     params: tuple[str, ...] = ("after_tokens", "message")
@@ -269,7 +269,7 @@ class ErrorEventEffect(_Effect):
         return Fail(_stream_error(fault))
 
 
-class _CutAfterTokens(_Effect):
+class _CutAfterTokens(BaseEffect):
     """A kind that acts on a stream after its ``after_tokens``-th token event."""
 
     params: tuple[str, ...] = ("after_tokens",)
@@ -300,7 +300,7 @@ class TruncateEffect(_CutAfterTokens):
         return Truncate()
 
 
-class DropBeforeHeadersEffect(_Effect):
+class DropBeforeHeadersEffect(BaseEffect):
     """The connection closes before any byte of an answer."""
 
     on_routes_without_generation = True
@@ -309,7 +309,7 @@ class DropBeforeHeadersEffect(_Effect):
         return Drop()
 
 
-class EmptyEffect(_Effect):
+class EmptyEffect(BaseEffect):
     """200 with an empty body (a stream's generation is cut at once)."""
 
     on_routes_without_generation = True
@@ -333,7 +333,7 @@ class MalformedEffect(_CutAfterTokens):
         return Malformed()
 
 
-class StallEffect(_Effect):
+class StallEffect(BaseEffect):
     """No bytes for ``seconds``: before the headers (``after_tokens=0``, and every non-stream), or after
     ``after_tokens`` token events of a stream."""
 
@@ -350,7 +350,7 @@ class StallEffect(_Effect):
         return Stall(fault.seconds)
 
 
-class SlowEffect(_Effect):
+class SlowEffect(BaseEffect):
     """This request's latencies times ``factor``."""
 
     params: tuple[str, ...] = ("factor",)
@@ -359,7 +359,7 @@ class SlowEffect(_Effect):
         return Slow(fault.factor)
 
 
-class ContentFilterEffect(_Effect):
+class ContentFilterEffect(BaseEffect):
     """A content filter: the prompt is blocked (``side="prompt"``, the default), or the answer stops
     after ``after_tokens`` tokens (``side="completion"``); refused by APIs without a content filter."""
 
@@ -374,7 +374,7 @@ class ContentFilterEffect(_Effect):
         return Filter(None if fault.side == "prompt" else fault.after_tokens, message)
 
 
-class BadEncodingEffect(_Effect):
+class BadEncodingEffect(BaseEffect):
     """A compressed answer whose coding is broken (``mode``: ``lie`` or ``truncate``), for a gateway's
     decoder; ``lie`` also applies where the answer would not have been compressed."""
 
@@ -388,7 +388,7 @@ class BadEncodingEffect(_Effect):
         return BadEncoding(fault.mode)
 
 
-class BadToolCallEffect(_Effect):
+class BadToolCallEffect(BaseEffect):
     """The answer's tool calls broken as a gateway must catch them: ``arguments`` that are not JSON,
     ``schema``-breaking arguments, a ``name`` the request did not offer, or an ``id`` two calls share."""
 
@@ -403,7 +403,7 @@ class BadToolCallEffect(_Effect):
         return BreakToolCalls(fault.breaks)
 
 
-class BadUsageEffect(_Effect):
+class BadUsageEffect(BaseEffect):
     """The answer's usage reports ``factor`` times the tokens sent (rounded): a gateway's token accounting
     that trusts usage over what it passed on is off by as much."""
 

@@ -122,8 +122,8 @@ class Fault:
     @classmethod
     def build(cls, kind: str, **params: Any) -> Fault:
         """Validate ``kind`` and ``params``; raises :class:`FaultError` naming the culprit."""
-        if kind not in FAULT_KINDS:
-            raise FaultError(f"unknown fault kind {kind!r}; accepted: {', '.join(FAULT_KINDS)}")
+        if kind not in EFFECTS:  # every kind with an effect (the built-in FAULT_KINDS and any registered)
+            raise FaultError(f"unknown fault kind {kind!r}; accepted: {', '.join(EFFECTS)}")
         accepted = (*EFFECTS[kind].params, *_WHEN_PARAMS)
         unknown = sorted(set(params) - set(accepted))
         if unknown:
@@ -270,9 +270,9 @@ class FaultInjector:
         aimed = headers.get(FAULT_HEADER)
         if aimed:
             kind = aimed.strip()
-            if kind not in FAULT_KINDS:
+            if kind not in EFFECTS:
                 raise SimError(400, f"Unknown fault kind in {FAULT_HEADER}: {kind!r}; accepted: "
-                                    f"{', '.join(FAULT_KINDS)}.", param=None, code="unknown_fault")
+                                    f"{', '.join(EFFECTS)}.", param=None, code="unknown_fault")
             template = next((a.fault for a in self._armed if a.fault.kind == kind), None)
             return replace(template, times=None, nth=None, rate=None) if template else Fault(kind)
         if not self._armed:

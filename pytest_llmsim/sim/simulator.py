@@ -1,44 +1,43 @@
-"""One simulated backend without the HTTP: settings, runtime, tokens, metrics, log.
+"""One simulated backend without the HTTP: its settings and state, and a request's way into the engine.
 
 The server turns HTTP into :meth:`Simulator.start` calls; the test's
 :class:`~pytest_llmsim.backend.LLMBackend` reads and steers the same object.
+What a request passes before the engine (keys, faults, capacity, rate limits)
+is :class:`~.admission.Admission`'s; what is kept of it once it is over (the
+metrics, the log, the trace) is :class:`~.accounting.Accounting`'s.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .accounting import Accounting
+from .admission import Admission
 from .config import SimConfig
 from .content_model import ContentModel, Planner, ScriptBook
-from .context_edits import apply_edits
-from .conversations import ConversationStore, StoredExchange, continued_not_found
+from .conversations import ConversationStore, StoredExchange
 from .engine import SimSequence
 from .faults import Fault, FaultInjector, HeaderLookup
-from .generation import Generation, Outcome, ending
+from .generation import Generation, Outcome
 from .load_history import LoadHistory
 from .lora_adapters import LoraAdapters
 from .metrics import Metrics, MetricsSnapshot
 from .model_residency import ModelResidency
 from .planned import filtered
-from .ratelimit import KeyLimiters, RateLimiter
+from .prompts import continue_conversation, prompt_ids
 from .request import ChatMessage, GenerationRequest, SimError, invalid
-from .request_limits import charged_tokens, check_capacity, check_embedding, check_work, queue_full, token_budgets
+from .request_limits import check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import Runtime
-from .secrets import accepted_key, presented_credentials
 from .token_feed import hold
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
 
 __all__ = ["ContentModel", "Generation", "Outcome", "Planner", "ScriptBook", "Simulator"]
-
-MAX_LAG_SAMPLES = 4096  # emit-lag samples kept per request (one per write of tokens)
-
 
 class Simulator:
     """The state of one backend, safe to use from handler threads and the test."""
@@ -48,11 +47,9 @@ class Simulator:
         self._content = content
         self._base = config or SimConfig()
         self.config = self._base
-        self.trace = TraceRecorder(self.config.max_trace_requests)
-        self.history = LoadHistory()  # the live page's charts: kept whether a page is open or not
         self.runtime = Runtime(self.config, self._counts_changed)
-        self.metrics = Metrics(self.config.model)
-        self.log = RequestLog(self.config.max_log_entries, self.config.max_log_bytes)
+        self.accounting = Accounting(self.config, self.runtime)
+        self.admission = Admission(self.config, self.runtime, replica)
         self.conversations = ConversationStore(self.config.max_stored_responses, self.config.max_stored_response_bytes)
         self.residency = ModelResidency()  # models loaded on demand (Ollama's API)
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
@@ -61,14 +58,39 @@ class Simulator:
         self.script = content.script(self.config)
         self.adapters = LoraAdapters(dict.fromkeys(self.config.lora_adapters, ""))  # LoRA name -> path
         self._epoch = 0  # bumped by reset(); requests from an older epoch are not counted
-        self.faults = FaultInjector(self.config.seed, replica)
-        self._limiter = RateLimiter(self.config.rpm, self.config.tpm)
-        self._key_limiters = KeyLimiters()
-        self._accounting: set[int] = set()  # ids of finished requests' records not yet in the metrics and log
-        self._request_numbers = itertools.count(1)
         self._wake_stalls = threading.Event()  # set by reset/stop: stalled handlers give up
-        # Called after each request's accounting (llmsim serve paces garbage collection with it).
-        self.after_request: Callable[[], None] | None = None
+
+    # --- the accounts and the door, as every handle reads them ---
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.accounting.metrics
+
+    @property
+    def log(self) -> RequestLog:
+        return self.accounting.log
+
+    @property
+    def trace(self) -> TraceRecorder:
+        return self.accounting.trace
+
+    @property
+    def history(self) -> LoadHistory:
+        """The live page's charts: kept whether a page is open or not."""
+        return self.accounting.history
+
+    @property
+    def faults(self) -> FaultInjector:
+        return self.admission.faults
+
+    @property
+    def after_request(self) -> Callable[[], None] | None:
+        """Called after each request's accounting (llmsim serve paces garbage collection with it)."""
+        return self.accounting.after_request
+
+    @after_request.setter
+    def after_request(self, callback: Callable[[], None] | None) -> None:
+        self.accounting.after_request = callback
 
     # --- steering ---
 
@@ -92,7 +114,7 @@ class Simulator:
         ``POST /llmsim/v1/wait-idle`` (and so ``RemoteBackend.wait_idle``).
         """
         deadline = time.monotonic() + max(0.0, timeout)
-        while self.runtime.in_flight or self._accounting:  # in the engine, or being accounted
+        while self.runtime.in_flight or self.accounting.busy:  # in the engine, or being accounted
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.002)
@@ -106,51 +128,35 @@ class Simulator:
             config = self._base
             self._apply(config)
             self.runtime.reset(config)
-            self.metrics = Metrics(config.model)
-            self.log = RequestLog(config.max_log_entries, config.max_log_bytes)
+            self.accounting.reset(config)
+            self.admission.reset(config)
             self.conversations = ConversationStore(config.max_stored_responses, config.max_stored_response_bytes)
             self.script.clear()
             self.residency.clear()
-            self.trace.clear(config.max_trace_requests)
-            self.history.clear()
             self.adapters = LoraAdapters(dict.fromkeys(config.lora_adapters, ""))
             self._epoch += 1
-            self.faults = FaultInjector(config.seed, self.faults.replica)
-            self._limiter = RateLimiter(config.rpm, config.tpm)
-            self._key_limiters = KeyLimiters()
-            self._request_numbers = itertools.count(1)
             self._wake_stalls.set()
             self._wake_stalls = threading.Event()
 
     def _counts_changed(self, now: float, running: int, waiting: int) -> None:
-        """The engine's batch or queue changed (under the runtime's lock): the trace and the history note it."""
-        self.trace.sample(now, running, waiting)
-        self.history.counts(now, running, waiting)
+        """The engine's batch or queue changed (under the runtime's lock): the accounts note it."""
+        self.accounting.counts_changed(now, running, waiting)
 
     def _apply(self, config: SimConfig) -> None:
         if config.model != self.config.model:
             self.tokenizer = Tokenizer(load_encoding(config.model))
-            self.metrics.model = config.model
         if config.model != self.config.model or config.seed != self.config.seed:
             self._filler = self.tokenizer.filler_source(config.seed)
-        if (config.rpm, config.tpm) != (self.config.rpm, self.config.tpm):
-            self._limiter = RateLimiter(config.rpm, config.tpm)
-        if config.api_keys != self.config.api_keys:
-            self._key_limiters = KeyLimiters()
+        self.accounting.apply(self.config, config)
+        self.admission.apply(self.config, config)
         self.planner = self._content.planner(self.tokenizer, self._filler, config)
         if config.lora_adapters != self.config.lora_adapters:
             self.adapters = LoraAdapters((name, self.adapters.get(name, "")) for name in config.lora_adapters)
-        self.faults.seed = config.seed
         script = self.script
         script.max_replies, script.max_rules, script.max_bytes = (config.max_queued_replies, config.max_rules,
                                                                   config.max_script_bytes)
         self.conversations.max_entries = config.max_stored_responses
         self.conversations.max_bytes = config.max_stored_response_bytes
-        if config.max_trace_requests != self.config.max_trace_requests:
-            self.trace.clear(config.max_trace_requests)
-        if (config.max_log_entries, config.max_log_bytes) != (self.config.max_log_entries,
-                                                              self.config.max_log_bytes):
-            self.log.max_entries, self.log.max_bytes = config.max_log_entries, config.max_log_bytes
         self.config = config
 
     def reply_with(self, replies: Iterable[Any]) -> None:
@@ -208,17 +214,15 @@ class Simulator:
     def check_credentials(self, headers: HeaderLookup, query_string: str = "") -> str | None:
         """With ``required_api_key`` or ``api_keys`` set: the key the request presents, or a refusal
         (:func:`.secrets.accepted_key`). None when any key will do."""
-        config = self.config
-        keys = [key for key, _, _ in config.api_keys]
-        return accepted_key([*keys, config.required_api_key] if config.required_api_key else keys, headers,
-                            query_string)
+        return self.admission.check_credentials(self.config, headers, query_string)
 
     def count_request(self) -> int:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
-        return next(self._request_numbers)
+        return self.admission.count_request()
 
     def pick_fault(self, number: int, headers: HeaderLookup, request: GenerationRequest,
                    route: str | None = None, query_string: str = "") -> Fault | None:
+        """The fault that applies to request ``number``, if any."""
         def prompt_text() -> str:  # only built when a fault matches on the prompt
             if request.kind == "chat":
                 return "\n".join(message.content for message in request.messages)
@@ -226,10 +230,7 @@ class Simulator:
             return "\n".join(p if isinstance(p, str) else tokenizer.encoding.decode(
                 [t for t in p if tokenizer.valid_token_id(t)]) for p in request.prompts)
 
-        def keys() -> list[str]:  # only read when a fault is aimed by key
-            return presented_credentials(headers, query_string)[0]
-
-        return self.faults.select(number, headers, request.model, prompt_text, route, keys)
+        return self.admission.pick_fault(number, headers, request, route, query_string, prompt_text)
 
     def stall(self, seconds: float, client_gone: Callable[[], bool] | None = None) -> bool:
         """Hold the calling handler for ``seconds`` of wall time (:func:`.feed.hold`); ends early on reset
@@ -261,17 +262,7 @@ class Simulator:
         budgets, limit = token_budgets(request, prompts, config)
         check_work(request, prompts, budgets, self.config)
         self._check_schemas(request)  # after the cheap limits: thousands of schemas cost seconds
-        sequence_count = check_capacity(request, prompts, config)
-        if not self.runtime.can_admit(sequence_count):
-            raise queue_full(config, sequence_count)
-        rate_limit = None
-        if self._limiter.active:
-            rate_limit = self._limiter.admit(self.runtime.virtual_now(), charged_tokens(request, prompts, budgets),
-                                             self.runtime.to_wall)
-        key_limiter = self._key_limiters.get(request.credential, self.config.api_keys)
-        if key_limiter is not None:  # the key's own limits: a throttled key does not hold back the others
-            rate_limit = key_limiter.admit(self.runtime.virtual_now(), charged_tokens(request, prompts, budgets),
-                                           self.runtime.to_wall)
+        rate_limit = self.admission.admit(config, request, prompts, budgets)
         reply, request.rule = self.script.next_reply(request)
         outputs: list[PlannedOutput] = []
         sequences: list[SimSequence] = []
@@ -314,21 +305,8 @@ class Simulator:
             self.residency.release(request.model, self.runtime.virtual_now())
 
     def _continue(self, request: GenerationRequest) -> None:
-        """Put the stored conversation a request continues in front of its own messages; then apply the context
-        edits it asks for (:mod:`.context_edits`), the prompt counted as the engine will count it."""
-        if request.previous_id is not None:
-            stored = self.conversations.get(request.previous_id, request.credential)
-            if stored is None:
-                raise continued_not_found(request.previous_param, request.previous_id)
-            own = request.preamble
-            request.messages = [*request.messages[:own], *stored.messages, *request.messages[own:]]
-            if request.cache_continued:  # the stored messages are the request's cached prefix
-                request.cache_breakpoint = own + len(stored.messages)
-            request.previous_id = None  # resolved: a retry of start() must not prepend it twice
-        if request.context_edits and request.unedited_prompt_tokens is None:  # once: start() may be retried
-            request.unedited_prompt_tokens, request.applied_edits = apply_edits(
-                request.messages, request.context_edits,
-                lambda: sum(len(ids) for ids in self._prompts(request, self.tokenizer)[0]))
+        continue_conversation(request, self.conversations, lambda: sum(
+            len(ids) for ids in self._prompts(request, self.tokenizer)[0]))
 
     def keep_prefix(self, name: str, request: GenerationRequest,
                     body_of: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
@@ -361,35 +339,11 @@ class Simulator:
             raise invalid(problem[0], problem[1], "invalid_schema")
 
     def _prompts(self, request: GenerationRequest, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
-        if request.kind == "chat":
-            ids = tokenizer.chat_prompt(request.messages, request.tools_text)
-            users = [m.content for m in request.messages if m.role == "user"]
-            return [ids], [users[-1] if users else request.messages[-1].content]
-        prompts: list[list[int]] = []
-        sources: list[str] = []
-        if request.prompt_defaulted:  # the document separator, one special token
-            eot = tokenizer.encoding.eot_token
-            return [[eot]], [tokenizer.encoding.decode([eot])]
-        # a token-id prompt's text only where an answer shows it (~10 us for 256 ids, on every random-dataset request)
-        shown = request.echo or self.config.output == "echo"
-        for i, prompt in enumerate(request.prompts):
-            if isinstance(prompt, str):
-                prompts.append(tokenizer.encode(prompt))
-                sources.append(prompt)
-            else:
-                bad = tokenizer.first_invalid_id(prompt)
-                if bad is not None:
-                    raise invalid(f"Invalid 'prompt[{i}]': token id {bad} is not a token of this model's "
-                                  f"vocabulary ({tokenizer.name}).", "prompt", "invalid_value")
-                prompts.append(list(prompt))
-                sources.append(tokenizer.encoding.decode(prompt) if shown else "")
-        return prompts, sources
+        return prompt_ids(request, tokenizer, self.config.output == "echo")
 
     def note_lag(self, generation: Generation, due: float) -> None:
         """Tokens due at virtual time ``due`` just went out: keep how late (wall seconds)."""
-        late = self.runtime.lateness(due)
-        if late is not None and len(generation.emit_lags) < MAX_LAG_SAMPLES:
-            generation.emit_lags.append(max(0.0, late))
+        self.accounting.note_lag(generation, due)
 
     def cancel(self, generation: Generation) -> None:
         self.runtime.cancel(generation.feed)
@@ -402,48 +356,12 @@ class Simulator:
         was not complete; a hang-up (``Outcome.CLIENT_GONE``) is logged with
         status 499 and ``cancelled=True``.
         """
-        gaps: list[tuple[float, int]] = []
-        lags: list[float] = []
-        queried = 0
-        # Released first (released after the accounting, 16 connections served 15 % fewer requests/s:
-        # benchmarks/throughput.py); wait_idle() also waits for the accounting, through _accounting.
-        self._accounting.add(id(record))  # set.add/discard are atomic: no lock on the hot path
-        try:
-            if generation is not None:
-                self.runtime.release(generation.feed)
-                if generation.epoch != self._epoch:
-                    return  # started before a reset: belongs to an earlier test
-                self._release_model(generation.request)
-                generation.fill(record, outcome, delivered)
-                gaps = generation.gap_runs()
-                queried = generation.queried_tokens
-                lags = generation.emit_lags
-            record.ended = ending(record, outcome)
-            self.metrics.observe(record, gaps, queried, lags)
-            self.history.request_ended()
-            self.log.append(record)
-            if self.trace.enabled:
-                self.trace.request(record, generation.sequences if generation is not None else [],
-                                   self.runtime.virtual_now())
-        finally:
-            self._accounting.discard(id(record))
-        if self.after_request is not None:
-            self.after_request()
+        self.accounting.finish(record, generation, outcome, delivered, self._epoch, self._release_model)
 
     # --- reading ---
 
     def snapshot(self) -> MetricsSnapshot:
-        running, waiting = self.runtime.running_and_waiting()
-        return self.metrics.snapshot(self.runtime.max_running(), self.runtime.kv_state()[1], running, waiting)
+        return self.accounting.snapshot()
 
     def prometheus_text(self) -> bytes:
-        running, waiting = self.runtime.running_and_waiting()
-        lora = None
-        if self.adapters:
-            active, queued = self.runtime.adapters()
-            lora = (active, queued, self.config.max_loras)
-        used, preemptions = self.runtime.kv_state()
-        capacity = self.config.kv_cache_blocks or self.config.cache_capacity_blocks
-        return self.metrics.render(running, waiting, lora, (min(used / capacity, 1.0) if capacity else 0.0,
-                                                            preemptions))
-
+        return self.accounting.prometheus_text(self.config, bool(self.adapters))

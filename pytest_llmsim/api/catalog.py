@@ -1,0 +1,39 @@
+"""Every route of every API this package speaks, in one list the server registers.
+
+Adding an API: its module declares ``ROUTES`` (see :mod:`.routing`) and is listed
+here; nothing in ``server/`` changes. The server itself imports only this list.
+"""
+
+from __future__ import annotations
+
+from ..sim.faults import declare_routes_without_generation
+from . import (
+    anthropic_messages,
+    azure,
+    bedrock,
+    cohere_v2,
+    gemini_routes,
+    ollama_routes,
+    openai_chat,
+    openai_completions,
+    openai_embeddings,
+    openai_models,
+    openai_responses,
+    rerank,
+    vertex,
+    vllm_extras,
+)
+from .openai_chat import OPENAI_CHAT
+from .routing import ApiRoute
+
+__all__ = ["API_ROUTES", "DEFAULT_API"]
+
+API_ROUTES: tuple[ApiRoute, ...] = (
+    *openai_chat.ROUTES, *openai_completions.ROUTES, *anthropic_messages.ROUTES, *openai_responses.ROUTES,
+    *openai_embeddings.ROUTES, *gemini_routes.ROUTES, *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES,
+    *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES, *openai_models.ROUTES, *vllm_extras.ROUTES,
+)
+declare_routes_without_generation(route.template for route in API_ROUTES if not route.generates)  # for fault checks
+
+#: Whose error shape a path outside every route answers in.
+DEFAULT_API = OPENAI_CHAT

@@ -1,0 +1,177 @@
+"""How an API declares its routes, and what a route's handler is given and gives back.
+
+An API module lists its routes as :class:`ApiRoute` values in a module-level
+``ROUTES``; :mod:`.catalog` gathers every module's, and the server registers
+whatever the catalog lists (it never imports an API module by name). A route
+is one of three exchanges:
+
+- a **generation** route (no handler): the request is parsed by the route's
+  :class:`~.base.WireAPI` and answered by the server's generation lifecycle,
+  whole or streamed as the request asks;
+- a **call** (``handler``): anything that generates nothing (model lists,
+  token counts, stored objects), written against :class:`RouteCall`, which
+  the server implements over HTTP; the handler returns a :class:`Reply` or
+  raises :class:`~pytest_llmsim.sim.SimError`, answered in the API's shape;
+- a **session** (``session``): a WebSocket the client upgrades to; the runner
+  gets a :class:`SessionChannel` and the upgrade request's :class:`RouteCall`.
+
+Two APIs may share a path: ``accepts`` (a guard asked of the request's WSGI
+environ) tells them apart, as Gemini's ``GET /v1/models`` (a Google API key)
+is told from OpenAI's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .base import RequestTarget, TokenCounter, WireAPI
+
+if TYPE_CHECKING:
+    from ..sim.request_log import RequestRecord
+    from ..sim.simulator import Simulator
+
+__all__ = [
+    "EVENT_STREAM",
+    "EVENT_STREAM_HEADERS",
+    "ApiRoute",
+    "Guard",
+    "Reply",
+    "RouteCall",
+    "RouteHandler",
+    "SessionChannel",
+    "SessionRunner",
+    "counting_route",
+]
+
+#: A server-sent event stream's media type and the headers that keep proxies from buffering it.
+EVENT_STREAM = "text/event-stream; charset=utf-8"
+EVENT_STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+#: Asked of a request's WSGI environ: whether this route (of a path two APIs share) answers it.
+Guard = Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a call answers: a JSON body (``content_type`` None), or bytes or a stream of bytes of
+    ``content_type``."""
+
+    body: Any
+    status: int = 200
+    headers: Mapping[str, str] | None = None
+    content_type: str | None = None
+
+
+class RouteCall(Protocol):
+    """One request to a call or session route, as its handler sees it (the server implements it)."""
+
+    method: str
+    params: Mapping[str, str]  # the route template's path parameters
+    query: Mapping[str, str]  # the query string's parameters (the first of each name)
+    api: WireAPI  # the route's API
+    simulator: Simulator
+    credential: str | None  # the API key the request presented, when the backend checks keys
+
+    @property
+    def target(self) -> RequestTarget:
+        """The path parameters and the query, as an adapter's ``parse`` reads them."""
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host[:port]`` as the client addressed the server (for URLs in answers)."""
+
+    def read_json(self, record: RequestRecord | None = None) -> tuple[Any, bytes]:
+        """The JSON body and its bytes, under ``max_body_bytes``; kept in ``record`` (within
+        ``max_log_body_bytes``) when one is given. Raises :class:`~pytest_llmsim.sim.SimError`."""
+
+    def log(self, api_name: str | None = None) -> RequestRecord:
+        """Start the request's entry in the request log (an error raised afterwards is logged in it); finish
+        it with ``simulator.finish(record)``."""
+
+    def form(self, max_bytes: int, too_large: Exception) -> tuple[Mapping[str, str], Mapping[str, Upload]]:
+        """A multipart form's fields and files, at most ``max_bytes`` of them (else ``too_large`` is raised)."""
+
+
+class Upload(Protocol):
+    """A file in a multipart form."""
+
+    filename: str | None
+
+    def read(self) -> bytes:
+        """The file's bytes."""
+
+
+class SessionChannel(Protocol):
+    """A WebSocket session, as a session runner drives it."""
+
+    ended_by: str | None
+
+    def receive(self, timeout: float | None = None) -> str | bytes | None:
+        """The next message (text or bytes), or None once the session has ended."""
+
+    def send(self, message: str | bytes) -> None:
+        """Send a text (``str``) or binary message."""
+
+    def close(self, code: int = 1000, reason: str = "", ended_by: str = "server") -> None:
+        """End the session with ``code``."""
+
+
+RouteHandler = Callable[[RouteCall], Reply]
+#: Runs one session until it ends (the server closes it after, 1000; 1011 if the runner raised).
+SessionRunner = Callable[[SessionChannel, RouteCall], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRoute:
+    """One route an API serves: its template (``{name}`` segments are path parameters), methods, and exchange.
+
+    ``keyed``: the route takes the API's keys when the backend checks keys (all but ``/health`` and
+    ``/metrics``). ``stored``: it answers stored content (files, batches, stored responses, ``/metrics``),
+    so on loopback it answers only the Host names the control API does (a page DNS rebinding pointed here
+    cannot read it); other routes take any Host, as gateways rewrite it to the provider's name.
+    ``subprotocols`` (sessions): the ones the API speaks, in preference order.
+    """
+
+    template: str
+    api: WireAPI
+    methods: tuple[str, ...] = ("POST",)
+    handler: RouteHandler | None = None
+    session: SessionRunner | None = None
+    accepts: Guard | None = None
+    keyed: bool = True
+    stored: bool = False
+    subprotocols: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.handler is not None and self.session is not None:
+            raise ValueError(f"{self.template}: a route is a call or a session, not both")
+
+    @property
+    def generates(self) -> bool:
+        """A generation route: parsed and answered by the API's adapter (no handler, no session)."""
+        return self.handler is None and self.session is None
+
+
+def calls(api: WireAPI, routes: Iterable[tuple[str, tuple[str, ...], RouteHandler]], **options: Any
+          ) -> tuple[ApiRoute, ...]:
+    """Call routes of ``api`` from ``(template, methods, handler)`` lines, each with ``options``."""
+    return tuple(ApiRoute(template, api, methods, handler, **options) for template, methods, handler in routes)
+
+
+def counting_route(template: str, api: WireAPI, counter: TokenCounter) -> ApiRoute:
+    """A token-counting route (Anthropic's ``count_tokens``, Gemini's ``countTokens``): the prompt tokens a
+    request would be charged, logged under ``counter.name``."""
+
+    def count_tokens(call: RouteCall) -> Reply:
+        record = call.log(counter.name)
+        body, _ = call.read_json(record)
+        parsed = counter.parse_count(body, call.target)
+        record.model = parsed.model
+        count = call.simulator.count_prompt(parsed)
+        record.status, record.prompt_tokens = 200, count
+        call.simulator.finish(record)
+        return Reply(counter.count_body(count, parsed), headers=call.api.answer_headers() or None)
+
+    return ApiRoute(template, api, ("POST",), count_tokens)
