@@ -18,7 +18,9 @@ from . import (
     openai_completions,
     openai_embeddings,
     openai_models,
+    openai_realtime,
     openai_responses,
+    openai_responses_socket,
     rerank,
     vertex,
     vllm_extras,
@@ -30,10 +32,12 @@ __all__ = ["API_ROUTES", "DEFAULT_API"]
 
 API_ROUTES: tuple[ApiRoute, ...] = (
     *openai_chat.ROUTES, *openai_completions.ROUTES, *anthropic_messages.ROUTES, *openai_responses.ROUTES,
-    *openai_embeddings.ROUTES, *gemini_routes.ROUTES, *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES,
-    *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES, *openai_models.ROUTES, *vllm_extras.ROUTES,
+    *openai_responses_socket.ROUTES, *openai_realtime.ROUTES, *openai_embeddings.ROUTES, *gemini_routes.ROUTES,
+    *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES, *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES,
+    *openai_models.ROUTES, *vllm_extras.ROUTES,
 )
-declare_routes_without_generation(route.template for route in API_ROUTES if not route.generates)  # for fault checks
+# for fault checks: a call generates nothing (a session's responses do: each is checked as a generation request)
+declare_routes_without_generation(route.template for route in API_ROUTES if route.handler is not None)
 
 #: Whose error shape a path outside every route answers in.
 DEFAULT_API = OPENAI_CHAT

@@ -22,13 +22,15 @@ is told from OpenAI's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .base import RequestTarget, TokenCounter, WireAPI
+from .base import RequestTarget, StreamRenderer, TokenCounter, WireAPI
 
 if TYPE_CHECKING:
+    from ..sim import GenerationRequest
+    from ..sim.generation import Generation
     from ..sim.request_log import RequestRecord
     from ..sim.simulator import Simulator
 
@@ -38,11 +40,13 @@ __all__ = [
     "ApiRoute",
     "Guard",
     "Reply",
+    "ResponseTurn",
     "RouteCall",
     "RouteHandler",
     "SessionChannel",
     "SessionRunner",
     "counting_route",
+    "event_data",
 ]
 
 #: A server-sent event stream's media type and the headers that keep proxies from buffering it.
@@ -69,10 +73,13 @@ class RouteCall(Protocol):
 
     method: str
     params: Mapping[str, str]  # the route template's path parameters
-    query: Mapping[str, str]  # the query string's parameters (the first of each name)
     api: WireAPI  # the route's API
     simulator: Simulator
     credential: str | None  # the API key the request presented, when the backend checks keys
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        """The query string's parameters (the first of each name)."""
 
     @property
     def target(self) -> RequestTarget:
@@ -92,6 +99,26 @@ class RouteCall(Protocol):
 
     def form(self, max_bytes: int, too_large: Exception) -> tuple[Mapping[str, str], Mapping[str, Upload]]:
         """A multipart form's fields and files, at most ``max_bytes`` of them (else ``too_large`` is raised)."""
+
+    def turn(self, api: WireAPI, session_id: str) -> ResponseTurn:
+        """A new response inside session ``session_id`` (a session route's runner asks for one per response)."""
+
+
+class ResponseTurn(Protocol):
+    """One response inside a session, as the server runs it: a generation request's whole life (its fault,
+    the limits, the engine, the request log and metrics), its events rendered by the API."""
+
+    response_id: str
+    generation: Generation | None
+
+    def start(self, request: GenerationRequest, body: Any, raw: bytes) -> str:
+        """Admit and start ``request`` (the session message ``body``, ``raw`` as received); its response id.
+        Raises :class:`~pytest_llmsim.sim.SimError` for a refusal (logged), ``ConnectionError`` when a fault
+        dropped the connection."""
+
+    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Iterator[bytes]:
+        """The response's events as ``renderer`` renders them (SSE-framed), as the engine releases its tokens;
+        a fault's cut is carried out on the way, and the response is accounted when the iterator ends."""
 
 
 class Upload(Protocol):
@@ -175,3 +202,13 @@ def counting_route(template: str, api: WireAPI, counter: TokenCounter) -> ApiRou
         return Reply(counter.count_body(count, parsed), headers=call.api.answer_headers() or None)
 
     return ApiRoute(template, api, ("POST",), count_tokens)
+
+
+def event_data(chunk: bytes) -> list[str]:
+    """The ``data:`` payloads of the server-sent events in ``chunk`` (a renderer's output), in order: what a
+    session sends as its text messages (``[DONE]`` markers are the HTTP stream's own and are left out)."""
+    payloads = []
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            payloads.append(line[6:].decode())
+    return payloads

@@ -108,7 +108,7 @@ class SimulatorServer(HTTPServer):
     def add_routes(self, routes: Iterable[ApiRoute]) -> list[Route]:
         """Serve the routes an API declares (see :mod:`pytest_llmsim.api.routing`): how a new wire protocol
         is served; a route with the template and guard of one served already replaces it."""
-        return [self.routes.add(route_of(declared, self.simulator, self.lives.generation)) for declared in routes]
+        return [self.routes.add(route_of(declared, self.lives)) for declared in routes]
 
     def add_route(self, template: str, api: WireAPI, methods: tuple[str, ...] = ("POST",)) -> Route:
         """Serve generation requests to ``template`` with ``api`` (its ``{name}`` parts reach ``api.parse``
@@ -301,7 +301,7 @@ class SimulatorServer(HTTPServer):
             refusal = self._refused(request, route)
             if refusal is not None:
                 return self._identified(request, route.api, refusal)
-        if not route.generates and self.simulator.faults.targets(route.template):
+        if not route.generates and not route.upgrade and self.simulator.faults.targets(route.template):
             return self._identified(request, route.api, self.lives.route_fault(request, match))
         return self._identified(request, route.api, route.handler(request, match))
 

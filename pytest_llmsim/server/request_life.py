@@ -21,7 +21,7 @@ from werkzeug.wrappers import Request, Response
 
 from ..api.base import StreamRenderer, WireAPI
 from ..jobs.background import BackgroundJob, BackgroundJobs
-from ..sim import SimError
+from ..sim import GenerationRequest, SimError
 from ..sim.fault_effects import (
     BadEncoding,
     Drop,
@@ -119,6 +119,7 @@ class GenerationLife:
         """Admit the request and start its generation, or answer why not; then answer it."""
         simulator, request, api, record = self.simulator, self.request, self.api, self.record
         number = simulator.count_request()
+        parsed = None
         try:
             query = request.environ.get("QUERY_STRING", "")  # keys may come in it (Gemini's ?key=)
             credential = simulator.check_credentials(record.headers, query)
@@ -127,37 +128,47 @@ class GenerationLife:
                 record.model = body["model"]
             record.model = match.params.get("model", record.model)  # an API with the model in its URL
             parsed = api.parse(body, request_target(request.environ, match.params))
-            parsed.api = api.name
             parsed.credential = credential
-            record.model = parsed.model or record.model
-            record.stream = parsed.stream
-            fault = simulator.pick_fault(number, record.headers, parsed, record.route, query)
-            scale, filtered = 1.0, None  # a slow fault's factor; a content filter's (after_tokens, reason)
-            if fault is not None:
-                record.fault = fault.kind
-                plan = self.plan = FaultPlan.of(fault, parsed.stream)
-                action = plan.on_request
-                if isinstance(action, Fail):
-                    raise action.error
-                if isinstance(action, Drop):
-                    return dropped(simulator, request, record)
-                if isinstance(action, Slow):
-                    scale = action.factor
-                if isinstance(action, Filter):
-                    filtered = content_filtered(api, action)
-                if isinstance(action, BadEncoding):
-                    request.environ[ENCODING_FAULT_KEY] = action.mode
-                if isinstance(action, RequestChange):  # what the answer says: its tool calls, its usage
-                    action.apply(parsed)
-            try:
-                self.generation = simulator.start(parsed, request.environ.get(ACCEPTED_AT), scale, filtered)
-            finally:
-                record.rule = parsed.rule
+            if not self.admit(parsed, number, query, request.environ.get(ACCEPTED_AT)):
+                return dropped(simulator, request, record)
         except SimError as error:
             return answer_error(simulator, request, api, error, record)
         except TokenizeError as error:
-            return answer_error(simulator, request, api, untokenizable(error, parsed.prompt_param), record)
+            param = parsed.prompt_param if parsed is not None else None
+            return answer_error(simulator, request, api, untokenizable(error, param), record)
         return self.answer(api.id_prefix + self.lives.next_id())
+
+    def admit(self, parsed: GenerationRequest, number: int, query: str, arrived_at: float | None) -> bool:
+        """Pick the request's fault, carry out its request actions and start the generation (raises
+        :class:`SimError` for a refusal); False when the fault drops the connection instead. ``arrived_at``:
+        when the request arrived (the kernel's stamp; None: now)."""
+        simulator, record, request = self.simulator, self.record, self.request
+        parsed.api = self.api.name
+        record.model = parsed.model or record.model
+        record.stream = parsed.stream
+        fault = simulator.pick_fault(number, record.headers, parsed, record.route, query)
+        scale, filtered = 1.0, None  # a slow fault's factor; a content filter's (after_tokens, reason)
+        if fault is not None:
+            record.fault = fault.kind
+            plan = self.plan = FaultPlan.of(fault, parsed.stream)
+            action = plan.on_request
+            if isinstance(action, Fail):
+                raise action.error
+            if isinstance(action, Drop):
+                return False
+            if isinstance(action, Slow):
+                scale = action.factor
+            if isinstance(action, Filter):
+                filtered = content_filtered(self.api, action)
+            if isinstance(action, BadEncoding):
+                request.environ[ENCODING_FAULT_KEY] = action.mode
+            if isinstance(action, RequestChange):  # what the answer says: its tool calls, its usage
+                action.apply(parsed)
+        try:
+            self.generation = simulator.start(parsed, arrived_at, scale, filtered)
+        finally:
+            record.rule = parsed.rule
+        return True
 
     # --- the answer ---
 
@@ -249,6 +260,9 @@ class GenerationLife:
     @property
     def faulted(self) -> bool:
         return self.plan is not None
+
+    #: Whether the engine's thread may write this stream's HTTP chunks itself (a session's messages: never).
+    writes_http_chunks = True
 
     def stalled_before_headers(self, gone: Callable[[], bool]) -> bool:
         """Hold a stream's headers as the fault's stall says; True if the client left meanwhile."""

@@ -22,8 +22,10 @@ from ..sim import SimError
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Simulator
 from .exchange import CREDENTIAL_KEY, RECORD_KEY, answer_error, new_record, read_json
+from .request_life import Lives
 from .responses import CompleteResponse, json_response
 from .routes import Handler, Route, RouteMatch, request_target
+from .session_turns import SessionTurn
 from .sessions import session_route
 
 __all__ = ["HttpRouteCall", "answer_call", "route_of"]
@@ -32,16 +34,20 @@ __all__ = ["HttpRouteCall", "answer_call", "route_of"]
 class HttpRouteCall:
     """One HTTP request to a call or session route, as its handler sees it."""
 
-    __slots__ = ("_request", "api", "credential", "method", "params", "query", "simulator")
+    __slots__ = ("_lives", "_request", "api", "credential", "method", "params", "simulator")
 
-    def __init__(self, request: Request, match: RouteMatch, simulator: Simulator) -> None:
+    def __init__(self, request: Request, match: RouteMatch, simulator: Simulator, lives: Lives | None = None) -> None:
         self._request = request
+        self._lives = lives
         self.method: str = request.method
         self.params: Mapping[str, str] = match.params
-        self.query: Mapping[str, str] = request.args
         self.api: WireAPI = match.route.api
         self.simulator = simulator
         self.credential: str | None = request.environ.get(CREDENTIAL_KEY)
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        return self._request.args  # parsed when first asked for (werkzeug keeps it)
 
     @property
     def target(self) -> RequestTarget:
@@ -62,6 +68,11 @@ class HttpRouteCall:
         if api_name is not None:
             record.api = api_name
         return record
+
+    def turn(self, api: WireAPI, session_id: str) -> SessionTurn:
+        if self._lives is None:
+            raise RuntimeError("only a session route's call starts responses")
+        return SessionTurn(self._lives, self._request, api, session_id)
 
     def form(self, max_bytes: int, too_large: Exception) -> tuple[Mapping[str, str], Mapping[str, Upload]]:
         request = self._request
@@ -92,18 +103,19 @@ def answer_call(simulator: Simulator, handler: Callable[[RouteCall], Reply], req
         return answer_error(simulator, request, match.route.api, error, request.environ.get(RECORD_KEY))
 
 
-def route_of(declared: ApiRoute, simulator: Simulator, generate: Callable[..., Response]) -> Route:
-    """The route table's entry for a declared route; ``generate(request, match, api=...)`` answers generation."""
+def route_of(declared: ApiRoute, lives: Lives) -> Route:
+    """The route table's entry for a declared route (``lives`` runs its generation requests)."""
+    simulator = lives.simulator
     if declared.session is not None:
         runner = declared.session
 
         def run_session(session: Any, request: Request, match: RouteMatch) -> None:
-            runner(session, HttpRouteCall(request, match, simulator))
+            runner(session, HttpRouteCall(request, match, simulator, lives))
 
         return session_route(simulator, declared.template, run_session, declared.api, declared.subprotocols,
                              declared.keyed)
     if declared.handler is None:
-        handler: Handler = functools.partial(generate, api=declared.api)
+        handler: Handler = functools.partial(lives.generation, api=declared.api)
         return Route(declared.template, declared.methods, handler, declared.api, generates=True,
                      accepts=declared.accepts)
     return Route(declared.template, declared.methods, functools.partial(answer_call, simulator, declared.handler),

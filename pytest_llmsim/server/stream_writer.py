@@ -138,6 +138,9 @@ class StreamLife(Protocol):
     def faulted(self) -> bool:
         """Whether a fault acts on this answer at all."""
 
+    #: Whether the stream goes out as HTTP chunks (so the engine's thread may write them itself).
+    writes_http_chunks: bool
+
     def stalled_before_headers(self, gone: Callable[[], bool]) -> bool: ...
 
     def cut(self, events: StreamRenderer, out: list[bytes], gone: Callable[[], bool]
@@ -167,7 +170,7 @@ class StreamWriter:
         complete = reset = cut = False
         gone = functools.partial(client_gone, request)
         blocking_socket(request)  # a stream may idle for long: no read/write timeout from here on
-        direct = self._direct_writer(request, generation, events, life.faulted)
+        direct = self._direct_writer(request, generation, events, life.faulted or not life.writes_http_chunks)
         try:
             if life.stalled_before_headers(gone) or gone():
                 drop_connection(request)  # gone before the headers (a stall, a half-closed client): no bytes at all

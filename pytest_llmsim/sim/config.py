@@ -267,6 +267,15 @@ class SimConfig:
     embedding_size: int = setting(
         1536, check.integer(1),
         "Length of /v1/embeddings vectors (a request's 'dimensions' may shorten them)")
+    speech_seconds_per_token: float = setting(
+        0.3, check.number(0.0, low_inclusive=False, high=10.0),
+        "Simulated seconds of speech per output token of an audio answer (Realtime sessions)")
+    input_audio_tokens_per_second: float = setting(
+        10.0, check.number(0.0, low_inclusive=False),
+        "Audio tokens a second of input audio counts as (Realtime usage and prompt length)")
+    output_audio_tokens_per_second: float = setting(
+        20.0, check.number(0.0, low_inclusive=False),
+        "Audio tokens a second of generated speech counts as (Realtime usage)")
     served_models: tuple[str, ...] = setting(
         (), check.names,
         "More model names the backend answers to, besides 'model' (comma-separated)")

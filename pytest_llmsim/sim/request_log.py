@@ -42,7 +42,8 @@ class RequestRecord:
     request (``/v1/models/{id}``; ``unknown`` when none matched); ``api``
     the wire API of a generation route (``openai.chat``, ``openai.completions``);
     ``rule`` the name of the scripted rule that answered it, if one did;
-    ``request_id`` the id its answer carried (``x-request-id``, ``request-id``);
+    ``request_id`` the id its answer carried (``x-request-id``, ``request-id``); ``session`` the WebSocket
+    session a response was created in (None: a plain HTTP request);
     ``ignored_fields`` the body's fields no version of its API defines (accepted, no effect);
     ``ended`` how it ended for the client: ``completed``, ``error`` (a 4xx or 5xx answer), ``client gone``,
     or what the fault that cut it short did (``dropped``, ``error event``, ``malformed``, ``cut``).
@@ -78,6 +79,7 @@ class RequestRecord:
     api: str | None = None
     rule: str | None = None
     request_id: str | None = None
+    session: str | None = None
     ignored_fields: list[str] = field(default_factory=list)
     ended: str = ""
     body_bytes: int = 0

@@ -1,0 +1,350 @@
+"""OpenAI's Realtime API over WebSocket (GA protocol): ``GET /v1/realtime?model=...`` upgraded.
+
+One connection is one session with one conversation. The client configures it
+(``session.update``), adds items (``conversation.item.create``: messages and
+function call outputs), streams audio (``input_audio_buffer.append``; with
+server VAD, speech starts at the first non-silent audio and stops after the
+turn detection's ``silence_duration_ms`` of silence, which commits the buffer
+and, with ``create_response``, answers it; all-zero PCM is silence) and asks
+for answers (``response.create``). Each response is a request of the backend
+like any other (the same queue, batch, faults, limits, log and metrics: the
+server's :class:`~pytest_llmsim.api.routing.ResponseTurn`), rendered by
+:class:`~.openai_realtime_events.RealtimeResponseEvents`. Audio input counts
+as audio tokens (``input_audio_tokens_per_second``); audio output is generated
+speech (``speech_seconds_per_token``, ``output_audio_tokens_per_second``).
+
+Refused, as errors that keep the session open: a message that is not JSON, an
+unknown event type, a bad field, a full conversation or audio buffer, a cancel
+with no response in progress (responses run one at a time and a cancel is read
+after the response it names has ended). A binary message closes with 1003.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import time
+from typing import Any
+
+from ..sim import SimError, fast_json, invalid
+from .openai_chat import parse_chat
+from .openai_common import OpenAIErrors
+from .openai_realtime_events import SAMPLE_RATES, AudioOutput, RealtimeResponseEvents, event_id, realtime_error
+from .routing import ApiRoute, RouteCall, SessionChannel, event_data
+
+__all__ = ["OPENAI_REALTIME", "ROUTES", "OpenAIRealtime", "RealtimeSession"]
+
+MAX_ITEMS = 4096  # a session's conversation (items past it are refused)
+MAX_AUDIO_BUFFER_BYTES = 15 * 1024 * 1024  # the input audio waiting to be committed
+SILENT_BYTES = {"audio/pcm": (0,), "audio/pcmu": (0xFF, 0x7F), "audio/pcma": (0xD5, 0x55)}
+AUDIO_STAND_IN = " ~"  # what a second of input audio stands for in the prompt the engine counts (per audio token)
+SESSION_FIELDS = ("type", "model", "output_modalities", "instructions", "tools", "tool_choice", "max_output_tokens",
+                  "audio", "include", "tracing", "truncation", "prompt")
+
+
+class OpenAIRealtime(OpenAIErrors):
+    """The Realtime API: sessions only (its handshake's refusals answer in OpenAI's error shape)."""
+
+    name = "openai.realtime"
+    id_prefix = "resp_"
+
+
+OPENAI_REALTIME = OpenAIRealtime()
+
+
+def _turn_detection() -> dict[str, Any]:
+    return {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
+            "create_response": True, "interrupt_response": True, "idle_timeout_ms": None}
+
+
+class RealtimeSession:
+    """One Realtime connection: its settings, conversation and input audio buffer."""
+
+    def __init__(self, channel: SessionChannel, call: RouteCall, model: str) -> None:
+        self.channel, self.call = channel, call
+        self.id = "sess_" + os.urandom(10).hex()
+        self.conversation_id = "conv_" + os.urandom(10).hex()
+        audio_format = {"type": "audio/pcm", "rate": 24000}
+        self.session: dict[str, Any] = {
+            "type": "realtime", "object": "realtime.session", "id": self.id, "model": model,
+            "output_modalities": ["audio"], "instructions": "", "tools": [], "tool_choice": "auto",
+            "max_output_tokens": "inf", "tracing": None, "truncation": "auto", "prompt": None, "include": None,
+            "expires_at": int(time.time()) + 3600,
+            "audio": {"input": {"format": dict(audio_format), "transcription": None, "noise_reduction": None,
+                                "turn_detection": _turn_detection()},
+                      "output": {"format": dict(audio_format), "voice": "alloy", "speed": 1.0}}}
+        self.items: list[dict[str, Any]] = []
+        self.audio_tokens: dict[str, int] = {}  # a committed audio item's id -> its audio tokens
+        self.buffer = bytearray()
+        self.speaking, self.silence_ms, self.audio_ms, self.speech_item = False, 0.0, 0.0, ""
+
+    def send(self, event: dict[str, Any]) -> None:
+        event.setdefault("event_id", event_id())
+        self.channel.send(fast_json.dumps(event).decode())
+
+    def run(self) -> None:
+        """Serve the session until the client closes it."""
+        self.send({"type": "session.created", "session": self.session})
+        while (message := self.channel.receive()) is not None:
+            if isinstance(message, bytes):
+                self.channel.close(1003, "binary messages are not accepted: send JSON events")
+                return
+            client_id = None
+            try:
+                try:
+                    event = json.loads(message)
+                except ValueError:
+                    raise SimError(400, "The event is not valid JSON.", code="invalid_json") from None
+                if not isinstance(event, dict):
+                    raise invalid("An event must be a JSON object.", None, "invalid_type")
+                client_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+                self.handle(event, message)
+            except SimError as error:
+                self.send(realtime_error(error, client_id))
+
+    def handle(self, event: dict[str, Any], message: str) -> None:
+        kind = event.get("type")
+        handler = {"session.update": self._update, "conversation.item.create": self._create_item,
+                   "conversation.item.delete": self._delete_item, "conversation.item.retrieve": self._retrieve_item,
+                   "conversation.item.truncate": self._truncate_item, "input_audio_buffer.append": self._append,
+                   "input_audio_buffer.commit": lambda e: self._commit(), "input_audio_buffer.clear": self._clear,
+                   "response.cancel": self._cancel}.get(kind)  # type: ignore[arg-type]
+        if kind == "response.create":
+            self.respond(event.get("response") or {}, message)
+        elif handler is not None:
+            handler(event)
+        else:
+            raise invalid(f"Invalid value: {kind!r}. Supported values are: 'session.update', "
+                          "'conversation.item.create', 'input_audio_buffer.append', 'response.create', ...",
+                          "type", "invalid_value")
+
+    # --- the session and its conversation ---
+
+    def _update(self, event: dict[str, Any]) -> None:
+        changes = event.get("session")
+        if not isinstance(changes, dict):
+            raise invalid("Missing required parameter: 'session'.", "session", "missing_required_parameter")
+        unknown = sorted(set(changes) - set(SESSION_FIELDS))
+        if unknown:
+            raise invalid(f"Unknown parameter: 'session.{unknown[0]}'.", f"session.{unknown[0]}", "unknown_parameter")
+        for name, value in changes.items():
+            if name == "audio" and isinstance(value, dict):
+                for side in ("input", "output"):
+                    if isinstance(value.get(side), dict):
+                        self.session["audio"][side].update(value[side])
+            elif name != "type":
+                self.session[name] = value
+        self._audio_format("input")
+        self._audio_format("output")
+        self.send({"type": "session.updated", "session": self.session})
+
+    def _audio_format(self, side: str) -> str:
+        fmt = self.session["audio"][side].get("format") or {}
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind not in SAMPLE_RATES:
+            raise invalid(f"Invalid 'session.audio.{side}.format.type': {kind!r}; expected one of "
+                          f"{', '.join(SAMPLE_RATES)}.", f"session.audio.{side}.format.type", "invalid_value")
+        return str(kind)
+
+    def _add(self, item: dict[str, Any], previous: str | None = None) -> None:
+        if len(self.items) >= MAX_ITEMS:
+            raise SimError(400, f"The conversation is full ({MAX_ITEMS} items): delete items first.",
+                           code="conversation_full")
+        index = len(self.items)
+        if previous == "root":
+            index = 0
+        elif previous is not None:
+            ids = [kept["id"] for kept in self.items]
+            if previous not in ids:
+                raise invalid(f"Item with item_id '{previous}' not found.", "previous_item_id", "item_not_found")
+            index = ids.index(previous) + 1
+        before = self.items[index - 1]["id"] if index else None
+        self.items.insert(index, item)
+        self.send({"type": "conversation.item.added", "previous_item_id": before, "item": item})
+        self.send({"type": "conversation.item.done", "previous_item_id": before, "item": item})
+
+    def _create_item(self, event: dict[str, Any]) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict) or item.get("type") not in ("message", "function_call", "function_call_output"):
+            raise invalid("Invalid 'item.type': expected 'message', 'function_call' or 'function_call_output'.",
+                          "item.type", "invalid_value")
+        item = {"id": item.get("id") or "item_" + os.urandom(10).hex(), "object": "realtime.item",
+                "status": "completed", **item}
+        if item["type"] == "message" and (item.get("role") not in ("user", "system", "assistant")
+                                          or not isinstance(item.get("content"), list)):
+            raise invalid("A message item needs 'role' (user, system or assistant) and a 'content' array.",
+                          "item.content", "invalid_value")
+        previous = event.get("previous_item_id")
+        self._add(item, previous if isinstance(previous, str) else None)
+
+    def _find(self, event: dict[str, Any]) -> dict[str, Any]:
+        item_id = event.get("item_id")
+        for item in self.items:
+            if item["id"] == item_id:
+                return item
+        raise invalid(f"Item with item_id '{item_id}' not found.", "item_id", "item_not_found")
+
+    def _delete_item(self, event: dict[str, Any]) -> None:
+        item = self._find(event)
+        self.items.remove(item)
+        self.send({"type": "conversation.item.deleted", "item_id": item["id"]})
+
+    def _retrieve_item(self, event: dict[str, Any]) -> None:
+        self.send({"type": "conversation.item.retrieved", "item": self._find(event)})
+
+    def _truncate_item(self, event: dict[str, Any]) -> None:
+        """An interrupted answer: the client heard ``audio_end_ms`` of it; its transcript is cut to match."""
+        item = self._find(event)
+        end = event.get("audio_end_ms")
+        parts = item.get("content") or []
+        if item.get("role") != "assistant" or not parts or not isinstance(end, int) or end < 0:
+            raise invalid("Only an assistant audio message can be truncated, at 'audio_end_ms' (an integer).",
+                          "audio_end_ms", "invalid_value")
+        part = parts[0]
+        said = part.get("transcript") or ""
+        heard = round(end / 1000 / self.call.simulator.config.speech_seconds_per_token)
+        tokens = self.call.simulator.tokenizer.encode(said)
+        part["transcript"] = self.call.simulator.tokenizer.encoding.decode(tokens[:heard])
+        self.send({"type": "conversation.item.truncated", "item_id": item["id"], "content_index": 0,
+                   "audio_end_ms": end})
+
+    # --- input audio ---
+
+    def _append(self, event: dict[str, Any]) -> None:
+        audio = event.get("audio")
+        try:
+            chunk = base64.b64decode(audio, validate=True) if isinstance(audio, str) else None
+        except (binascii.Error, ValueError):
+            chunk = None
+        if chunk is None:
+            raise invalid("Invalid 'audio': expected base64-encoded audio.", "audio", "invalid_value")
+        if len(self.buffer) + len(chunk) > MAX_AUDIO_BUFFER_BYTES:
+            raise SimError(400, f"The input audio buffer is full ({MAX_AUDIO_BUFFER_BYTES} bytes): commit or clear "
+                                "it.", param="audio", code="input_audio_buffer_full")
+        fmt = self._audio_format("input")
+        self.buffer += chunk
+        chunk_ms = len(chunk) / (2 if fmt == "audio/pcm" else 1) / SAMPLE_RATES[fmt] * 1000
+        start_ms, self.audio_ms = self.audio_ms, self.audio_ms + chunk_ms
+        detection = self.session["audio"]["input"].get("turn_detection")
+        if not isinstance(detection, dict):
+            return  # no VAD: the client commits
+        silent = all(byte in SILENT_BYTES[fmt] for byte in chunk)
+        if not self.speaking and not silent:
+            self.speaking, self.silence_ms = True, 0.0
+            self.speech_item = "item_" + os.urandom(10).hex()
+            self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": round(start_ms),
+                       "item_id": self.speech_item})
+        elif self.speaking:
+            self.silence_ms = self.silence_ms + chunk_ms if silent else 0.0
+            if self.silence_ms >= float(detection.get("silence_duration_ms") or 500):
+                self.speaking = False
+                self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": round(self.audio_ms),
+                           "item_id": self.speech_item})
+                self._commit(self.speech_item)
+                if detection.get("create_response", True):
+                    self.respond({}, "")
+
+    def _commit(self, item_id: str | None = None) -> None:
+        if not self.buffer:
+            raise SimError(400, "Error committing input audio buffer: the buffer is empty.",
+                           code="input_audio_buffer_commit_empty")
+        fmt = self._audio_format("input")
+        seconds = len(self.buffer) / (2 if fmt == "audio/pcm" else 1) / SAMPLE_RATES[fmt]
+        new_id = item_id or "item_" + os.urandom(10).hex()
+        item = {"id": new_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
+                "content": [{"type": "input_audio", "transcript": None}]}
+        self.buffer.clear()
+        previous = self.items[-1]["id"] if self.items else None
+        self.send({"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": new_id})
+        per_second = self.call.simulator.config.input_audio_tokens_per_second
+        self.audio_tokens[new_id] = max(1, round(seconds * per_second))
+        self._add(item)
+
+    def _clear(self, event: dict[str, Any]) -> None:
+        self.buffer.clear()
+        self.speaking, self.silence_ms = False, 0.0
+        self.send({"type": "input_audio_buffer.cleared"})
+
+    def _cancel(self, event: dict[str, Any]) -> None:
+        raise SimError(400, "Cancellation failed: no active response found.", code="response_cancel_not_active")
+
+    # --- responses ---
+
+    def _messages(self, items: list[dict[str, Any]], instructions: Any) -> tuple[list[dict[str, Any]], int]:
+        """The conversation as chat messages for the engine, and the audio tokens among them."""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+        audio = 0
+        for item in items:
+            kind = item.get("type")
+            if kind == "function_call":
+                messages.append({"role": "assistant", "content": None, "tool_calls": [{
+                    "id": item.get("call_id"), "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}]})
+            elif kind == "function_call_output":
+                messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
+                                 "content": str(item.get("output", ""))})
+            else:
+                texts = []
+                for part in item.get("content") or []:
+                    if part.get("type") == "input_audio" and not part.get("transcript"):
+                        tokens = self.audio_tokens.get(item["id"], 1)
+                        audio += tokens
+                        texts.append(AUDIO_STAND_IN * tokens)
+                    else:
+                        texts.append(str(part.get("text") or part.get("transcript") or ""))
+                messages.append({"role": item.get("role", "user"), "content": "".join(texts)})
+        return messages, audio
+
+    def respond(self, options: dict[str, Any], message: str) -> None:
+        """Answer the conversation (``response.create``'s ``response`` options over the session's)."""
+        if not isinstance(options, dict):
+            raise invalid("Invalid 'response': expected an object.", "response", "invalid_type")
+        settings = {**self.session, **{k: v for k, v in options.items() if k != "audio"}}
+        conversation = options.get("conversation", "auto")
+        items = options["input"] if isinstance(options.get("input"), list) else self.items
+        messages, audio_in = self._messages(items, settings.get("instructions"))
+        if not messages:
+            raise invalid("The conversation is empty: add an item or audio first.", "response.input",
+                          "empty_conversation")
+        body: dict[str, Any] = {"model": self.session["model"], "messages": messages, "stream": True}
+        if settings.get("tools"):
+            body["tools"] = [{"type": "function", "function": {key: tool[key] for key in
+                                                                ("name", "description", "parameters") if key in tool}}
+                             for tool in settings["tools"] if isinstance(tool, dict)]
+            body["tool_choice"] = settings.get("tool_choice", "auto")
+        if isinstance(settings.get("max_output_tokens"), int):
+            body["max_tokens"] = settings["max_output_tokens"]
+        request = parse_chat(body)
+        voice = (options.get("audio") or {}).get("output", {}).get("voice") or self.session["audio"]["output"]["voice"]
+        audio = None
+        if "audio" in (settings.get("output_modalities") or ["audio"]):
+            config = self.call.simulator.config
+            audio = AudioOutput(self._audio_format("output"), voice, config.speech_seconds_per_token,
+                                config.output_audio_tokens_per_second)
+        turn = self.call.turn(OPENAI_REALTIME, self.id)
+        response_id = turn.start(request, json.loads(message) if message else options,
+                                 (message or fast_json.dumps(options).decode()).encode())
+        assert turn.generation is not None
+        previous = self.items[-1]["id"] if self.items and conversation == "auto" else None
+        events = RealtimeResponseEvents(turn.generation, response_id,
+                                        self.conversation_id if conversation == "auto" else None, previous, audio,
+                                        audio_in, options.get("metadata"))
+        for chunk in turn.events(events):
+            for data in event_data(chunk):
+                self.channel.send(data)
+        if conversation == "auto":
+            for item in events.items:
+                if len(self.items) < MAX_ITEMS:
+                    self.items.append(item)
+
+
+def run_realtime_session(session: SessionChannel, call: RouteCall) -> None:
+    """Serve one Realtime connection (``?model=`` names the model; the default is the backend's)."""
+    model = call.query.get("model") or call.simulator.config.model
+    RealtimeSession(session, call, model).run()
+
+
+ROUTES = (ApiRoute("/v1/realtime", OPENAI_REALTIME, ("GET",), session=run_realtime_session,
+                   subprotocols=("realtime",)),)

@@ -1,0 +1,71 @@
+"""A response inside a WebSocket session: a generation request's life of its own.
+
+A session's key was checked at its handshake; each response it creates then
+passes the same door as an HTTP request (its number and fault, the backend's
+capacity and rate limits), runs in the same engine and batch, is written by
+the same stream writer (its events rendered by the API, sent as the session's
+messages instead of HTTP chunks) and is accounted once, in the request log
+(with its session id), the metrics and the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from werkzeug.wrappers import Request
+
+from ..api.base import StreamRenderer, WireAPI
+from ..sim import GenerationRequest, SimError
+from ..sim.fault_effects import Empty
+from ..sim.generation import Outcome
+from ..sim.tokens import TokenizeError
+from .exchange import CREDENTIAL_KEY, untokenizable
+from .request_life import GenerationLife, Lives, dropped
+
+__all__ = ["SessionTurn"]
+
+
+class SessionTurn(GenerationLife):
+    """One response of a session (see the module's text): an ``api.routing.ResponseTurn``."""
+
+    __slots__ = ("response_id",)
+    writes_http_chunks = False  # its events go out as WebSocket messages
+
+    def __init__(self, lives: Lives, request: Request, api: WireAPI, session_id: str) -> None:
+        super().__init__(lives, request, api)
+        self.record.session = session_id
+        self.record.stream = True
+        self.response_id = ""
+
+    def start(self, request: GenerationRequest, body: Any, raw: bytes) -> str:
+        simulator, record = self.simulator, self.record
+        number = simulator.count_request()
+        record.keep_body(body, raw, simulator.config.max_log_body_bytes)
+        record.model = request.model
+        request.credential = self.request.environ.get(CREDENTIAL_KEY)  # the key the handshake presented
+        try:
+            admitted = self.admit(request, number, self.request.environ.get("QUERY_STRING", ""), None)
+        except SimError as error:
+            self._refused(error)
+            raise
+        except TokenizeError as error:
+            refusal = untokenizable(error, request.prompt_param)
+            self._refused(refusal)
+            raise refusal from None
+        if not admitted:
+            dropped(simulator, self.request, record)
+            raise ConnectionError("the session's connection was dropped by a fault")
+        record.status = 200
+        self.response_id = self.api.id_prefix + self.lives.next_id()
+        return self.response_id
+
+    def _refused(self, error: SimError) -> None:
+        self.record.status, self.record.error = error.status, error.fields()
+        self.simulator.finish(self.record)
+
+    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Iterator[bytes]:
+        if self.plan is not None and isinstance(self.plan.before_headers, Empty):
+            self.abandon(Outcome.CUT_BY_FAULT, 0)
+            return iter(())
+        return self.lives.streams.stream(self, renderer, on_complete)

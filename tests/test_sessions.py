@@ -1,0 +1,237 @@
+"""Sessions over WebSocket, driven by the official SDK: OpenAI Realtime (``client.realtime.connect()``) and the
+Responses API's WebSocket mode (``client.responses.connect()``); each response a request of the backend."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from serve_process import Served
+
+from pytest_llmsim import LLMBackend, ToolCall
+
+websockets_sync = pytest.importorskip("websockets.sync.client")
+from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
+
+SPEECH = base64.b64encode(b"\x10\x00" * 4800).decode()  # 0.2 s of PCM16 at 24 kHz, not silent
+SILENCE = base64.b64encode(b"\x00\x00" * 4800).decode()  # 0.2 s of silence
+
+
+def _client(backend: LLMBackend, **options: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=backend.base_url, api_key="sk-test", max_retries=0, **options)
+
+
+def _until(connection: Any, last: str = "response.done") -> list[Any]:
+    """The events up to and including the first of type ``last`` (or an error)."""
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type in (last, "error"):
+            return events
+    return events
+
+
+def _text_session(connection: Any) -> None:
+    connection.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+
+
+def _say(connection: Any, text: str) -> None:
+    connection.conversation.item.create(item={"type": "message", "role": "user",
+                                              "content": [{"type": "input_text", "text": text}]})
+
+
+# --- OpenAI Realtime ---
+
+def test_realtime_text_turns_keep_one_conversation(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with("hello there friend", "second answer")
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _text_session(connection)
+        _say(connection, "hi")
+        connection.response.create()
+        first = _until(connection)
+        _say(connection, "and again")
+        connection.response.create()
+        second = _until(connection)
+    kinds = [event.type for event in first]
+    assert kinds[:4] == ["session.created", "session.updated", "conversation.item.added", "conversation.item.done"]
+    assert kinds[4:] == ["response.created", "response.output_item.added", "conversation.item.added",
+                         "response.content_part.added", *["response.output_text.delta"] * 3,
+                         "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                         "conversation.item.done", "response.done"]
+    assert "".join(e.delta for e in first if e.type == "response.output_text.delta") == "hello there friend"
+    done = first[-1].response
+    assert done.status == "completed" and done.output[0].content[0].text == "hello there friend"
+    assert done.usage.output_tokens == 3 and done.usage.output_token_details.audio_tokens == 0
+    later = second[-1].response
+    assert later.usage.input_tokens > done.usage.input_tokens + 3  # the first answer is part of the conversation
+    records = llm_backend.requests
+    assert [(r.route, r.api, r.status, r.stream) for r in records] == [
+        ("/v1/realtime", "openai.realtime", 200, True)] * 2
+    assert records[0].session == records[1].session and records[0].session.startswith("sess_")
+    assert records[1].prompt_tokens == later.usage.input_tokens
+    assert llm_backend.metrics.requests_total == 2
+
+
+def test_realtime_audio_turn_with_server_vad(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with("spoken words here")
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        connection.input_audio_buffer.append(audio=SPEECH)
+        for _ in range(3):  # 0.6 s of silence: more than the default 500 ms ends the turn
+            connection.input_audio_buffer.append(audio=SILENCE)
+        events = _until(connection)
+    kinds = [event.type for event in events]
+    assert kinds[1:6] == ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+                          "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done"]
+    audio = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+    assert len(audio) == 3 * round(0.3 * 24000) * 2  # three tokens of speech, PCM16 at 24 kHz
+    transcript = "".join(e.delta for e in events if e.type == "response.output_audio_transcript.delta")
+    assert transcript == "spoken words here"
+    usage = events[-1].response.usage
+    assert usage.input_token_details.audio_tokens == 8  # 0.8 s committed, 10 tokens a second
+    assert usage.output_token_details.audio_tokens == 18  # 0.9 s of speech, 20 tokens a second
+    assert usage.output_tokens == 3 + 18
+
+
+def test_realtime_function_call_round_trip(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with(ToolCall("get_weather", {"city": "Paris"}), "It is sunny in Paris.")
+    tool = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"], "tools": [tool]})
+        _say(connection, "weather in Paris?")
+        connection.response.create()
+        called = _until(connection)
+        call = next(e for e in called if e.type == "response.function_call_arguments.done")
+        assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+        connection.conversation.item.create(item={"type": "function_call_output", "call_id": call.call_id,
+                                                  "output": json.dumps({"sky": "sunny"})})
+        connection.response.create()
+        answered = _until(connection)
+    assert called[-1].response.output[0].type == "function_call"
+    assert "".join(e.delta for e in answered if e.type == "response.output_text.delta") == "It is sunny in Paris."
+    assert llm_backend.requests[1].prompt_tokens > llm_backend.requests[0].prompt_tokens
+
+
+def test_realtime_interrupted_answer_is_truncated(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with("one two three four five six")
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _say(connection, "count")
+        connection.response.create()
+        item = _until(connection)[-1].response.output[0]
+        connection.conversation.item.truncate(item_id=item.id, content_index=0, audio_end_ms=600)
+        truncated = _until(connection, "conversation.item.truncated")[-1]
+        connection.conversation.item.retrieve(item_id=item.id)
+        kept = _until(connection, "conversation.item.retrieved")[-1]
+    assert truncated.type == "conversation.item.truncated" and truncated.audio_end_ms == 600
+    assert kept.item.content[0].transcript == "one two"  # 0.6 s of 0.3 s tokens were heard
+
+
+def test_realtime_faults_errors_and_bad_messages_keep_the_session(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("rate_limit", route="/v1/realtime", times=1)  # aimed at the session's responses
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _text_session(connection)
+        _say(connection, "hi")
+        connection.response.create()
+        refused = _until(connection)[-1]
+        connection.send({"type": "no.such.event"})  # type: ignore[arg-type]
+        unknown = _until(connection)[-1]
+        connection.response.cancel()
+        cancel = _until(connection)[-1]
+        connection.response.create()
+        answered = _until(connection)[-1]
+    assert refused.type == "error" and refused.error.code == "rate_limit_exceeded"
+    assert unknown.type == "error" and unknown.error.param == "type"
+    assert cancel.type == "error" and cancel.error.code == "response_cancel_not_active"
+    assert answered.type == "response.done" and answered.response.status == "completed"
+    assert [r.status for r in llm_backend.requests] == [429, 200]
+    assert llm_backend.metrics.faults == {"rate_limit": 1}
+
+
+def test_realtime_error_event_and_drop_faults(llm_backend: LLMBackend) -> None:
+    llm_backend.add_fault("error_event", after_tokens=1, times=1)
+    llm_backend.add_fault("drop", after_tokens=1, nth=2)
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _text_session(connection)
+        _say(connection, "hi")
+        connection.response.create()
+        events = _until(connection)
+        assert events[-1].type == "error"
+        failed = _until(connection)[-1]
+        assert failed.type == "response.done" and failed.response.status == "failed"
+        connection.response.create()
+        with pytest.raises(ConnectionClosed):
+            _until(connection)
+    assert [r.ended for r in llm_backend.requests] == ["error event", "dropped"]
+
+
+def test_realtime_refuses_a_binary_message_and_a_missing_key(llm_backend: LLMBackend) -> None:
+    url = llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1)
+    with websockets_sync.connect(url) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        ws.send(b"\x00\x01")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    llm_backend.configure(required_api_key="sk-right")
+    with pytest.raises(InvalidStatus) as refused:
+        websockets_sync.connect(url, additional_headers={"Authorization": "Bearer sk-wrong"})
+    assert refused.value.response.status_code == 401
+    with websockets_sync.connect(url, additional_headers={"Authorization": "Bearer sk-right"}) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+
+
+def test_realtime_text_through_the_loop_core() -> None:
+    served = Served("loop", "--output", "echo")
+    try:
+        client = openai.OpenAI(base_url=served.url + "/v1", api_key="sk-test", max_retries=0)
+        with client.realtime.connect(model="gpt-realtime") as connection:
+            _text_session(connection)
+            _say(connection, "from the loop")
+            connection.response.create()
+            events = _until(connection)
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "from the loop"
+    finally:
+        served.stop()
+
+
+# --- the Responses API's WebSocket mode ---
+
+@pytest.fixture
+def responses_socket(llm_backend: LLMBackend) -> Iterator[Any]:
+    with _client(llm_backend).responses.connect() as connection:
+        yield connection
+
+
+def test_responses_socket_chains_two_responses_on_one_connection(llm_backend: LLMBackend,
+                                                                 responses_socket: Any) -> None:
+    llm_backend.reply_with("hello there", "second answer")
+    responses_socket.response.create(model="m", input="hi")
+    first = _until(responses_socket, "response.completed")
+    responses_socket.response.create(model="m", input="again", previous_response_id=first[-1].response.id)
+    second = _until(responses_socket, "response.completed")
+    assert [e.type for e in first] == [
+        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done", "response.completed"]
+    assert second[-1].response.output[0].content[0].text == "second answer"
+    assert second[-1].response.previous_response_id == first[-1].response.id
+    records = llm_backend.requests
+    assert [(r.route, r.api, r.status) for r in records] == [("/v1/responses", "openai.responses", 200)] * 2
+    assert records[0].session == records[1].session is not None
+    assert records[1].prompt_tokens > records[0].prompt_tokens  # the first exchange is continued
+
+
+def test_responses_socket_errors_keep_the_connection(llm_backend: LLMBackend, responses_socket: Any) -> None:
+    responses_socket.response.create(model="m", input="hi", background=True)
+    background = _until(responses_socket, "response.completed")[-1]
+    responses_socket.send({"type": "response.nope"})  # type: ignore[arg-type]
+    unknown = _until(responses_socket, "response.completed")[-1]
+    responses_socket.response.create(model="m", input="hi", stream_id="lane-1")
+    lane = _until(responses_socket, "response.completed")
+    assert background.type == "error" and background.status == 400 and background.error.param == "background"
+    assert unknown.type == "error" and unknown.error.param == "type"
+    assert {event.stream_id for event in lane} == {"lane-1"} and lane[-1].type == "response.completed"
