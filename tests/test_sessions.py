@@ -235,3 +235,95 @@ def test_responses_socket_errors_keep_the_connection(llm_backend: LLMBackend, re
     assert background.type == "error" and background.status == 400 and background.error.param == "background"
     assert unknown.type == "error" and unknown.error.param == "type"
     assert {event.stream_id for event in lane} == {"lane-1"} and lane[-1].type == "response.completed"
+
+
+# --- Gemini Live (google-genai opens it over wss:// whenever it has an API key: the backend's HTTPS) ---
+
+@pytest.fixture
+def live_client(llm_backend: LLMBackend) -> Any:
+    genai = pytest.importorskip("google.genai")
+    import ssl
+
+    llm_backend.configure(tls=True)
+    context = ssl.create_default_context(cafile=llm_backend.ca_file)
+    options = genai.types.HttpOptions(base_url=llm_backend.root_url, async_client_args={"ssl": context})
+    return genai.Client(api_key="test-key", http_options=options)
+
+
+def _live(client: Any, config: dict[str, Any], script: Any) -> Any:
+    import asyncio
+
+    async def run() -> Any:
+        async with client.aio.live.connect(model="gemini-live-2.5-flash", config=config) as session:
+            return await script(session)
+
+    return asyncio.run(run())
+
+
+def test_gemini_live_text_turn_and_tool_call(llm_backend: LLMBackend, live_client: Any) -> None:
+    from google.genai import types
+
+    llm_backend.reply_with("hello from live", ToolCall("get_weather", {"city": "Paris"}), "sunny in Paris")
+    tool = types.Tool(function_declarations=[types.FunctionDeclaration(
+        name="get_weather", description="The weather.",
+        parameters={"type": "OBJECT", "properties": {"city": {"type": "STRING"}}})])
+
+    async def script(session: Any) -> Any:
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": "hi"}]}, turn_complete=True)
+        first = [message async for message in session.receive()]
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": "weather?"}]}, turn_complete=True)
+        called = None
+        async for message in session.receive():
+            if message.tool_call:
+                called = message.tool_call
+                break
+        assert called is not None
+        await session.send_tool_response(function_responses=[types.FunctionResponse(
+            id=called.function_calls[0].id, name="get_weather", response={"sky": "sunny"})])
+        answered = [message async for message in session.receive()]
+        return first, called, answered
+
+    first, called, answered = _live(live_client, {"response_modalities": ["TEXT"], "tools": [tool]}, script)
+    assert "".join(m.text or "" for m in first) == "hello from live"
+    assert first[-1].server_content.turn_complete and first[-1].usage_metadata.prompt_token_count > 0
+    assert called.function_calls[0].name == "get_weather" and called.function_calls[0].args == {"city": "Paris"}
+    assert "".join(m.text or "" for m in answered) == "sunny in Paris"
+    records = llm_backend.requests
+    assert [(r.api, r.status) for r in records] == [("gemini.generate_content", 200)] * 3
+    assert len({r.session for r in records}) == 1 and records[2].prompt_tokens > records[1].prompt_tokens
+
+
+def test_gemini_live_audio_in_and_out(llm_backend: LLMBackend, live_client: Any) -> None:
+    from google.genai import types
+
+    llm_backend.reply_with("spoken back")
+    speech, silence = b"\x10\x00" * 3200, b"\x00\x00" * 3200  # 0.2 s each at 16 kHz
+
+    async def script(session: Any) -> Any:
+        for chunk in (speech, silence, silence, silence):
+            await session.send_realtime_input(audio=types.Blob(data=chunk, mime_type="audio/pcm;rate=16000"))
+        return [message async for message in session.receive()]
+
+    messages = _live(live_client, {"response_modalities": ["AUDIO"], "output_audio_transcription": {}}, script)
+    audio = b"".join(m.data or b"" for m in messages)
+    assert len(audio) == 2 * round(0.3 * 24000) * 2  # two tokens of speech, PCM16 at 24 kHz
+    transcript = "".join(m.server_content.output_transcription.text for m in messages
+                         if m.server_content and m.server_content.output_transcription)
+    assert transcript == "spoken back"
+    usage = messages[-1].usage_metadata
+    assert {d.modality.name: d.token_count for d in usage.prompt_tokens_details}["AUDIO"] == 8  # 0.8 s
+
+
+def test_gemini_live_refusal_closes_as_gemini_does(llm_backend: LLMBackend, live_client: Any) -> None:
+    from google.genai import errors
+
+    llm_backend.add_fault("rate_limit", times=1)
+
+    async def script(session: Any) -> Any:
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": "hi"}]}, turn_complete=True)
+        return [message async for message in session.receive()]
+
+    with pytest.raises(errors.APIError) as closed:
+        _live(live_client, {"response_modalities": ["TEXT"]}, script)
+    assert closed.value.code == 1011
+    assert llm_backend.requests[-1].status == 429

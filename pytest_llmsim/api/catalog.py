@@ -12,6 +12,7 @@ from . import (
     azure,
     bedrock,
     cohere_v2,
+    gemini_live,
     gemini_routes,
     ollama_routes,
     openai_chat,
@@ -33,6 +34,7 @@ __all__ = ["API_ROUTES", "DEFAULT_API"]
 API_ROUTES: tuple[ApiRoute, ...] = (
     *openai_chat.ROUTES, *openai_completions.ROUTES, *anthropic_messages.ROUTES, *openai_responses.ROUTES,
     *openai_responses_socket.ROUTES, *openai_realtime.ROUTES, *openai_embeddings.ROUTES, *gemini_routes.ROUTES,
+    *gemini_live.ROUTES,
     *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES, *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES,
     *openai_models.ROUTES, *vllm_extras.ROUTES,
 )

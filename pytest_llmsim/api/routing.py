@@ -57,7 +57,7 @@ EVENT_STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 Guard = Callable[[dict[str, Any]], bool]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per call, and a frozen dataclass's __init__ costs ~1 µs more
 class Reply:
     """What a call answers: a JSON body (``content_type`` None), or bytes or a stream of bytes of
     ``content_type``."""
@@ -71,11 +71,23 @@ class Reply:
 class RouteCall(Protocol):
     """One request to a call or session route, as its handler sees it (the server implements it)."""
 
-    method: str
-    params: Mapping[str, str]  # the route template's path parameters
-    api: WireAPI  # the route's API
     simulator: Simulator
-    credential: str | None  # the API key the request presented, when the backend checks keys
+
+    @property
+    def method(self) -> str:
+        """The request's method."""
+
+    @property
+    def params(self) -> Mapping[str, str]:
+        """The route template's path parameters."""
+
+    @property
+    def api(self) -> WireAPI:
+        """The route's API."""
+
+    @property
+    def credential(self) -> str | None:
+        """The API key the request presented, when the backend checks keys (None: any key will do)."""
 
     @property
     def query(self) -> Mapping[str, str]:

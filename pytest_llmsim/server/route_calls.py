@@ -34,16 +34,27 @@ __all__ = ["HttpRouteCall", "answer_call", "route_of"]
 class HttpRouteCall:
     """One HTTP request to a call or session route, as its handler sees it."""
 
-    __slots__ = ("_lives", "_request", "api", "credential", "method", "params", "simulator")
+    __slots__ = ("_lives", "_match", "_request", "simulator")
 
     def __init__(self, request: Request, match: RouteMatch, simulator: Simulator, lives: Lives | None = None) -> None:
-        self._request = request
-        self._lives = lives
-        self.method: str = request.method
-        self.params: Mapping[str, str] = match.params
-        self.api: WireAPI = match.route.api
-        self.simulator = simulator
-        self.credential: str | None = request.environ.get(CREDENTIAL_KEY)
+        self._request, self._match, self.simulator, self._lives = request, match, simulator, lives
+
+    # read when a handler asks (a health check asks for nothing)
+    @property
+    def method(self) -> str:
+        return self._request.method
+
+    @property
+    def params(self) -> Mapping[str, str]:
+        return self._match.params
+
+    @property
+    def api(self) -> WireAPI:
+        return self._match.route.api
+
+    @property
+    def credential(self) -> str | None:
+        return self._request.environ.get(CREDENTIAL_KEY)
 
     @property
     def query(self) -> Mapping[str, str]:
@@ -51,7 +62,7 @@ class HttpRouteCall:
 
     @property
     def target(self) -> RequestTarget:
-        return request_target(self._request.environ, self.params)
+        return request_target(self._request.environ, self._match.params)
 
     @property
     def origin(self) -> str:

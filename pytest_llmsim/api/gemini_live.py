@@ -1,0 +1,278 @@
+"""Gemini Live (``BidiGenerateContent``) over WebSocket: ``client.aio.live.connect()`` of google-genai.
+
+The client's first message is ``setup`` (the model, ``generationConfig`` with
+``responseModalities``, ``systemInstruction``, ``tools``), answered with
+``setupComplete``. Then ``clientContent`` (turns; ``turnComplete`` asks for an
+answer), ``realtimeInput`` (``audio`` / ``mediaChunks`` with automatic activity
+detection: speech starts at the first non-silent chunk and ends after
+``silenceDurationMs`` of silence, which answers it; ``text``; ``audioStreamEnd``)
+and ``toolResponse`` (function results, answered at once). An answer is
+``serverContent.modelTurn`` parts as the engine releases tokens (text, or PCM16
+audio at 24 kHz with ``outputTranscription`` when asked), ``generationComplete``,
+then ``turnComplete`` with ``usageMetadata``; a function call is one ``toolCall``
+message. Each answer is a request of the backend (its queue, faults, limits, log
+and metrics). Errors end the session as Gemini Live does, with a close code and
+reason: 1007 for a bad message or argument, 1008 for a refused key or policy,
+1011 for quota and server errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+from ..sim import SimError, fast_json, invalid
+from .gemini import GEMINI_GENERATE, parse_generate
+from .gemini_fields import camel_keys
+from .openai_realtime_events import speech_chunk
+from .routing import ApiRoute, RouteCall, SessionChannel
+
+__all__ = ["LIVE_PATHS", "ROUTES", "GeminiLiveEvents", "close_code"]
+
+LIVE_PATHS = tuple(f"/ws/google.ai.generativelanguage.{version}.GenerativeService.{method}"
+                   for version in ("v1", "v1beta", "v1alpha") for method in ("BidiGenerateContent",
+                                                                       "BidiGenerateContentConstrained"))
+OUTPUT_RATE = 24000
+GENERATION_KEYS = ("maxOutputTokens", "temperature", "topP", "topK", "seed", "stopSequences", "presencePenalty",
+                   "frequencyPenalty", "candidateCount")
+MAX_TURNS = 4096
+MAX_AUDIO_BYTES = 15 * 1024 * 1024
+
+
+def close_code(error: SimError) -> tuple[int, str]:
+    """How Gemini Live ends a session for ``error``: a close code and a reason of at most 123 bytes."""
+    code = 1011 if error.status == 429 or error.status >= 500 else 1008 if error.status in (401, 403) else 1007
+    reason = error.message.encode()[:123].decode(errors="ignore")
+    return code, reason
+
+
+USER_DATA = frozenset({"args", "response", "properties", "data"})  # values whose keys are the client's own names
+
+
+def proto_keys(value: Any) -> Any:
+    """A message with every protobuf field name in lowerCamelCase (google-genai sends snake_case; protobuf JSON
+    takes both), the client's own data (function arguments and results, schema property names) left as sent."""
+    if isinstance(value, list):
+        return [proto_keys(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {key: item if key in USER_DATA else proto_keys(item) for key, item in camel_keys(value).items()}
+
+
+def _message(body: dict[str, Any]) -> bytes:
+    return b"data: %s\n\n" % fast_json.dumps(body)
+
+
+class GeminiLiveEvents:
+    """One answer's server messages (a :class:`~.base.StreamRenderer`, SSE-framed for the session to send)."""
+
+    def __init__(self, generation: Any, audio: bool, transcribe: bool, input_audio_tokens: int,
+                 speech_seconds: float, audio_tokens_per_second: float) -> None:
+        self._generation = generation
+        self._audio = base64.b64encode(speech_chunk("audio/pcm", speech_seconds)).decode() if audio else None
+        self._transcribe = transcribe
+        self._input_audio = input_audio_tokens
+        self._audio_tokens_per_token = speech_seconds * audio_tokens_per_second
+        self.calls: list[dict[str, Any]] = []
+
+    def opening(self, index: int) -> bytes:
+        return b""
+
+    def token(self, index: int, position: int, piece: str) -> bytes:
+        if self._generation.outputs[0].calls:
+            return b""  # a call goes out whole, as one toolCall
+        if self._audio is None:
+            return _message({"serverContent": {"modelTurn": {"parts": [{"text": piece}]}}})
+        out = _message({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+            "mimeType": f"audio/pcm;rate={OUTPUT_RATE}", "data": self._audio}}]}}})
+        if self._transcribe:
+            out += _message({"serverContent": {"outputTranscription": {"text": piece}}})
+        return out
+
+    def finish(self, index: int) -> bytes:
+        calls = self._generation.outputs[0].calls
+        if calls:
+            self.calls = [{"id": "call_" + call.key, "name": call.name, "args": json.loads(call.arguments or "{}")}
+                          for call in calls]
+            return _message({"toolCall": {"functionCalls": self.calls}})
+        return _message({"serverContent": {"generationComplete": True}})
+
+    def usage(self) -> dict[str, Any]:
+        generation = self._generation
+        text_out = generation.reported_completion_tokens
+        audio_out = round(text_out * self._audio_tokens_per_token) if self._audio else 0
+        prompt = generation.prompt_tokens
+        audio_in = min(self._input_audio, prompt)
+        modality = "AUDIO" if self._audio else "TEXT"
+        said = audio_out or text_out
+        return {"promptTokenCount": prompt, "responseTokenCount": said, "totalTokenCount": prompt + said,
+                "cachedContentTokenCount": generation.cached_tokens,
+                "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt - audio_in},
+                                        *([{"modality": "AUDIO", "tokenCount": audio_in}] if audio_in else [])],
+                "responseTokensDetails": [{"modality": modality, "tokenCount": said}]}
+
+    def closing(self) -> bytes:
+        if self._generation.outputs[0].calls:
+            return _message({"usageMetadata": self.usage()})  # the turn goes on after the tool response
+        return _message({"serverContent": {"turnComplete": True}, "usageMetadata": self.usage()})
+
+    def error(self, error: SimError) -> bytes:
+        code, reason = close_code(error)
+        return b"close: %d %s\n\n" % (code, reason.encode())
+
+    def aborted(self, error: SimError) -> bytes:
+        return self.error(error)
+
+    def malformed(self) -> bytes:
+        return _message({"serverContent": {"modelTurn": {"parts": [{"text": ""}]}}})[:-12] + b"\n\n"
+
+    def truncated(self) -> bytes:
+        return b""  # the answer just stops: no turnComplete, no usage
+
+
+class LiveSession:
+    """One Gemini Live connection: its setup, history and input audio."""
+
+    def __init__(self, channel: SessionChannel, call: RouteCall) -> None:
+        self.channel, self.call = channel, call
+        self.id = "live_" + os.urandom(10).hex()
+        self.setup: dict[str, Any] = {}
+        self.history: list[dict[str, Any]] = []
+        self.audio = bytearray()
+        self.audio_tokens = 0  # of the audio turns in the history
+        self.speaking, self.silence_ms = False, 0.0
+
+    def send(self, body: dict[str, Any]) -> None:
+        self.channel.send(fast_json.dumps(body).decode())
+
+    def run(self) -> None:
+        try:
+            first = self.channel.receive()
+            if first is None:
+                return
+            self._setup(self._parse(first))
+            while (message := self.channel.receive()) is not None:
+                self.handle(self._parse(message), message if isinstance(message, str) else message.decode())
+        except SimError as error:
+            self.channel.close(*close_code(error))
+
+    @staticmethod
+    def _parse(message: str | bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(message)
+        except ValueError:
+            raise SimError(400, "Invalid JSON payload received.", code="invalid_json") from None
+        if not isinstance(body, dict) or len(body) != 1:
+            raise invalid("A message has exactly one of setup, clientContent, realtimeInput or toolResponse.",
+                          None, "invalid_value")
+        return proto_keys(body)  # type: ignore[no-any-return]
+
+    def _setup(self, message: dict[str, Any]) -> None:
+        setup = message.get("setup")
+        if not isinstance(setup, dict) or not isinstance(setup.get("model"), str):
+            raise invalid("The first message must be setup, with a model.", "setup.model", "invalid_value")
+        self.setup = setup
+        self.send({"setupComplete": {"sessionId": self.id}})
+
+    def handle(self, message: dict[str, Any], raw: str) -> None:
+        if "clientContent" in message:
+            content = message["clientContent"] or {}
+            turns = content.get("turns") or []
+            if not isinstance(turns, list):
+                raise invalid("Invalid value at 'client_content.turns'.", "turns", "invalid_value")
+            self._extend(turns)
+            if content.get("turnComplete"):
+                self.respond(raw)
+        elif "realtimeInput" in message:
+            self._realtime(message["realtimeInput"] or {}, raw)
+        elif "toolResponse" in message:
+            responses = (message["toolResponse"] or {}).get("functionResponses") or []
+            self._extend([{"role": "user", "parts": [{"functionResponse": {"name": r.get("name"),
+                                                                           "response": r.get("response") or {}}}
+                                                     for r in responses if isinstance(r, dict)]}])
+            self.respond(raw)
+        else:
+            raise invalid(f"Unknown message: {next(iter(message))!r}.", None, "invalid_value")
+
+    def _extend(self, turns: list[Any]) -> None:
+        if len(self.history) + len(turns) > MAX_TURNS:
+            raise invalid(f"The session's history is full ({MAX_TURNS} turns).", "turns", "invalid_value")
+        self.history.extend(turns)
+
+    def _realtime(self, given: dict[str, Any], raw: str) -> None:
+        if isinstance(given.get("text"), str):
+            self._extend([{"role": "user", "parts": [{"text": given["text"]}]}])
+            self.respond(raw)
+            return
+        chunks = [given["audio"]] if isinstance(given.get("audio"), dict) else given.get("mediaChunks") or []
+        for chunk in chunks:
+            data = base64.b64decode(chunk.get("data") or "")
+            if len(self.audio) + len(data) > MAX_AUDIO_BYTES:
+                raise invalid("Too much audio without a turn.", "audio", "invalid_value")
+            self.audio += data
+            rate = int(str(chunk.get("mimeType", "rate=16000")).rpartition("rate=")[2] or 16000)
+            chunk_ms = len(data) / 2 / rate * 1000
+            silent = not any(data)
+            if not self.speaking and not silent:
+                self.speaking, self.silence_ms = True, 0.0
+            elif self.speaking:
+                self.silence_ms = self.silence_ms + chunk_ms if silent else 0.0
+                detection = ((self.setup.get("realtimeInputConfig") or {}).get("automaticActivityDetection") or {})
+                if self.silence_ms >= float(detection.get("silenceDurationMs") or 500):
+                    self._audio_turn(rate, raw)
+        if given.get("audioStreamEnd") and self.audio:
+            self._audio_turn(16000, raw)
+
+    def _audio_turn(self, rate: int, raw: str) -> None:
+        seconds = len(self.audio) / 2 / rate
+        tokens = max(1, round(seconds * self.call.simulator.config.input_audio_tokens_per_second))
+        self.audio.clear()
+        self.speaking, self.silence_ms = False, 0.0
+        self.audio_tokens += tokens
+        self._extend([{"role": "user", "parts": [{"text": " ~" * tokens}]}])  # what the engine prefills
+        self.respond(raw)
+
+    def respond(self, raw: str) -> None:
+        """Answer the history: one request of the backend, its messages sent as it streams."""
+        setup = self.setup
+        config = setup.get("generationConfig") or {}
+        body: dict[str, Any] = {"contents": self.history,
+                                "generationConfig": {key: config[key] for key in GENERATION_KEYS if key in config}}
+        for key in ("systemInstruction", "tools", "toolConfig"):
+            if setup.get(key) is not None:
+                body[key] = setup[key]
+        model = str(setup["model"]).rpartition("/")[2]
+        request = parse_generate(body, model, True)
+        turn = self.call.turn(GEMINI_GENERATE, self.id)
+        turn.start(request, json.loads(raw), raw.encode())
+        assert turn.generation is not None
+        settings = self.call.simulator.config
+        audio = "AUDIO" in [str(m).upper() for m in config.get("responseModalities") or ["AUDIO"]]
+        events = GeminiLiveEvents(turn.generation, audio, "outputAudioTranscription" in setup, self.audio_tokens,
+                                  settings.speech_seconds_per_token, settings.output_audio_tokens_per_second)
+        for chunk in turn.events(events):
+            for line in chunk.split(b"\n"):
+                if line.startswith(b"data: "):
+                    self.channel.send(line[6:].decode())
+                elif line.startswith(b"close: "):
+                    code, _, reason = line[7:].decode().partition(" ")
+                    self.channel.close(int(code), reason)
+                    return
+        if events.calls:
+            self._extend([{"role": "model", "parts": [{"functionCall": {"name": c["name"], "args": c["args"]}}
+                                                      for c in events.calls]}])
+        elif turn.generation.outputs[0].pieces:
+            self._extend([{"role": "model", "parts": [{"text": turn.generation.texts()[0]}]}])
+
+
+def run_live_session(session: SessionChannel, call: RouteCall) -> None:
+    """Serve one Gemini Live connection until the client closes it."""
+    try:
+        LiveSession(session, call).run()
+    except SimError as error:  # a refusal of a response: the session ends, as Gemini Live ends it
+        session.close(*close_code(error))
+
+
+ROUTES = tuple(ApiRoute(path, GEMINI_GENERATE, ("GET",), session=run_live_session) for path in LIVE_PATHS)
