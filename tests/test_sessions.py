@@ -327,3 +327,28 @@ def test_gemini_live_refusal_closes_as_gemini_does(llm_backend: LLMBackend, live
         _live(live_client, {"response_modalities": ["TEXT"]}, script)
     assert closed.value.code == 1011
     assert llm_backend.requests[-1].status == 429
+
+
+def test_azure_realtime_on_both_surfaces(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with("from azure", "from the v1 surface")
+    websocket_root = llm_backend.root_url.replace("http", "ws", 1).rstrip("/") + "/openai"
+    azure = openai.AzureOpenAI(azure_endpoint=llm_backend.root_url, api_key="azure-key",
+                               api_version="2025-04-01-preview", websocket_base_url=websocket_root, max_retries=0)
+    with azure.realtime.connect(model="my-realtime-deployment") as connection:
+        _text_session(connection)
+        _say(connection, "hi")
+        connection.response.create()
+        events = _until(connection)
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "from azure"
+    v1 = openai.OpenAI(base_url=llm_backend.root_url.rstrip("/") + "/openai/v1", api_key="azure-key", max_retries=0)
+    with v1.realtime.connect(model="gpt-realtime") as connection:
+        _text_session(connection)
+        _say(connection, "hi")
+        connection.response.create()
+        events = _until(connection)
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "from the v1 surface"
+    records = llm_backend.requests
+    assert [(r.route, r.api, r.model) for r in records] == [
+        ("/openai/realtime", "azure.realtime", "my-realtime-deployment"),
+        ("/openai/v1/realtime", "azure.realtime", "gpt-realtime")]
+    assert records[0].headers["api-key"] == "azure-key"

@@ -19,6 +19,7 @@ reason: 1007 for a bad message or argument, 1008 for a refused key or policy,
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 from typing import Any
@@ -173,28 +174,38 @@ class LiveSession:
         setup = message.get("setup")
         if not isinstance(setup, dict) or not isinstance(setup.get("model"), str):
             raise invalid("The first message must be setup, with a model.", "setup.model", "invalid_value")
+        config = setup.get("generationConfig", {})
+        modalities = config.get("responseModalities", []) if isinstance(config, dict) else None
+        if not isinstance(modalities, list) or not all(m in ("TEXT", "AUDIO", "text", "audio") for m in modalities):
+            raise invalid("Invalid value at 'setup.generation_config': responseModalities is a list of TEXT or "
+                          "AUDIO.", "setup.generationConfig", "invalid_value")
         self.setup = setup
         self.send({"setupComplete": {"sessionId": self.id}})
 
     def handle(self, message: dict[str, Any], raw: str) -> None:
-        if "clientContent" in message:
-            content = message["clientContent"] or {}
-            turns = content.get("turns") or []
-            if not isinstance(turns, list):
+        kind, value = next(iter(message.items()))
+        if kind not in ("clientContent", "realtimeInput", "toolResponse"):
+            raise invalid(f"Unknown message: {kind!r}.", None, "invalid_value")
+        given = _object(value, kind)
+        if kind == "clientContent":
+            turns = given.get("turns") or []
+            turns = [turns] if isinstance(turns, dict) else turns
+            if not isinstance(turns, list) or not all(isinstance(turn, dict) for turn in turns):
                 raise invalid("Invalid value at 'client_content.turns'.", "turns", "invalid_value")
             self._extend(turns)
-            if content.get("turnComplete"):
+            if given.get("turnComplete"):
                 self.respond(raw)
-        elif "realtimeInput" in message:
-            self._realtime(message["realtimeInput"] or {}, raw)
-        elif "toolResponse" in message:
-            responses = (message["toolResponse"] or {}).get("functionResponses") or []
+        elif kind == "realtimeInput":
+            self._realtime(given, raw)
+        else:
+            responses = given.get("functionResponses") or []
+            if not isinstance(responses, list) or not all(isinstance(r, dict) for r in responses):
+                raise invalid("Invalid value at 'tool_response.function_responses'.", "functionResponses",
+                              "invalid_value")
             self._extend([{"role": "user", "parts": [{"functionResponse": {"name": r.get("name"),
                                                                            "response": r.get("response") or {}}}
-                                                     for r in responses if isinstance(r, dict)]}])
+                                                     for r in responses]}])
             self.respond(raw)
-        else:
-            raise invalid(f"Unknown message: {next(iter(message))!r}.", None, "invalid_value")
 
     def _extend(self, turns: list[Any]) -> None:
         if len(self.history) + len(turns) > MAX_TURNS:
@@ -206,24 +217,31 @@ class LiveSession:
             self._extend([{"role": "user", "parts": [{"text": given["text"]}]}])
             self.respond(raw)
             return
-        chunks = [given["audio"]] if isinstance(given.get("audio"), dict) else given.get("mediaChunks") or []
+        chunks = [given["audio"]] if "audio" in given else given.get("mediaChunks") or []
+        if not isinstance(chunks, list):
+            raise invalid("Invalid value at 'realtime_input.media_chunks'.", "mediaChunks", "invalid_value")
         for chunk in chunks:
-            data = base64.b64decode(chunk.get("data") or "")
+            data, rate = _audio_chunk(chunk)
             if len(self.audio) + len(data) > MAX_AUDIO_BYTES:
                 raise invalid("Too much audio without a turn.", "audio", "invalid_value")
             self.audio += data
-            rate = int(str(chunk.get("mimeType", "rate=16000")).rpartition("rate=")[2] or 16000)
             chunk_ms = len(data) / 2 / rate * 1000
             silent = not any(data)
             if not self.speaking and not silent:
                 self.speaking, self.silence_ms = True, 0.0
             elif self.speaking:
                 self.silence_ms = self.silence_ms + chunk_ms if silent else 0.0
-                detection = ((self.setup.get("realtimeInputConfig") or {}).get("automaticActivityDetection") or {})
-                if self.silence_ms >= float(detection.get("silenceDurationMs") or 500):
+                if self.silence_ms >= self._silence_ms():
                     self._audio_turn(rate, raw)
         if given.get("audioStreamEnd") and self.audio:
             self._audio_turn(16000, raw)
+
+    def _silence_ms(self) -> float:
+        """The silence that ends a turn (``realtimeInputConfig.automaticActivityDetection.silenceDurationMs``)."""
+        config = self.setup.get("realtimeInputConfig")
+        detection = config.get("automaticActivityDetection") if isinstance(config, dict) else None
+        value = detection.get("silenceDurationMs") if isinstance(detection, dict) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 500.0
 
     def _audio_turn(self, rate: int, raw: str) -> None:
         seconds = len(self.audio) / 2 / rate
@@ -246,25 +264,44 @@ class LiveSession:
         model = str(setup["model"]).rpartition("/")[2]
         request = parse_generate(body, model, True)
         turn = self.call.turn(GEMINI_GENERATE, self.id)
-        turn.start(request, json.loads(raw), raw.encode())
+        turn.start(request, json.loads(raw), raw.encode(), self.channel.received_at)
         assert turn.generation is not None
         settings = self.call.simulator.config
         audio = "AUDIO" in [str(m).upper() for m in config.get("responseModalities") or ["AUDIO"]]
         events = GeminiLiveEvents(turn.generation, audio, "outputAudioTranscription" in setup, self.audio_tokens,
                                   settings.speech_seconds_per_token, settings.output_audio_tokens_per_second)
         for chunk in turn.events(events):
-            for line in chunk.split(b"\n"):
-                if line.startswith(b"data: "):
-                    self.channel.send(line[6:].decode())
-                elif line.startswith(b"close: "):
-                    code, _, reason = line[7:].decode().partition(" ")
-                    self.channel.close(int(code), reason)
-                    return
+            sent = [line[6:].decode() for line in chunk.split(b"\n") if line.startswith(b"data: ")]
+            if sent:
+                self.channel.send_many(sent)
+            closing = chunk.find(b"close: ")
+            if closing >= 0:  # an error ends a Live session with a close code
+                code, _, reason = chunk[closing + 7:].split(b"\n", 1)[0].decode().partition(" ")
+                self.channel.close(int(code), reason)
+                return
         if events.calls:
             self._extend([{"role": "model", "parts": [{"functionCall": {"name": c["name"], "args": c["args"]}}
                                                       for c in events.calls]}])
         elif turn.generation.outputs[0].pieces:
             self._extend([{"role": "model", "parts": [{"text": turn.generation.texts()[0]}]}])
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise invalid(f"Invalid value at '{where}': expected an object.", where, "invalid_value")
+    return value
+
+
+def _audio_chunk(chunk: Any) -> tuple[bytes, int]:
+    """A ``Blob`` of PCM16 audio: its bytes and its sample rate (``audio/pcm;rate=16000``)."""
+    chunk = _object(chunk, "realtime_input.audio")
+    data, mime = chunk.get("data") or "", chunk.get("mimeType", "audio/pcm;rate=16000")
+    rate_text = mime.rpartition("rate=")[2] if isinstance(mime, str) else ""
+    try:
+        return base64.b64decode(data, validate=True), int(rate_text or 16000)
+    except (TypeError, ValueError, binascii.Error):
+        raise invalid("Invalid value at 'realtime_input.audio': base64 PCM16 with a mimeType such as "
+                      "'audio/pcm;rate=16000'.", "audio", "invalid_value") from None
 
 
 def run_live_session(session: SessionChannel, call: RouteCall) -> None:

@@ -29,6 +29,8 @@ import time
 from typing import Any
 
 from ..sim import SimError, fast_json, invalid
+from .azure import AzureOpenAI, api_version_known
+from .base import WireAPI
 from .openai_chat import parse_chat
 from .openai_common import OpenAIErrors
 from .openai_realtime_events import SAMPLE_RATES, AudioOutput, RealtimeResponseEvents, event_id, realtime_error
@@ -62,8 +64,8 @@ def _turn_detection() -> dict[str, Any]:
 class RealtimeSession:
     """One Realtime connection: its settings, conversation and input audio buffer."""
 
-    def __init__(self, channel: SessionChannel, call: RouteCall, model: str) -> None:
-        self.channel, self.call = channel, call
+    def __init__(self, channel: SessionChannel, call: RouteCall, model: str, api: WireAPI = OPENAI_REALTIME) -> None:
+        self.channel, self.call, self.api = channel, call, api
         self.id = "sess_" + os.urandom(10).hex()
         self.conversation_id = "conv_" + os.urandom(10).hex()
         audio_format = {"type": "audio/pcm", "rate": 24000}
@@ -323,17 +325,18 @@ class RealtimeSession:
             config = self.call.simulator.config
             audio = AudioOutput(self._audio_format("output"), voice, config.speech_seconds_per_token,
                                 config.output_audio_tokens_per_second)
-        turn = self.call.turn(OPENAI_REALTIME, self.id)
+        turn = self.call.turn(self.api, self.id)
         response_id = turn.start(request, json.loads(message) if message else options,
-                                 (message or fast_json.dumps(options).decode()).encode())
+                                 (message or fast_json.dumps(options).decode()).encode(), self.channel.received_at)
         assert turn.generation is not None
         previous = self.items[-1]["id"] if self.items and conversation == "auto" else None
         events = RealtimeResponseEvents(turn.generation, response_id,
                                         self.conversation_id if conversation == "auto" else None, previous, audio,
                                         audio_in, options.get("metadata"))
         for chunk in turn.events(events):
-            for data in event_data(chunk):
-                self.channel.send(data)
+            sent = event_data(chunk)
+            if sent:
+                self.channel.send_many(sent)
         if conversation == "auto":
             for item in events.items:
                 if len(self.items) < MAX_ITEMS:
@@ -346,5 +349,22 @@ def run_realtime_session(session: SessionChannel, call: RouteCall) -> None:
     RealtimeSession(session, call, model).run()
 
 
-ROUTES = (ApiRoute("/v1/realtime", OPENAI_REALTIME, ("GET",), session=run_realtime_session,
-                   subprotocols=("realtime",)),)
+def run_azure_realtime_session(session: SessionChannel, call: RouteCall) -> None:
+    """Azure OpenAI's Realtime: ``/openai/realtime?api-version=&deployment=`` (the deployment is the model)."""
+    if not api_version_known(call.query):
+        session.close(1008, "api-version is missing or names no Azure OpenAI version")
+        return
+    model = call.query.get("deployment") or call.simulator.config.model
+    RealtimeSession(session, call, model, AZURE_REALTIME).run()
+
+
+def run_azure_v1_realtime_session(session: SessionChannel, call: RouteCall) -> None:
+    """Azure OpenAI's v1 surface: ``/openai/v1/realtime?model=`` (no api-version)."""
+    RealtimeSession(session, call, call.query.get("model") or call.simulator.config.model, AZURE_REALTIME).run()
+
+
+AZURE_REALTIME = AzureOpenAI(OPENAI_REALTIME, "azure.realtime", versioned=False)
+ROUTES = tuple(ApiRoute(template, api, ("GET",), session=runner, subprotocols=("realtime",))
+               for template, api, runner in (("/v1/realtime", OPENAI_REALTIME, run_realtime_session),
+                                             ("/openai/realtime", AZURE_REALTIME, run_azure_realtime_session),
+                                             ("/openai/v1/realtime", AZURE_REALTIME, run_azure_v1_realtime_session)))

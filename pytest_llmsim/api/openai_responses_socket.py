@@ -69,7 +69,7 @@ def run_responses_socket(session: SessionChannel, call: RouteCall) -> None:
             body, stream_id = _create_fields(event)
             request = OPENAI_RESPONSES.parse(body)
             turn = call.turn(OPENAI_RESPONSES, session_id)
-            response_id = turn.start(request, body, message.encode())
+            response_id = turn.start(request, body, message.encode(), session.received_at)
         except SimError as error:
             session.send(error_event(error, stream_id))
             continue
@@ -81,8 +81,9 @@ def run_responses_socket(session: SessionChannel, call: RouteCall) -> None:
 
         renderer = OPENAI_RESPONSES.stream(generation, response_id)
         for chunk in turn.events(renderer, remember if request.store else None):
-            for data in event_data(chunk):
-                session.send(data if stream_id is None else _in_lane(data, stream_id))
+            sent = event_data(chunk)
+            if sent:
+                session.send_many(sent if stream_id is None else [_in_lane(data, stream_id) for data in sent])
 
 
 def _in_lane(data: str, stream_id: str) -> str:

@@ -22,7 +22,7 @@ is told from OpenAI's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -123,8 +123,9 @@ class ResponseTurn(Protocol):
     response_id: str
     generation: Generation | None
 
-    def start(self, request: GenerationRequest, body: Any, raw: bytes) -> str:
-        """Admit and start ``request`` (the session message ``body``, ``raw`` as received); its response id.
+    def start(self, request: GenerationRequest, body: Any, raw: bytes, arrived_at: float | None = None) -> str:
+        """Admit and start ``request`` (the session message ``body``, ``raw`` as received, at ``arrived_at``:
+        the engine counts its latency from then, as an HTTP request's from its arrival); its response id.
         Raises :class:`~pytest_llmsim.sim.SimError` for a refusal (logged), ``ConnectionError`` when a fault
         dropped the connection."""
 
@@ -146,12 +147,16 @@ class SessionChannel(Protocol):
     """A WebSocket session, as a session runner drives it."""
 
     ended_by: str | None
+    received_at: float | None  # when the message receive() returned last arrived (time.monotonic())
 
     def receive(self, timeout: float | None = None) -> str | bytes | None:
         """The next message (text or bytes), or None once the session has ended."""
 
     def send(self, message: str | bytes) -> None:
         """Send a text (``str``) or binary message."""
+
+    def send_many(self, messages: Sequence[str | bytes]) -> None:
+        """Send messages in order in one write (the events of one batch of tokens)."""
 
     def close(self, code: int = 1000, reason: str = "", ended_by: str = "server") -> None:
         """End the session with ``code``."""
@@ -170,7 +175,9 @@ class ApiRoute:
     ``/metrics``). ``stored``: it answers stored content (files, batches, stored responses, ``/metrics``),
     so on loopback it answers only the Host names the control API does (a page DNS rebinding pointed here
     cannot read it); other routes take any Host, as gateways rewrite it to the provider's name.
-    ``subprotocols`` (sessions): the ones the API speaks, in preference order.
+    ``subprotocols`` (sessions): the ones the API speaks, in preference order. ``deflate`` (sessions): accept
+    per-message deflate when offered; off by default for an API's sessions (many small events: compressing each
+    costs the server more than loopback saves; declining an offer is the protocol's own answer).
     """
 
     template: str
@@ -182,6 +189,7 @@ class ApiRoute:
     keyed: bool = True
     stored: bool = False
     subprotocols: tuple[str, ...] = ()
+    deflate: bool = False
 
     def __post_init__(self) -> None:
         if self.handler is not None and self.session is not None:

@@ -124,7 +124,7 @@ def route_of(declared: ApiRoute, lives: Lives) -> Route:
             runner(session, HttpRouteCall(request, match, simulator, lives))
 
         return session_route(simulator, declared.template, run_session, declared.api, declared.subprotocols,
-                             declared.keyed)
+                             declared.keyed, deflate=declared.deflate)
     if declared.handler is None:
         handler: Handler = functools.partial(lives.generation, api=declared.api)
         return Route(declared.template, declared.methods, handler, declared.api, generates=True,

@@ -38,14 +38,14 @@ class SessionTurn(GenerationLife):
         self.record.stream = True
         self.response_id = ""
 
-    def start(self, request: GenerationRequest, body: Any, raw: bytes) -> str:
+    def start(self, request: GenerationRequest, body: Any, raw: bytes, arrived_at: float | None = None) -> str:
         simulator, record = self.simulator, self.record
         number = simulator.count_request()
         record.keep_body(body, raw, simulator.config.max_log_body_bytes)
         record.model = request.model
         request.credential = self.request.environ.get(CREDENTIAL_KEY)  # the key the handshake presented
         try:
-            admitted = self.admit(request, number, self.request.environ.get("QUERY_STRING", ""), None)
+            admitted = self.admit(request, number, self.request.environ.get("QUERY_STRING", ""), arrived_at)
         except SimError as error:
             self._refused(error)
             raise

@@ -33,22 +33,23 @@ SessionHandler = Callable[[WebSocket, Request, RouteMatch], None]
 
 def session_route(simulator: Simulator, template: str, handler: SessionHandler, api: WireAPI,
                   subprotocols: Sequence[str] = (), keyed: bool = True, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                  idle_seconds: float = IDLE_SECONDS) -> Route:
+                  idle_seconds: float = IDLE_SECONDS, deflate: bool = True) -> Route:
     """The route of a session API at ``template``: upgrade requests only (``GET``, ``Upgrade: websocket``).
 
     ``subprotocols`` are the ones the API speaks, in preference order: the first the client offers is
     chosen (none offered or none shared: the session has none, as servers that ignore the header do).
-    ``keyed`` checks the API's keys before the upgrade, as its plain routes do.
+    ``keyed`` checks the API's keys before the upgrade, as its plain routes do. ``deflate``: accept
+    per-message deflate when the client offers it (False: the offer is declined, as the protocol allows).
     """
     open_session = functools.partial(_open_session, simulator=simulator, handler=handler, api=api,
                                      subprotocols=tuple(subprotocols), max_message_bytes=max_message_bytes,
-                                     idle_seconds=idle_seconds)
+                                     idle_seconds=idle_seconds, deflate=deflate)
     return Route(template, ("GET",), open_session, api, keyed=keyed, upgrade=True)
 
 
 def _open_session(request: Request, match: RouteMatch, *, simulator: Simulator, handler: SessionHandler,
                   api: WireAPI, subprotocols: tuple[str, ...], max_message_bytes: int,
-                  idle_seconds: float) -> Response:
+                  idle_seconds: float, deflate: bool) -> Response:
     upgrade: WebSocketUpgrade | None = request.environ.get(UPGRADE_KEY)
     if upgrade is None:  # a connection that cannot switch (HTTP/1.0, or a test's own WSGI call)
         return answer_error(simulator, request, api, upgrade_required(request.path))
@@ -60,7 +61,7 @@ def _open_session(request: Request, match: RouteMatch, *, simulator: Simulator, 
                                                               headers=refused.headers))
     offered = set(offer.subprotocols)
     chosen = next((name for name in subprotocols if name in offered), None)
-    session = upgrade.accept(chosen, max_message_bytes, idle_seconds)
+    session = upgrade.accept(chosen, max_message_bytes, idle_seconds, deflate)
     try:
         handler(session, request, match)
     except ConnectionError:  # a send after the client left: the session has ended, as it records
