@@ -17,6 +17,7 @@ from .sim.config import SimConfig
 from .sim.faults import Fault, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
+from .sim.session_log import SessionRecord
 from .sim.simulator import Simulator
 
 __all__ = ["LLMBackend"]
@@ -291,6 +292,12 @@ class LLMBackend(BackendAssertions):
     def requests(self) -> list[RequestRecord]:
         """The request log (most recent ``max_log_entries``), oldest first."""
         return self._operations.requests()
+
+    @property
+    def sessions(self) -> list[SessionRecord]:
+        """The WebSocket sessions (Realtime, Gemini Live, the Responses API's WebSocket mode): every open one and
+        the newest 1,000 ended, in the order they opened; each response in one is also in :attr:`requests`."""
+        return self._operations.sessions()
 
     def prometheus_text(self) -> str:
         """What ``GET /metrics`` would answer now."""

@@ -24,6 +24,7 @@ from .sim.control_json import CONTROL_PREFIX, fault_from_json, record_from_json,
 from .sim.faults import Fault, FaultError, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
+from .sim.session_log import SessionRecord
 
 __all__ = ["RemoteBackend", "RemoteError"]
 
@@ -233,6 +234,11 @@ class RemoteBackend(BackendAssertions):
     def metrics(self) -> MetricsSnapshot:
         """A snapshot of the counters and latency distributions since the last reset."""
         return snapshot_from_json(self._call("GET", "metrics"))
+
+    @property
+    def sessions(self) -> list[SessionRecord]:
+        """The WebSocket sessions kept, in the order they opened."""
+        return [SessionRecord(**item) for item in self._call("GET", "sessions")["sessions"]]
 
     @property
     def requests(self) -> list[RequestRecord]:

@@ -352,3 +352,97 @@ def test_azure_realtime_on_both_surfaces(llm_backend: LLMBackend) -> None:
         ("/openai/realtime", "azure.realtime", "my-realtime-deployment"),
         ("/openai/v1/realtime", "azure.realtime", "gpt-realtime")]
     assert records[0].headers["api-key"] == "azure-key"
+
+
+def test_a_session_that_hangs_up_mid_response_frees_its_slot(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(itl=0.5, speed=100)  # 5 ms a token, wall
+    url = llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1)
+    ws = websockets_sync.connect(url)
+    assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+    ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}}))
+    ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                                                                   "content": [{"type": "input_text", "text": "hi"}]}}))
+    ws.send(json.dumps({"type": "response.create", "response": {"max_output_tokens": 2000}}))
+    while json.loads(ws.recv(timeout=30))["type"] != "response.output_text.delta":
+        pass
+    ws.socket.close()  # gone without a close frame, mid-response
+    assert llm_backend.wait_idle(timeout=30)
+    record = llm_backend.requests[-1]
+    assert record.cancelled and record.status == 499 and record.session is not None
+    assert 0 < record.completion_tokens < 2000
+
+
+def test_sessions_are_listed_and_counted(llm_backend: LLMBackend) -> None:
+    llm_backend.reply_with("one", "two")
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _text_session(connection)
+        for text in ("hi", "again"):
+            _say(connection, text)
+            connection.response.create()
+            _until(connection)
+        assert llm_backend.metrics.sessions_open == 1
+        (open_session,) = llm_backend.sessions
+        assert open_session.open and open_session.route == "/v1/realtime" and open_session.responses == 2
+    assert llm_backend.wait_idle(timeout=30)
+    assert wait_for_closed(llm_backend)
+    (ended,) = llm_backend.sessions
+    assert ended.id == llm_backend.requests[0].session and ended.ended_by == "client" and ended.close_code == 1000
+    assert ended.messages_received == 5 and ended.messages_sent > 10  # an update, then two items and two creates
+    assert llm_backend.metrics.sessions_total == 1 and llm_backend.metrics.sessions_open == 0
+
+
+def wait_for_closed(backend: LLMBackend) -> bool:
+    from polling import wait_for
+
+    return bool(wait_for(lambda: backend.sessions, lambda sessions: not sessions[0].open))
+
+
+def test_a_remote_backend_lists_the_sessions(llm_backend: LLMBackend) -> None:
+    from pytest_llmsim import RemoteBackend
+
+    url = llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1)
+    with websockets_sync.connect(url) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        (listed,) = RemoteBackend(llm_backend.base_url).sessions
+        assert listed.open and listed.api == "openai.realtime" and listed.messages_sent == 0
+
+
+def test_a_session_ends_at_its_time_limit_as_its_api_ends_it(llm_backend: LLMBackend, live_client: Any) -> None:
+    llm_backend.configure(max_session_seconds=0.5)
+    url = llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1)
+    with websockets_sync.connect(url, ssl=_trusting(llm_backend)) as ws:  # the live client turned tls on
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        expired = json.loads(ws.recv(timeout=30))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert expired["type"] == "error" and expired["error"]["code"] == "session_expired"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    responses_url = url.replace("/v1/realtime?model=m", "/v1/responses")
+    with websockets_sync.connect(responses_url, ssl=_trusting(llm_backend)) as ws, \
+            pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.reason == "connection limit reached"
+
+    llm_backend.configure(max_session_seconds=1.0)
+    received: list[Any] = []
+
+    async def script(session: Any) -> Any:
+        async for message in session.receive():
+            received.append(message)
+
+    from google.genai import errors
+
+    with pytest.raises(errors.APIError) as ended:  # goAway first, then the close
+        _live(live_client, {"response_modalities": ["TEXT"]}, script)
+    assert ended.value.code == 1000
+    assert [float(m.go_away.time_left.rstrip("s")) for m in received] == [pytest.approx(0.1, abs=0.05)]
+    from polling import wait_for
+
+    ended_by = wait_for(lambda: [s.ended_by for s in llm_backend.sessions], lambda ended: None not in ended)
+    assert ended_by == ["server"] * 3
+
+
+def _trusting(backend: LLMBackend) -> Any:
+    import ssl
+
+    return ssl.create_default_context(cafile=backend.ca_file)

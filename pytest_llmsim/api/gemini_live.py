@@ -28,7 +28,7 @@ from ..sim import SimError, fast_json, invalid
 from .gemini import GEMINI_GENERATE, parse_generate
 from .gemini_fields import camel_keys
 from .openai_realtime_events import speech_chunk
-from .routing import ApiRoute, RouteCall, SessionChannel
+from .routing import ApiRoute, RouteCall, SessionChannel, SessionClock, receive_until
 
 __all__ = ["LIVE_PATHS", "ROUTES", "GeminiLiveEvents", "close_code"]
 
@@ -154,10 +154,18 @@ class LiveSession:
             if first is None:
                 return
             self._setup(self._parse(first))
-            while (message := self.channel.receive()) is not None:
+            clock = SessionClock(self.call.simulator.config.max_session_seconds)
+            warn_before = min(10.0, clock.limit / 10) if clock.limit is not None else 0.0
+            while (message := receive_until(self.channel, clock, warn_before, self._go_away)) is not None:
                 self.handle(self._parse(message), message if isinstance(message, str) else message.decode())
+            if clock.expired:
+                self.channel.close(1000, "session time limit reached")
         except SimError as error:
             self.channel.close(*close_code(error))
+
+    def _go_away(self, seconds_left: float) -> None:
+        """Gemini Live's warning before the session's time limit (``timeLeft`` as a protobuf Duration)."""
+        self.send({"goAway": {"timeLeft": f"{seconds_left:.3f}s"}})
 
     @staticmethod
     def _parse(message: str | bytes) -> dict[str, Any]:

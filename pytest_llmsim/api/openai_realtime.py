@@ -34,7 +34,7 @@ from .base import WireAPI
 from .openai_chat import parse_chat
 from .openai_common import OpenAIErrors
 from .openai_realtime_events import SAMPLE_RATES, AudioOutput, RealtimeResponseEvents, event_id, realtime_error
-from .routing import ApiRoute, RouteCall, SessionChannel, event_data
+from .routing import ApiRoute, RouteCall, SessionChannel, SessionClock, event_data, receive_until
 
 __all__ = ["OPENAI_REALTIME", "ROUTES", "OpenAIRealtime", "RealtimeSession"]
 
@@ -89,7 +89,8 @@ class RealtimeSession:
     def run(self) -> None:
         """Serve the session until the client closes it."""
         self.send({"type": "session.created", "session": self.session})
-        while (message := self.channel.receive()) is not None:
+        clock = SessionClock(self.call.simulator.config.max_session_seconds)
+        while (message := receive_until(self.channel, clock)) is not None:
             if isinstance(message, bytes):
                 self.channel.close(1003, "binary messages are not accepted: send JSON events")
                 return
@@ -105,6 +106,10 @@ class RealtimeSession:
                 self.handle(event, message)
             except SimError as error:
                 self.send(realtime_error(error, client_id))
+        if clock.expired and not self.channel.ended_by:  # the time limit: the API's error, then a close
+            self.send(realtime_error(SimError(400, f"Your session hit the maximum duration of {clock.limit:g} "
+                                                   "seconds.", code="session_expired")))
+            self.channel.close(1000, "session expired")
 
     def handle(self, event: dict[str, Any], message: str) -> None:
         kind = event.get("type")

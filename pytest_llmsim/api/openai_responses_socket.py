@@ -19,7 +19,7 @@ from typing import Any
 
 from ..sim import SimError, fast_json
 from .openai_responses import OPENAI_RESPONSES
-from .routing import ApiRoute, RouteCall, SessionChannel, event_data
+from .routing import ApiRoute, RouteCall, SessionChannel, SessionClock, event_data, receive_until
 
 __all__ = ["ROUTES", "error_event", "run_responses_socket"]
 
@@ -52,7 +52,8 @@ def _create_fields(message: dict[str, Any]) -> tuple[dict[str, Any], str | None]
 def run_responses_socket(session: SessionChannel, call: RouteCall) -> None:
     """Serve one WebSocket connection's ``response.create`` messages until the client closes it."""
     session_id = "ws_" + os.urandom(12).hex()
-    while (message := session.receive()) is not None:
+    clock = SessionClock(call.simulator.config.max_session_seconds)
+    while (message := receive_until(session, clock)) is not None:
         if isinstance(message, bytes):
             session.close(1003, "binary messages are not accepted: send JSON text")
             return
@@ -84,6 +85,8 @@ def run_responses_socket(session: SessionChannel, call: RouteCall) -> None:
             sent = event_data(chunk)
             if sent:
                 session.send_many(sent if stream_id is None else [_in_lane(data, stream_id) for data in sent])
+    if clock.expired:
+        session.close(1000, "connection limit reached")
 
 
 def _in_lane(data: str, stream_id: str) -> str:

@@ -22,6 +22,7 @@ is told from OpenAI's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,9 +45,11 @@ __all__ = [
     "RouteCall",
     "RouteHandler",
     "SessionChannel",
+    "SessionClock",
     "SessionRunner",
     "counting_route",
     "event_data",
+    "receive_until",
 ]
 
 #: A server-sent event stream's media type and the headers that keep proxies from buffering it.
@@ -232,3 +235,40 @@ def event_data(chunk: bytes) -> list[str]:
         if line.startswith(b"data: ") and line != b"data: [DONE]":
             payloads.append(line[6:].decode())
     return payloads
+
+
+class SessionClock:
+    """A session's time limit (``max_session_seconds``, wall seconds, read when the session opens): how long
+    the next wait for a message may last, and whether the limit has passed."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.limit = limit
+        self.ends_at = None if limit is None else time.monotonic() + limit
+
+    def remaining(self) -> float | None:
+        """Wall seconds left (None: no limit)."""
+        return None if self.ends_at is None else max(0.0, self.ends_at - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return self.ends_at is not None and time.monotonic() >= self.ends_at
+
+
+def receive_until(channel: SessionChannel, clock: SessionClock, warn_before: float = 0.0,
+                  warn: Callable[[float], None] | None = None) -> str | bytes | None:
+    """The next message, or None when the session ended or its time limit passed (the caller ends it as its API
+    does). ``warn(seconds left)`` is called once, ``warn_before`` seconds before the limit, if no message came
+    in by then (Gemini Live's ``goAway``)."""
+    while True:
+        remaining = clock.remaining()
+        if remaining is None:
+            return channel.receive()
+        if remaining <= 0:
+            return None
+        wait = remaining - warn_before if warn is not None and remaining > warn_before else remaining
+        try:
+            return channel.receive(timeout=wait)
+        except TimeoutError:
+            if warn is not None and wait < remaining:
+                warn(remaining - wait)
+                warn = None

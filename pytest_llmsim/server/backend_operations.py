@@ -17,6 +17,7 @@ from ..sim.config import SimConfig
 from ..sim.faults import Fault, FaultState
 from ..sim.metrics import MetricsSnapshot
 from ..sim.request_log import RequestRecord
+from ..sim.session_log import SessionRecord
 from ..sim.trace_svg import timeline_svg
 
 if TYPE_CHECKING:
@@ -122,6 +123,10 @@ class BackendOperations:
     def requests(self) -> list[RequestRecord]:
         """The request log, oldest first."""
         return self.simulator.log.snapshot()
+
+    def sessions(self) -> list[SessionRecord]:
+        """The WebSocket sessions kept (open ones, then the newest ended), in the order they opened."""
+        return self.simulator.sessions.snapshot()
 
     def errors(self) -> list[Exception]:
         """Internal errors kept so far: the handlers' and the engine's."""

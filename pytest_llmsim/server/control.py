@@ -18,6 +18,7 @@ or counted as API traffic. With a control token set, every call needs
     GET    /llmsim/v1/histograms        the latency histograms' buckets (cheap: nothing sorted)
     GET    /llmsim/v1/fault-kinds       each fault kind and the parameters it takes
     GET    /llmsim/v1/requests          the request log (?offset=&limit=, or ?tail=N; filters api, status, model)
+    GET    /llmsim/v1/sessions          the WebSocket sessions kept (open, then the newest 1,000 ended)
     POST   /llmsim/v1/wait-idle         {"timeout": seconds} -> {"idle": bool}
     GET    /llmsim/v1/errors            internal errors the server hit (what check() raises)
 """
@@ -113,6 +114,7 @@ class ControlAPI:
             ("GET", "histograms"): self._histograms,
             ("GET", "fault-kinds"): self._fault_kinds,
             ("GET", "requests"): self._requests,
+            ("GET", "sessions"): self._sessions,
             ("POST", "wait-idle"): self._wait_idle,
             ("GET", "errors"): self._errors,
             ("GET", "trace"): self._trace,
@@ -274,6 +276,9 @@ class ControlAPI:
             offset = _count_arg(request.args, "offset", 0)
         page = records[offset:offset + limit]
         return _json({"total": len(records), "offset": offset, "records": [record_to_json(r) for r in page]})
+
+    def _sessions(self, request: Request) -> Response:
+        return _json({"sessions": [dataclasses.asdict(record) for record in self._operations.sessions()]})
 
     def _wait_idle(self, request: Request) -> Response:
         return _json({"idle": self._operations.wait_idle(float(self._body(request).get("timeout", 5.0)))})

@@ -26,7 +26,7 @@ from .request_life import Lives
 from .responses import CompleteResponse, json_response
 from .routes import Handler, Route, RouteMatch, request_target
 from .session_turns import SessionTurn
-from .sessions import session_route
+from .sessions import SESSION_KEY, session_route
 
 __all__ = ["HttpRouteCall", "answer_call", "route_of"]
 
@@ -81,8 +81,11 @@ class HttpRouteCall:
         return record
 
     def turn(self, api: WireAPI, session_id: str) -> SessionTurn:
-        if self._lives is None:
+        record = self._request.environ.get(SESSION_KEY)
+        if self._lives is None or record is None:
             raise RuntimeError("only a session route's call starts responses")
+        record.id = session_id
+        record.responses += 1
         return SessionTurn(self._lives, self._request, api, session_id)
 
     def form(self, max_bytes: int, too_large: Exception) -> tuple[Mapping[str, str], Mapping[str, Upload]]:

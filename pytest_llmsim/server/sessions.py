@@ -24,7 +24,9 @@ from .exchange import answer_error
 from .routes import Route, RouteMatch
 from .websocket import IDLE_SECONDS, MAX_MESSAGE_BYTES, UPGRADE_KEY, HandshakeRefused, WebSocket, WebSocketUpgrade
 
-__all__ = ["SessionHandler", "session_route"]
+__all__ = ["SESSION_KEY", "SessionHandler", "session_route"]
+
+SESSION_KEY = "llmsim.session"  # WSGI environ key: the upgrade's session record (pytest_llmsim.sim.session_log)
 
 #: Runs one session: the WebSocket, the upgrade request, its route match. Returns when the session ends
 #: (the WebSocket is closed after it, 1000, if the handler has not closed it; 1011 if it raised).
@@ -62,6 +64,7 @@ def _open_session(request: Request, match: RouteMatch, *, simulator: Simulator, 
     offered = set(offer.subprotocols)
     chosen = next((name for name in subprotocols if name in offered), None)
     session = upgrade.accept(chosen, max_message_bytes, idle_seconds, deflate)
+    record = request.environ[SESSION_KEY] = simulator.sessions.opened(match.route.template, api.name)
     try:
         handler(session, request, match)
     except ConnectionError:  # a send after the client left: the session has ended, as it records
@@ -69,7 +72,10 @@ def _open_session(request: Request, match: RouteMatch, *, simulator: Simulator, 
     except BaseException:
         session.close(1011, "internal error")
         raise
-    session.close(1000)
+    finally:
+        session.close(1000)
+        simulator.sessions.ended(record, session.ended_by, session.close_code, session.messages_received,
+                                 session.messages_sent)
     return Response(status=101)  # never sent: the connection switched protocols
 
 

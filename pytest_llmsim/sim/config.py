@@ -222,6 +222,10 @@ class SimConfig:
         64 * 1024 * 1024, check.integer(1),
         "Largest non-streamed answer body a request may ask for (estimated from n, max_tokens and "
         "logprobs before any work); more answers 400")
+    max_session_seconds: float | None = setting(
+        None, check.optional_seconds,
+        "Wall seconds a WebSocket session may last; then the server ends it as its API does (Realtime: an "
+        "error event, session_expired; Gemini Live: goAway first); none means no limit")
     keepalive_timeout: float = setting(
         5.0, check.number(0.0, low_inclusive=False),
         "Wall seconds a connection may take to send a request head (the first, or the next on a "

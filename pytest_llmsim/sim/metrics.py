@@ -86,6 +86,8 @@ class MetricsSnapshot:
     preemptions: int = 0  # sequences sent back to wait because the KV cache was full (kv_cache_blocks)
     running: int = 0  # sequences in the running batch at the snapshot's instant
     waiting: int = 0  # sequences waiting for a batch slot at that instant
+    sessions_open: int = 0  # WebSocket sessions open at that instant (their responses count as requests)
+    sessions_total: int = 0  # sessions opened since the last reset
 
     def __repr__(self) -> str:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(self.requests_by_status.items()))

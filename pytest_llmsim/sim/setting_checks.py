@@ -150,6 +150,13 @@ def optional_rate(name: str, value: Any) -> float | None:
     return number(0.0, high=1.0)(name, value)
 
 
+def optional_seconds(name: str, value: Any) -> float | None:
+    """None, or a number of seconds above 0."""
+    if value is None:
+        return None
+    return number(0.0, low_inclusive=False)(name, value)
+
+
 def optional_limit(name: str, value: Any) -> int | None:
     if value is None:
         return None

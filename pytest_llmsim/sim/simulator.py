@@ -9,6 +9,7 @@ metrics, the log, the trace) is :class:`~.accounting.Accounting`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -33,6 +34,7 @@ from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import Runtime
+from .session_log import SessionLog
 from .token_feed import hold
 from .tokens import PlannedOutput, Tokenizer, load_encoding
 from .trace import TraceRecorder
@@ -52,6 +54,7 @@ class Simulator:
         self.admission = Admission(self.config, self.runtime, replica)
         self.conversations = ConversationStore(self.config.max_stored_responses, self.config.max_stored_response_bytes)
         self.residency = ModelResidency()  # models loaded on demand (Ollama's API)
+        self.sessions = SessionLog()  # WebSocket sessions, open and ended
         self.tokenizer = Tokenizer(load_encoding(self.config.model))
         self._filler = self.tokenizer.filler_source(self.config.seed)
         self.planner = content.planner(self.tokenizer, self._filler, self.config)
@@ -133,6 +136,7 @@ class Simulator:
             self.conversations = ConversationStore(config.max_stored_responses, config.max_stored_response_bytes)
             self.script.clear()
             self.residency.clear()
+            self.sessions = SessionLog()
             self.adapters = LoraAdapters(dict.fromkeys(config.lora_adapters, ""))
             self._epoch += 1
             self._wake_stalls.set()
@@ -361,7 +365,8 @@ class Simulator:
     # --- reading ---
 
     def snapshot(self) -> MetricsSnapshot:
-        return self.accounting.snapshot()
+        return dataclasses.replace(self.accounting.snapshot(), sessions_open=self.sessions.open_count,
+                                   sessions_total=self.sessions.total)
 
     def prometheus_text(self) -> bytes:
         return self.accounting.prometheus_text(self.config, bool(self.adapters))
