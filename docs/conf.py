@@ -38,7 +38,7 @@ nitpick_ignore_regex = [
     ("py:class", r"pytest_llmsim\.(content\.replies\.RuleBuilder|server\.(app\.)?SimulatorServer)"),
     ("py:class", r"pytest_llmsim\.(sim\.)?simulator\..*"),
     # internal: the request model and the error every API renders, the helpers' mixin
-    ("py:class", r"(pytest_llmsim\.sim\.request\.)?(GenerationRequest|SimError|RateLimitStatus)"),
+    ("py:class", r"(pytest_llmsim\.sim\.(request\.)?)?(GenerationRequest|SimError|RateLimitStatus|Simulator)"),
     # the parts of a GenerationRequest's fields that stay internal (its constructor shows them)
     ("py:class", r"pytest_llmsim\.sim\.(request\.(ReasoningAsk|ToolUse|OutputFormat)|tokens\.ChatMessage"
                  r"|context_edits\.(ContextEdit|AppliedEdit))"),

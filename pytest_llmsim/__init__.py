@@ -16,6 +16,7 @@ from .sim.metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa
 from .sim.request import GenerationRequest  # noqa: E402
 from .sim.request_log import RequestRecord  # noqa: E402
 from .sim.secrets import key_fingerprint  # noqa: E402
+from .sim.session_log import SessionRecord  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "RemoteError",
     "RequestRecord",
     "Rule",
+    "SessionRecord",
     "SimConfig",
     "ToolCall",
     "__version__",

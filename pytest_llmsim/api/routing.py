@@ -1,7 +1,7 @@
 """How an API declares its routes, and what a route's handler is given and gives back.
 
 An API module lists its routes as :class:`ApiRoute` values in a module-level
-``ROUTES``; :mod:`.catalog` gathers every module's, and the server registers
+``ROUTES``; ``api/catalog.py`` gathers every module's, and the server registers
 whatever the catalog lists (it never imports an API module by name). A route
 is one of three exchanges:
 
@@ -47,6 +47,7 @@ __all__ = [
     "SessionChannel",
     "SessionClock",
     "SessionRunner",
+    "Upload",
     "counting_route",
     "event_data",
     "receive_until",
