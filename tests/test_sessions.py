@@ -446,3 +446,24 @@ def _trusting(backend: LLMBackend) -> Any:
     import ssl
 
     return ssl.create_default_context(cafile=backend.ca_file)
+
+
+def test_a_response_is_cancelled_while_it_streams(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(itl=0.5, speed=100)  # 5 ms a token, wall
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _text_session(connection)
+        _say(connection, "count to a thousand")
+        connection.response.create(response={"max_output_tokens": 2000})
+        for event in connection:
+            if event.type == "response.output_text.delta":
+                break
+        connection.response.cancel()
+        connection.session.update(session={"type": "realtime", "instructions": "be brief"})  # read after it
+        done = _until(connection)[-1]
+        updated = _until(connection, "session.updated")[-1]
+    assert done.type == "response.done" and done.response.status == "cancelled"
+    assert done.response.status_details.reason == "client_cancelled"
+    assert updated.session.instructions == "be brief"
+    assert llm_backend.wait_idle(timeout=30)
+    record = llm_backend.requests[-1]
+    assert record.cancelled and 0 < record.completion_tokens < 2000

@@ -13,10 +13,12 @@ server's :class:`~pytest_llmsim.api.routing.ResponseTurn`), rendered by
 as audio tokens (``input_audio_tokens_per_second``); audio output is generated
 speech (``speech_seconds_per_token``, ``output_audio_tokens_per_second``).
 
-Refused, as errors that keep the session open: a message that is not JSON, an
-unknown event type, a bad field, a full conversation or audio buffer, a cancel
-with no response in progress (responses run one at a time and a cancel is read
-after the response it names has ended). A binary message closes with 1003.
+Responses run one at a time; a ``response.cancel`` sent while one streams stops
+it (``response.done`` with status ``cancelled``; logged as abandoned by its client),
+and other messages sent meanwhile are handled after it. Refused, as errors that
+keep the session open: a message that is not JSON, an unknown event type, a bad
+field, a full conversation or audio buffer, a cancel with no response in
+progress. A binary message closes with 1003.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import binascii
 import json
 import os
 import time
+from collections import deque
 from typing import Any
 
 from ..sim import SimError, fast_json, invalid
@@ -81,6 +84,9 @@ class RealtimeSession:
         self.audio_tokens: dict[str, int] = {}  # a committed audio item's id -> its audio tokens
         self.buffer = bytearray()
         self.speaking, self.silence_ms, self.audio_ms, self.speech_item = False, 0.0, 0.0, ""
+        # messages read while a response streamed (looking for its cancel), with when each arrived
+        self.backlog: deque[tuple[str | bytes, float | None]] = deque()
+        self.arrived_at: float | None = None
 
     def send(self, event: dict[str, Any]) -> None:
         event.setdefault("event_id", event_id())
@@ -90,7 +96,7 @@ class RealtimeSession:
         """Serve the session until the client closes it."""
         self.send({"type": "session.created", "session": self.session})
         clock = SessionClock(self.call.simulator.config.max_session_seconds)
-        while (message := receive_until(self.channel, clock)) is not None:
+        while (message := self._next(clock)) is not None:
             if isinstance(message, bytes):
                 self.channel.close(1003, "binary messages are not accepted: send JSON events")
                 return
@@ -110,6 +116,15 @@ class RealtimeSession:
             self.send(realtime_error(SimError(400, f"Your session hit the maximum duration of {clock.limit:g} "
                                                    "seconds.", code="session_expired")))
             self.channel.close(1000, "session expired")
+
+    def _next(self, clock: SessionClock) -> str | bytes | None:
+        """The next client message: one read while a response streamed first, else the next to arrive."""
+        if self.backlog:
+            kept, self.arrived_at = self.backlog.popleft()
+            return kept
+        received = receive_until(self.channel, clock)
+        self.arrived_at = self.channel.received_at
+        return received
 
     def handle(self, event: dict[str, Any], message: str) -> None:
         kind = event.get("type")
@@ -332,20 +347,37 @@ class RealtimeSession:
                                 config.output_audio_tokens_per_second)
         turn = self.call.turn(self.api, self.id)
         response_id = turn.start(request, json.loads(message) if message else options,
-                                 (message or fast_json.dumps(options).decode()).encode(), self.channel.received_at)
+                                 (message or fast_json.dumps(options).decode()).encode(), self.arrived_at)
         assert turn.generation is not None
         previous = self.items[-1]["id"] if self.items and conversation == "auto" else None
         events = RealtimeResponseEvents(turn.generation, response_id,
                                         self.conversation_id if conversation == "auto" else None, previous, audio,
                                         audio_in, options.get("metadata"))
-        for chunk in turn.events(events):
+        stream = turn.events(events)
+        for chunk in stream:
             sent = event_data(chunk)
             if sent:
                 self.channel.send_many(sent)
+            incoming = self.channel.poll()  # a cancel (or anything else, kept for after the response)?
+            if incoming is not None:
+                if _is_cancel(incoming):
+                    stream.close()  # abandoned, as a hang-up is: its slots freed, logged cancelled
+                    self.send({"type": "response.done", "response": events.response_object(
+                        "cancelled", {"type": "cancelled", "reason": "client_cancelled"})})
+                    return
+                self.backlog.append((incoming, self.channel.received_at))
         if conversation == "auto":
             for item in events.items:
                 if len(self.items) < MAX_ITEMS:
                     self.items.append(item)
+
+
+def _is_cancel(message: str | bytes) -> bool:
+    try:
+        event = json.loads(message)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("type") == "response.cancel"
 
 
 def run_realtime_session(session: SessionChannel, call: RouteCall) -> None:

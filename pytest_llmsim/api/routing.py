@@ -23,7 +23,7 @@ is told from OpenAI's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -133,9 +133,10 @@ class ResponseTurn(Protocol):
         Raises :class:`~pytest_llmsim.sim.SimError` for a refusal (logged), ``ConnectionError`` when a fault
         dropped the connection."""
 
-    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Iterator[bytes]:
+    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Generator[bytes]:
         """The response's events as ``renderer`` renders them (SSE-framed), as the engine releases its tokens;
-        a fault's cut is carried out on the way, and the response is accounted when the iterator ends."""
+        a fault's cut is carried out on the way, and the response is accounted when the generator ends (closed
+        early, it is abandoned: a cancel)."""
 
 
 class Upload(Protocol):
@@ -155,6 +156,9 @@ class SessionChannel(Protocol):
 
     def receive(self, timeout: float | None = None) -> str | bytes | None:
         """The next message (text or bytes), or None once the session has ended."""
+
+    def poll(self) -> str | bytes | None:
+        """The next message if one has already arrived, without waiting (None: none, or the session ended)."""
 
     def send(self, message: str | bytes) -> None:
         """Send a text (``str``) or binary message."""

@@ -134,33 +134,45 @@ class RouteTable:
         over, as is a session route for a request that does not upgrade; a path whose routes all
         refuse the request matches as not ``allowed``.
         """
-        refused: RouteMatch | None = None  # a plain route of the path that refuses the method: 405
-        needs_upgrade: RouteMatch | None = None  # a session route, for a plain request: 426 (unless a 405)
-        upgrading = environ is not None and is_websocket_upgrade(environ)
+        # a plain route of the path that refuses the method (405), a session route for a plain request (426):
+        # kept as (route, params) and made a RouteMatch only if nothing takes the request (the usual request
+        # passes a session route of its path, POST /v1/responses, and must not pay for a match it drops)
+        refused: tuple[Route, Mapping[str, str]] | None = None
+        needs_upgrade: tuple[Route, Mapping[str, str]] | None = None
+        upgrading: bool | None = None  # asked of the environ once, when a session route is met
         exact = self._exact.get(path)
         if exact is not None:
             for route in exact:
                 if route.accepts is not None and (environ is None or not route.accepts(environ)):
                     continue
-                if route.upgrade and not upgrading:
-                    needs_upgrade = needs_upgrade or RouteMatch(route, {}, allowed=False, upgrade_required=True)
-                elif route.takes(method):
+                if route.upgrade:
+                    if upgrading is None:
+                        upgrading = environ is not None and is_websocket_upgrade(environ)
+                    if not upgrading:
+                        needs_upgrade = needs_upgrade or (route, {})
+                        continue
+                if route.takes(method):
                     return RouteMatch(route, {})
-                else:
-                    refused = refused or RouteMatch(route, {}, allowed=False)
+                refused = refused or (route, {})
         for pattern, candidate in self._templated:
             if candidate.accepts is not None and (environ is None or not candidate.accepts(environ)):
                 continue
             found = pattern.fullmatch(path)
             if found is not None:
-                if candidate.upgrade and not upgrading:
-                    needs_upgrade = needs_upgrade or RouteMatch(candidate, found.groupdict(), allowed=False,
-                                                                upgrade_required=True)
-                elif candidate.takes(method):
+                if candidate.upgrade:
+                    if upgrading is None:
+                        upgrading = environ is not None and is_websocket_upgrade(environ)
+                    if not upgrading:
+                        needs_upgrade = needs_upgrade or (candidate, found.groupdict())
+                        continue
+                if candidate.takes(method):
                     return RouteMatch(candidate, found.groupdict())
-                else:
-                    refused = refused or RouteMatch(candidate, found.groupdict(), allowed=False)
-        return refused or needs_upgrade
+                refused = refused or (candidate, found.groupdict())
+        if refused is not None:
+            return RouteMatch(*refused, allowed=False)
+        if needs_upgrade is not None:
+            return RouteMatch(*needs_upgrade, allowed=False, upgrade_required=True)
+        return None
 
     def __iter__(self) -> Iterator[Route]:
         for routes in self._exact.values():

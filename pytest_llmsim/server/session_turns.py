@@ -10,7 +10,7 @@ messages instead of HTTP chunks) and is accounted once, in the request log
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from werkzeug.wrappers import Request
@@ -64,8 +64,9 @@ class SessionTurn(GenerationLife):
         self.record.status, self.record.error = error.status, error.fields()
         self.simulator.finish(self.record)
 
-    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Iterator[bytes]:
+    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Generator[bytes]:
+        """The response's events (a generator: closing it early abandons the response, as a hang-up does)."""
         if self.plan is not None and isinstance(self.plan.before_headers, Empty):
             self.abandon(Outcome.CUT_BY_FAULT, 0)
-            return iter(())
-        return self.lives.streams.stream(self, renderer, on_complete)
+            return
+        yield from self.lives.streams.stream(self, renderer, on_complete)

@@ -182,6 +182,35 @@ class WebSocket:
         self.received_at = self._arrivals.pop(0)
         return self._pending.pop(0)
 
+    def poll(self) -> str | bytes | None:
+        """The next whole message if one has already arrived, without waiting (None: none yet, or the session
+        has ended): a runner streaming a response looks for a cancel between its writes."""
+        if not self._pending and not self.closed:
+            sock = self._sock
+            previous = sock.gettimeout()
+            try:
+                sock.settimeout(0.0)  # no wait, also on gevent's cooperative socket
+                data = sock.recv(self._receive_size)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except (OSError, ValueError):
+                self._end("gone", 1006)
+                return None
+            finally:
+                try:
+                    sock.settimeout(previous)
+                except OSError:
+                    pass
+            if data == b"":
+                self._end("gone", 1006)
+                return None
+            if data:
+                self._take(data)
+        if self._pending:
+            self.received_at = self._arrivals.pop(0)
+            return self._pending.pop(0)
+        return None
+
     def _take(self, data: bytes) -> None:
         """Feed received bytes to wsproto and act on its events (answers to pings and closes go at once)."""
         replies = []
