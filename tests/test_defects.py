@@ -403,3 +403,45 @@ def test_a_connection_that_never_pauses_lets_others_have_turns(served: Served) -
     records = httpx.get(served.url + "/llmsim/v1/requests").json()["records"]
     position = [record["model"] for record in records].index("the-other")
     assert position < 100, position  # served after all 300 before
+
+
+def _dechunk(data: bytes) -> bytes:
+    """An HTTP/1.1 chunked body's payload; AssertionError at the first frame that is not a chunk."""
+    out, position = [], 0
+    while True:
+        line_end = data.index(b"\r\n", position)
+        size_text = data[position:line_end]
+        assert size_text and all(c in b"0123456789abcdef" for c in size_text), \
+            f"not a chunk size at byte {position}: {data[position:position + 40]!r}"
+        size = int(size_text, 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(data[line_end + 2:line_end + 2 + size])
+        position = line_end + 2 + size + 2
+
+
+def test_a_stream_a_client_reads_slowly_stays_well_framed() -> None:
+    """When the socket's buffers fill under a slow reader, the engine's writer sends part of a chunk and leaves
+    the rest to the handler, which sent that rest framed as a chunk of its own: the chunked stream broke at
+    that point (found 2026-12-06, a gateway with backpressure reads exactly so)."""
+    tokens = 20_000
+    with LLMBackend(itl=0.00002, speed=1, max_model_len=tokens + 1000, natural_answer_cap=tokens) as backend:
+        backend.reply_with("x " * tokens)
+        host, port = backend.base_url.split("//")[1].split("/")[0].split(":")
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                           "max_tokens": tokens})
+        with socket.socket() as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends stall
+            client.connect((host, int(port)))
+            client.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
+                           f"\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+            time.sleep(1.5)  # the server writes on into full buffers
+            client.settimeout(60)
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):
+                part = client.recv(1 << 20)
+                assert part, "the server closed the stream"
+                received += part
+        payload = _dechunk(received.partition(b"\r\n\r\n")[2])
+        events = [event for event in payload.split(b"\n\n") if event]
+        assert events[-1] == b"data: [DONE]" and len(events) == tokens + 3  # role, tokens, finish, [DONE]

@@ -248,6 +248,18 @@ class StreamWriter:
         return _DirectWriter(sock, events, generation.outputs[0].pieces,
                              functools.partial(self.simulator.note_lag, generation), generation.feed)
 
+    @staticmethod
+    def _send_raw(request: Request, data: bytes) -> None:
+        """Bytes already framed, written straight to the client's socket (everything before them is out: the
+        engine's writer sent their start, the handler's writes are flushed as they are made)."""
+        sock = blocking_socket(request)
+        try:
+            if sock is None:
+                raise OSError("no socket")
+            sock.sendall(data)
+        except OSError:
+            raise ClientGone from None
+
     def _stream_direct(self, request: Request, generation: Generation, events: StreamRenderer,
                        direct: _DirectWriter) -> Generator[bytes, None, tuple[bytes, bool]]:
         """The token events of a stream whose engine writes tokens itself (see :class:`_DirectWriter`).
@@ -262,8 +274,10 @@ class StreamWriter:
         direct.enabled = True
         for batch in generation.feed.batches(lambda: client_gone(request)):
             with direct.lock:
-                out = [direct.pending]
-                direct.pending = b""
+                if direct.pending:  # the rest of a chunk a short send began: on the wire as it is, not re-framed
+                    self._send_raw(request, direct.pending)
+                    direct.pending = b""
+                out = []
                 for kind, seq, emitted, _ in batch:
                     while emitted - direct.written > CHUNK_EVENTS:  # a backlog: write it chunk by chunk
                         out.append(direct.render(emitted))
