@@ -198,6 +198,53 @@ def test_metrics_endpoint_shows_the_counts_just_produced(client: openai.OpenAI,
     assert snapshot.completion_tokens == 15
 
 
+# vLLM's metric families (v1 engine, its metrics design doc and production metrics list) that an inference
+# gateway's endpoint picker or a dashboard reads: name -> (type, labels besides the histogram's le)
+VLLM_FAMILIES = {
+    "vllm:num_requests_running": ("gauge", {"engine", "model_name"}),
+    "vllm:num_requests_waiting": ("gauge", {"engine", "model_name"}),
+    "vllm:kv_cache_usage_perc": ("gauge", {"engine", "model_name"}),
+    "vllm:num_preemptions": ("counter", {"engine", "model_name"}),
+    "vllm:prompt_tokens": ("counter", {"engine", "model_name"}),
+    "vllm:generation_tokens": ("counter", {"engine", "model_name"}),
+    "vllm:prefix_cache_queries": ("counter", {"engine", "model_name"}),
+    "vllm:prefix_cache_hits": ("counter", {"engine", "model_name"}),
+    "vllm:request_success": ("counter", {"engine", "model_name", "finished_reason"}),
+    "vllm:time_to_first_token_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:inter_token_latency_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:e2e_request_latency_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:request_queue_time_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:request_prefill_time_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:request_decode_time_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:request_inference_time_seconds": ("histogram", {"engine", "model_name"}),
+    "vllm:request_prompt_tokens": ("histogram", {"engine", "model_name"}),
+    "vllm:request_generation_tokens": ("histogram", {"engine", "model_name"}),
+    "vllm:cache_config_info": ("gauge", {"engine", "block_size", "cache_dtype", "enable_prefix_caching",
+                                         "num_gpu_blocks"}),
+}
+
+
+def test_metrics_have_vllms_names_types_and_labels(client: openai.OpenAI, llm_backend: LLMBackend) -> None:
+    llm_backend.configure(ttft=0.2, itl=0.05, speed=1000)
+    client.chat.completions.create(model="llmsim", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    families = {family.name: family for family in text_string_to_metric_families(
+        httpx.get(llm_backend.url_for("/metrics")).text)}
+    for name, (kind, labels) in VLLM_FAMILIES.items():
+        family = families.get(name)
+        assert family is not None, f"{name} is missing"
+        assert family.type == kind, f"{name}: {family.type}, not {kind}"
+        assert {key for sample in family.samples for key in sample.labels} - {"le"} == labels, name
+
+    def total(family: str) -> float:
+        return next(s.value for s in families[family].samples if s.name == family + "_sum")
+
+    assert total("vllm:request_prefill_time_seconds") == pytest.approx(0.2, rel=0.01)  # the queue was empty
+    assert total("vllm:request_decode_time_seconds") == pytest.approx(4 * 0.05, rel=0.01)
+    assert total("vllm:request_generation_tokens") == 5
+    info = families["vllm:cache_config_info"].samples[0]
+    assert info.value == 1 and info.labels["block_size"] == str(llm_backend.config.block_size)
+
+
 def test_scripted_replies_echo_and_stop(client: openai.OpenAI, llm_backend: LLMBackend) -> None:
     llm_backend.reply_with("First scripted answer.", "Second one.")
     ask = [{"role": "user", "content": "Repeat after me: the quick brown fox"}]

@@ -113,4 +113,4 @@ class Accounting:
         used, preemptions = runtime.kv_state()
         capacity = config.kv_cache_blocks or config.cache_capacity_blocks
         return self.metrics.render(running, waiting, lora, (min(used / capacity, 1.0) if capacity else 0.0,
-                                                            preemptions))
+                                                            preemptions), (config.block_size, capacity))

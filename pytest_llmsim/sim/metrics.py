@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -47,6 +48,18 @@ _HISTOGRAMS = (
      _REQUEST_BUCKETS),
     ("emit_lag", "llmsim:emit_lag_seconds",
      "Wall seconds tokens left the server after they were due (the simulator falling behind)", _LAG_BUCKETS),
+)
+# 1, 2, 5, 10, 20, 50, ... as vLLM builds its token-count buckets (it stops at max_model_len; here at a million)
+_TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5))[:-2]
+# Only in /metrics (no Python snapshot): vLLM's request phases and sizes, bucket counts without samples.
+_PHASE_HISTOGRAMS = (
+    ("prefill", "vllm:request_prefill_time_seconds", "Time in the prefill phase: from leaving the queue to the "
+     "first token", _REQUEST_BUCKETS),
+    ("decode", "vllm:request_decode_time_seconds", "Time in the decode phase: after the first token",
+     _REQUEST_BUCKETS),
+    ("inference", "vllm:request_inference_time_seconds", "Time running: prefill and decode", _REQUEST_BUCKETS),
+    ("prompt_tokens", "vllm:request_prompt_tokens", "Prompt tokens of each request", _TOKEN_BUCKETS),
+    ("generation_tokens", "vllm:request_generation_tokens", "Generation tokens of each request", _TOKEN_BUCKETS),
 )
 # (key in totals, Prometheus name without _total, help)
 _COUNTERS = (
@@ -109,12 +122,36 @@ _RecentSamples: TypeAlias = "dict[str, tuple[Histogram | None, int, Distribution
 ENGINE = "0"  # the ``engine`` label value: vLLM numbers its engine cores from 0
 
 
+class BucketCounts:
+    """A histogram's buckets and sum only (``le`` semantics): what /metrics needs of a histogram no snapshot reads."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """``(le, cumulative count)`` pairs, +Inf last, as prometheus_client's histogram family takes them."""
+        out, running = [], 0
+        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts):
+            running += count
+            out.append((bound, float(running)))
+        return out
+
+
 class _ModelStats:
     """Everything counted for one ``model_name`` label value."""
 
     def __init__(self) -> None:
         self.totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
         self.histograms = {name: Histogram(buckets) for name, _, _, buckets in _HISTOGRAMS}
+        self.phases = {name: BucketCounts(buckets) for name, _, _, buckets in _PHASE_HISTOGRAMS}
         self.requests: dict[tuple[str, int], int] = {}
         self.success: dict[str, int] = {}
         self.faults: dict[str, int] = {}
@@ -130,6 +167,7 @@ class Metrics:
         self._gauges = (0, 0)
         self._lora: tuple[list[str], list[str], int] | None = None
         self._kv = (0.0, 0)  # KV-cache usage (0 to 1) and preemptions, from the engine at render time
+        self._cache: tuple[int, int] | None = None  # block size and blocks, at render time
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a Collector by shape: collect() yields families
 
@@ -175,6 +213,14 @@ class Metrics:
                 histograms["queue_time"].observe(queue_time)
             if gaps:
                 histograms["itl"].observe_runs(gaps)
+            if ttft is not None and e2e is not None:  # a generation that ran: vLLM's phases and sizes
+                phases = stats.phases
+                waited = queue_time or 0.0
+                phases["prefill"].observe(max(0.0, ttft - waited))
+                phases["decode"].observe(max(0.0, e2e - ttft))
+                phases["inference"].observe(max(0.0, e2e - waited))
+                phases["prompt_tokens"].observe(record.prompt_tokens)
+                phases["generation_tokens"].observe(record.generated_tokens)
             for lag in lags or ():
                 histograms["emit_lag"].observe(lag)
 
@@ -231,19 +277,34 @@ class Metrics:
                     h = stats.histograms[key]
                     histogram.add_metric([ENGINE, model], h.cumulative(), sum_value=h.total)
                 families.append(histogram)
+            for key, name, doc, _ in _PHASE_HISTOGRAMS:
+                histogram = HistogramMetricFamily(name, doc, labels=labels)
+                for model, stats in self._stats.items():
+                    counts = stats.phases[key]
+                    histogram.add_metric([ENGINE, model], counts.cumulative(), sum_value=counts.total)
+                families.append(histogram)
+            if self._cache is not None:  # as vLLM: the cache's configuration as labels, the value 1
+                block_size, blocks = self._cache
+                info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                         labels=["engine", "block_size", "cache_dtype", "enable_prefix_caching",
+                                                 "num_gpu_blocks"])
+                info.add_metric([ENGINE, str(block_size), "auto", "True", str(blocks)], 1.0)
+                families.append(info)
         yield from families
 
     def render(self, running: int, waiting: int, lora: tuple[list[str], list[str], int] | None = None,
-               kv: tuple[float, int] = (0.0, 0)) -> bytes:
+               kv: tuple[float, int] = (0.0, 0), cache: tuple[int, int] | None = None) -> bytes:
         """Prometheus text exposition, gauges set from the engine's state now.
 
         ``lora``: adapters running, adapters waiting and ``max_loras``, when the backend serves adapters;
-        ``kv``: KV-cache usage (0 to 1) and preemptions so far.
+        ``kv``: KV-cache usage (0 to 1) and preemptions so far; ``cache``: block size and blocks (the cache's
+        configuration, ``vllm:cache_config_info``).
         """
         with self._lock:
             self._gauges = (running, waiting)
             self._lora = lora
             self._kv = kv
+            self._cache = cache
         return generate_latest(self.registry)
 
     # --- Python ---
