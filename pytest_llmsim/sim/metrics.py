@@ -152,9 +152,17 @@ class _ModelStats:
         self.totals = dict.fromkeys((key for key, _, _ in _COUNTERS), 0)
         self.histograms = {name: Histogram(buckets) for name, _, _, buckets in _HISTOGRAMS}
         self.phases = {name: BucketCounts(buckets) for name, _, _, buckets in _PHASE_HISTOGRAMS}
+        self._phase_list = tuple(self.phases.values())  # in _PHASE_HISTOGRAMS' order
         self.requests: dict[tuple[str, int], int] = {}
         self.success: dict[str, int] = {}
         self.faults: dict[str, int] = {}
+
+    def observe_phases(self, values: tuple[float, float, float, int, int]) -> None:
+        """One request's prefill, decode and inference time, prompt and generation tokens (one call: five
+        method calls per request cost ~1 % of a non-streamed request)."""
+        for counts, value in zip(self._phase_list, values):
+            counts.counts[bisect_left(counts.bounds, value)] += 1
+            counts.total += value
 
 
 class Metrics:
@@ -214,13 +222,9 @@ class Metrics:
             if gaps:
                 histograms["itl"].observe_runs(gaps)
             if ttft is not None and e2e is not None:  # a generation that ran: vLLM's phases and sizes
-                phases = stats.phases
                 waited = queue_time or 0.0
-                phases["prefill"].observe(max(0.0, ttft - waited))
-                phases["decode"].observe(max(0.0, e2e - ttft))
-                phases["inference"].observe(max(0.0, e2e - waited))
-                phases["prompt_tokens"].observe(record.prompt_tokens)
-                phases["generation_tokens"].observe(record.generated_tokens)
+                stats.observe_phases((ttft - waited, e2e - ttft, e2e - waited, record.prompt_tokens,
+                                      record.generated_tokens))
             for lag in lags or ():
                 histograms["emit_lag"].observe(lag)
 
