@@ -20,19 +20,14 @@ import subprocess
 from contextlib import ExitStack
 
 from common import HERE, llmsim_from, wait_ready
-from timing_fidelity import ITL, TOKENS, TTFT, measure, percentile
+from timing_fidelity import ITL, TOKENS, TTFT, measure, summary
 
 
 def measure_sessions(base_url: str, sessions: int) -> dict[str, float]:
     root = base_url.replace("http", "ws", 1)
     out = subprocess.run(["node", "--experimental-websocket", "--no-warnings", f"{HERE}/session_client.mjs", root,
                           str(sessions), str(TOKENS)], capture_output=True, text=True, check=True, timeout=180).stdout
-    results: list[list[float]] = json.loads(out)
-    assert all(len(r) == TOKENS for r in results), [len(r) for r in results]
-    ttfts = [r[0] for r in results]
-    gaps = [b - a for r in results for a, b in zip(r, r[1:])]
-    return {"ttft_p50": statistics.median(ttfts), "gap_p50": statistics.median(gaps),
-            "gap_p99": percentile(gaps, 99), "ttft_p99": percentile(ttfts, 99)}
+    return summary(json.loads(out))
 
 
 def main() -> None:

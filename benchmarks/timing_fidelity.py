@@ -38,7 +38,11 @@ def percentile(values: list[float], pct: float) -> float:
 def measure(base_url: str, streams: int, api: str = "chat") -> dict[str, float]:
     out = subprocess.run(["node", f"{HERE}/stream_client.mjs", base_url, str(streams), str(TOKENS), api],
                          capture_output=True, text=True, check=True, timeout=120).stdout
-    results: list[list[float]] = json.loads(out)
+    return summary(json.loads(out))
+
+
+def summary(results: list[list[float]]) -> dict[str, float]:
+    """Medians and 99th percentiles of the first arrival and of the gaps, over every stream's arrival times."""
     assert all(len(r) == TOKENS for r in results), [len(r) for r in results]
     ttfts = [r[0] for r in results]
     gaps = [b - a for r in results for a, b in zip(r, r[1:])]

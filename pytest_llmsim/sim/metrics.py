@@ -275,17 +275,11 @@ class Metrics:
                 for kind, count in stats.faults.items():
                     faults.add_metric([ENGINE, model, kind], count)
             families += [success, requests, faults]
-            for key, name, doc, _ in _HISTOGRAMS:
+            for key, name, doc, _ in (*_HISTOGRAMS, *_PHASE_HISTOGRAMS):
                 histogram = HistogramMetricFamily(name, doc, labels=labels)
                 for model, stats in self._stats.items():
-                    h = stats.histograms[key]
+                    h = stats.histograms[key] if key in stats.histograms else stats.phases[key]
                     histogram.add_metric([ENGINE, model], h.cumulative(), sum_value=h.total)
-                families.append(histogram)
-            for key, name, doc, _ in _PHASE_HISTOGRAMS:
-                histogram = HistogramMetricFamily(name, doc, labels=labels)
-                for model, stats in self._stats.items():
-                    counts = stats.phases[key]
-                    histogram.add_metric([ENGINE, model], counts.cumulative(), sum_value=counts.total)
                 families.append(histogram)
             if self._cache is not None:  # as vLLM: the cache's configuration as labels, the value 1
                 block_size, blocks = self._cache
