@@ -467,3 +467,13 @@ def test_a_response_is_cancelled_while_it_streams(llm_backend: LLMBackend) -> No
     assert llm_backend.wait_idle(timeout=30)
     record = llm_backend.requests[-1]
     assert record.cancelled and 0 < record.completion_tokens < 2000
+
+
+def test_the_beta_realtime_protocol_is_refused_at_the_handshake(llm_backend: LLMBackend) -> None:
+    url = llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1)
+    with pytest.raises(InvalidStatus) as refused:
+        websockets_sync.connect(url, additional_headers={"OpenAI-Beta": "realtime=v1"})
+    response = refused.value.response
+    assert response.status_code == 400
+    assert json.loads(response.body)["error"]["code"] == "beta_protocol_not_supported"
+    llm_backend.add_fault("error_event", route="/v1/realtime", times=1)  # the session path still takes any kind

@@ -38,8 +38,10 @@ API_ROUTES: tuple[ApiRoute, ...] = (
     *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES, *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES,
     *openai_models.ROUTES, *vllm_extras.ROUTES,
 )
-# for fault checks: a call generates nothing (a session's responses do: each is checked as a generation request)
-declare_routes_without_generation(route.template for route in API_ROUTES if route.handler is not None)
+# for fault checks: a call generates nothing (a session's responses do: each is checked as a generation request);
+# a path that also has a generation or session route (a guarded refusal beside it) is not one of them
+declare_routes_without_generation({route.template for route in API_ROUTES if route.handler is not None}
+                                  - {route.template for route in API_ROUTES if route.handler is None})
 
 #: Whose error shape a path outside every route answers in.
 DEFAULT_API = OPENAI_CHAT

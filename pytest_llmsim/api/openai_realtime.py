@@ -37,7 +37,7 @@ from .base import WireAPI
 from .openai_chat import parse_chat
 from .openai_common import OpenAIErrors
 from .openai_realtime_events import SAMPLE_RATES, AudioOutput, RealtimeResponseEvents, event_id, realtime_error
-from .routing import ApiRoute, RouteCall, SessionChannel, SessionClock, event_data, receive_until
+from .routing import ApiRoute, Reply, RouteCall, SessionChannel, SessionClock, event_data, receive_until
 
 __all__ = ["OPENAI_REALTIME", "ROUTES", "OpenAIRealtime", "RealtimeSession"]
 
@@ -400,8 +400,23 @@ def run_azure_v1_realtime_session(session: SessionChannel, call: RouteCall) -> N
     RealtimeSession(session, call, call.query.get("model") or call.simulator.config.model, AZURE_REALTIME).run()
 
 
+def beta_protocol(environ: dict[str, Any]) -> bool:
+    """Whether a client asks for the beta Realtime protocol (``OpenAI-Beta: realtime=v1``)."""
+    return "realtime=v1" in environ.get("HTTP_OPENAI_BETA", "")
+
+
+def refuse_beta(call: RouteCall) -> Reply:
+    """The beta protocol's handshake, refused before the upgrade with an error naming the header."""
+    raise SimError(400, "The Realtime API's beta protocol (OpenAI-Beta: realtime=v1) is not served here, only the "
+                        "GA protocol: connect without that header (openai-python's client.realtime.connect()).",
+                   param="OpenAI-Beta", code="beta_protocol_not_supported")
+
+
 AZURE_REALTIME = AzureOpenAI(OPENAI_REALTIME, "azure.realtime", versioned=False)
-ROUTES = tuple(ApiRoute(template, api, ("GET",), session=runner, subprotocols=("realtime",))
-               for template, api, runner in (("/v1/realtime", OPENAI_REALTIME, run_realtime_session),
-                                             ("/openai/realtime", AZURE_REALTIME, run_azure_realtime_session),
-                                             ("/openai/v1/realtime", AZURE_REALTIME, run_azure_v1_realtime_session)))
+_PATHS = (("/v1/realtime", OPENAI_REALTIME, run_realtime_session),
+          ("/openai/realtime", AZURE_REALTIME, run_azure_realtime_session),
+          ("/openai/v1/realtime", AZURE_REALTIME, run_azure_v1_realtime_session))
+ROUTES = (*(ApiRoute(template, api, ("GET",), session=runner, subprotocols=("realtime",))
+            for template, api, runner in _PATHS),
+          # declared after the sessions, so asked first: a beta client gets its 400 instead of an upgrade
+          *(ApiRoute(template, api, ("GET",), refuse_beta, accepts=beta_protocol) for template, api, _ in _PATHS))
