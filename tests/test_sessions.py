@@ -477,3 +477,22 @@ def test_the_beta_realtime_protocol_is_refused_at_the_handshake(llm_backend: LLM
     assert response.status_code == 400
     assert json.loads(response.body)["error"]["code"] == "beta_protocol_not_supported"
     llm_backend.add_fault("error_event", route="/v1/realtime", times=1)  # the session path still takes any kind
+
+
+def test_gemini_live_on_vertex_ai_express_mode(llm_backend: LLMBackend, live_client: Any) -> None:
+    genai = pytest.importorskip("google.genai")
+    import ssl
+
+    context = ssl.create_default_context(cafile=llm_backend.ca_file)
+    vertex = genai.Client(vertexai=True, api_key="vertex-key", http_options=genai.types.HttpOptions(
+        base_url=llm_backend.root_url, async_client_args={"ssl": context}))
+    llm_backend.reply_with("from vertex")
+
+    async def script(session: Any) -> Any:
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": "hi"}]}, turn_complete=True)
+        return [message async for message in session.receive()]
+
+    messages = _live(vertex, {"response_modalities": ["TEXT"]}, script)
+    assert "".join(m.text or "" for m in messages) == "from vertex"
+    record = llm_backend.requests[-1]
+    assert record.api == "vertex.generate_content" and "LlmBidiService" in record.route

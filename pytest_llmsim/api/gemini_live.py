@@ -25,16 +25,20 @@ import os
 from typing import Any
 
 from ..sim import SimError, fast_json, invalid
+from .base import WireAPI
 from .gemini import GEMINI_GENERATE, parse_generate
 from .gemini_fields import camel_keys
 from .openai_realtime_events import speech_chunk
 from .routing import ApiRoute, RouteCall, SessionChannel, SessionClock, receive_until
+from .vertex import VERTEX_GENERATE
 
-__all__ = ["LIVE_PATHS", "ROUTES", "GeminiLiveEvents", "close_code"]
+__all__ = ["LIVE_PATHS", "ROUTES", "VERTEX_LIVE_PATHS", "GeminiLiveEvents", "close_code"]
 
 LIVE_PATHS = tuple(f"/ws/google.ai.generativelanguage.{version}.GenerativeService.{method}"
                    for version in ("v1", "v1beta", "v1alpha") for method in ("BidiGenerateContent",
                                                                        "BidiGenerateContentConstrained"))
+VERTEX_LIVE_PATHS = tuple(f"/ws/google.cloud.aiplatform.{version}.LlmBidiService/BidiGenerateContent"
+                          for version in ("v1", "v1beta1"))
 OUTPUT_RATE = 24000
 GENERATION_KEYS = ("maxOutputTokens", "temperature", "topP", "topK", "seed", "stopSequences", "presencePenalty",
                    "frequencyPenalty", "candidateCount")
@@ -136,8 +140,8 @@ class GeminiLiveEvents:
 class LiveSession:
     """One Gemini Live connection: its setup, history and input audio."""
 
-    def __init__(self, channel: SessionChannel, call: RouteCall) -> None:
-        self.channel, self.call = channel, call
+    def __init__(self, channel: SessionChannel, call: RouteCall, api: WireAPI = GEMINI_GENERATE) -> None:
+        self.channel, self.call, self.api = channel, call, api
         self.id = "live_" + os.urandom(10).hex()
         self.setup: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
@@ -271,7 +275,7 @@ class LiveSession:
                 body[key] = setup[key]
         model = str(setup["model"]).rpartition("/")[2]
         request = parse_generate(body, model, True)
-        turn = self.call.turn(GEMINI_GENERATE, self.id)
+        turn = self.call.turn(self.api, self.id)
         turn.start(request, json.loads(raw), raw.encode(), self.channel.received_at)
         assert turn.generation is not None
         settings = self.call.simulator.config
@@ -312,12 +316,19 @@ def _audio_chunk(chunk: Any) -> tuple[bytes, int]:
                       "'audio/pcm;rate=16000'.", "audio", "invalid_value") from None
 
 
-def run_live_session(session: SessionChannel, call: RouteCall) -> None:
+def run_live_session(session: SessionChannel, call: RouteCall, api: WireAPI = GEMINI_GENERATE) -> None:
     """Serve one Gemini Live connection until the client closes it."""
     try:
-        LiveSession(session, call).run()
+        LiveSession(session, call, api).run()
     except SimError as error:  # a refusal of a response: the session ends, as Gemini Live ends it
         session.close(*close_code(error))
 
 
-ROUTES = tuple(ApiRoute(path, GEMINI_GENERATE, ("GET",), session=run_live_session) for path in LIVE_PATHS)
+def run_vertex_live_session(session: SessionChannel, call: RouteCall) -> None:
+    """Gemini Live on Vertex AI (``LlmBidiService``; google-genai's express mode sends its API key): the same
+    messages, logged as ``vertex.generate_content``."""
+    run_live_session(session, call, VERTEX_GENERATE)
+
+
+ROUTES = (*(ApiRoute(path, GEMINI_GENERATE, ("GET",), session=run_live_session) for path in LIVE_PATHS),
+          *(ApiRoute(path, VERTEX_GENERATE, ("GET",), session=run_vertex_live_session) for path in VERTEX_LIVE_PATHS))
