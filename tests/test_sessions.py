@@ -496,3 +496,20 @@ def test_gemini_live_on_vertex_ai_express_mode(llm_backend: LLMBackend, live_cli
     assert "".join(m.text or "" for m in messages) == "from vertex"
     record = llm_backend.requests[-1]
     assert record.api == "vertex.generate_content" and "LlmBidiService" in record.route
+
+
+def test_speech_during_an_answer_interrupts_it(llm_backend: LLMBackend) -> None:
+    llm_backend.configure(itl=0.5, speed=100)  # 5 ms a token, wall
+    llm_backend.reply_with("a long answer " * 200, "short")
+    with _client(llm_backend).realtime.connect(model="gpt-realtime") as connection:
+        _say(connection, "tell me everything")
+        connection.response.create()
+        for event in connection:
+            if event.type == "response.output_audio.delta":
+                break
+        connection.input_audio_buffer.append(audio=SPEECH)  # the user barges in
+        done = _until(connection)[-1]
+        started = _until(connection, "input_audio_buffer.speech_started")[-1]
+    assert done.response.status == "cancelled" and done.response.status_details.reason == "turn_detected"
+    assert started.type == "input_audio_buffer.speech_started"
+    assert llm_backend.wait_idle(timeout=30) and llm_backend.requests[0].cancelled

@@ -15,7 +15,9 @@ speech (``speech_seconds_per_token``, ``output_audio_tokens_per_second``).
 
 Responses run one at a time; a ``response.cancel`` sent while one streams stops
 it (``response.done`` with status ``cancelled``; logged as abandoned by its client),
-and other messages sent meanwhile are handled after it. Refused, as errors that
+as does speech appended meanwhile under server VAD with ``interrupt_response``
+(reason ``turn_detected``: the user barged in; the speech starts the next turn);
+other messages sent meanwhile are handled after it. Refused, as errors that
 keep the session open: a message that is not JSON, an unknown event type, a bad
 field, a full conversation or audio buffer, a cancel with no response in
 progress. A binary message closes with 1003.
@@ -284,6 +286,15 @@ class RealtimeSession:
         self.audio_tokens[new_id] = max(1, round(seconds * per_second))
         self._add(item)
 
+    def _interrupts(self, message: str | bytes) -> bool:
+        """Speech while a response streams, with server VAD's ``interrupt_response``: the user barges in."""
+        detection = self.session["audio"]["input"].get("turn_detection")
+        if not isinstance(detection, dict) or not detection.get("interrupt_response", True):
+            return False
+        fmt = self.session["audio"]["input"].get("format") or {}
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        return _speech(message, SILENT_BYTES.get(str(kind), (0,)))
+
     def _clear(self, event: dict[str, Any]) -> None:
         self.buffer.clear()
         self.speaking, self.silence_ms = False, 0.0
@@ -358,18 +369,33 @@ class RealtimeSession:
             sent = event_data(chunk)
             if sent:
                 self.channel.send_many(sent)
-            incoming = self.channel.poll()  # a cancel (or anything else, kept for after the response)?
+            incoming = self.channel.poll()  # a cancel, or speech (or anything else, kept for after the response)?
             if incoming is not None:
-                if _is_cancel(incoming):
+                reason = "client_cancelled" if _is_cancel(incoming) else (
+                    "turn_detected" if self._interrupts(incoming) else None)
+                if reason is not None:
                     stream.close()  # abandoned, as a hang-up is: its slots freed, logged cancelled
                     self.send({"type": "response.done", "response": events.response_object(
-                        "cancelled", {"type": "cancelled", "reason": "client_cancelled"})})
+                        "cancelled", {"type": "cancelled", "reason": reason})})
+                    if reason == "turn_detected":  # the speech that interrupted is the next turn's start
+                        self.backlog.appendleft((incoming, self.channel.received_at))
                     return
                 self.backlog.append((incoming, self.channel.received_at))
         if conversation == "auto":
             for item in events.items:
                 if len(self.items) < MAX_ITEMS:
                     self.items.append(item)
+
+
+def _speech(message: str | bytes, silent: tuple[int, ...]) -> bool:
+    """Whether ``message`` appends audio that is not all silence."""
+    try:
+        event = json.loads(message)
+        audio = base64.b64decode(event["audio"], validate=True) if event.get("type") == "input_audio_buffer.append" \
+            else b""
+    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+        return False
+    return any(byte not in silent for byte in audio)
 
 
 def _is_cancel(message: str | bytes) -> bool:
