@@ -165,6 +165,7 @@ def test_realtime_error_event_and_drop_faults(llm_backend: LLMBackend) -> None:
         connection.response.create()
         with pytest.raises(ConnectionClosed):
             _until(connection)
+    assert llm_backend.wait_idle(timeout=30)  # the drop reaches the client before its accounting ends
     assert [r.ended for r in llm_backend.requests] == ["error event", "dropped"]
 
 
