@@ -23,7 +23,7 @@ is told from OpenAI's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -207,12 +207,6 @@ class ApiRoute:
     def generates(self) -> bool:
         """A generation route: parsed and answered by the API's adapter (no handler, no session)."""
         return self.handler is None and self.session is None
-
-
-def calls(api: WireAPI, routes: Iterable[tuple[str, tuple[str, ...], RouteHandler]], **options: Any
-          ) -> tuple[ApiRoute, ...]:
-    """Call routes of ``api`` from ``(template, methods, handler)`` lines, each with ``options``."""
-    return tuple(ApiRoute(template, api, methods, handler, **options) for template, methods, handler in routes)
 
 
 def counting_route(template: str, api: WireAPI, counter: TokenCounter) -> ApiRoute:
