@@ -141,11 +141,14 @@ def test_realtime_faults_errors_and_bad_messages_keep_the_session(llm_backend: L
         unknown = _until(connection)[-1]
         connection.response.cancel()
         cancel = _until(connection)[-1]
+        connection.send({"type": "response.create", "response": {"temperature": 0.2}})  # type: ignore[arg-type]
+        unknown_option = _until(connection)[-1]
         connection.response.create()
         answered = _until(connection)[-1]
     assert refused.type == "error" and refused.error.code == "rate_limit_exceeded"
     assert unknown.type == "error" and unknown.error.param == "type"
     assert cancel.type == "error" and cancel.error.code == "response_cancel_not_active"
+    assert unknown_option.type == "error" and unknown_option.error.param == "response.temperature"
     assert answered.type == "response.done" and answered.response.status == "completed"
     assert [r.status for r in llm_backend.requests] == [429, 200]
     assert llm_backend.metrics.faults == {"rate_limit": 1}

@@ -1,26 +1,18 @@
 """OpenAI's Realtime API over WebSocket (GA protocol): ``GET /v1/realtime?model=...`` upgraded.
 
-One connection is one session with one conversation. The client configures it
-(``session.update``), adds items (``conversation.item.create``: messages and
-function call outputs), streams audio (``input_audio_buffer.append``; with
-server VAD, speech starts at the first non-silent audio and stops after the
-turn detection's ``silence_duration_ms`` of silence, which commits the buffer
-and, with ``create_response``, answers it; all-zero PCM is silence) and asks
-for answers (``response.create``). Each response is a request of the backend
-like any other (the same queue, batch, faults, limits, log and metrics: the
-server's :class:`~pytest_llmsim.api.routing.ResponseTurn`), rendered by
-:class:`~.openai_realtime_events.RealtimeResponseEvents`. Audio input counts
-as audio tokens (``input_audio_tokens_per_second``); audio output is generated
-speech (``speech_seconds_per_token``, ``output_audio_tokens_per_second``).
+One connection is one session with one conversation. The client configures it (``session.update``), adds
+items (``conversation.item.create``), streams audio (``input_audio_buffer.append``; server VAD: speech starts
+at the first non-silent audio and stops after ``silence_duration_ms`` of all-zero PCM, which commits the buffer
+and, with ``create_response``, answers it) and asks for answers (``response.create``). Each response is a
+request of the backend like any other (the server's :class:`~pytest_llmsim.api.routing.ResponseTurn`),
+rendered by :class:`~.openai_realtime_events.RealtimeResponseEvents`; audio counts as audio tokens
+(``input_audio_tokens_per_second``, ``speech_seconds_per_token``, ``output_audio_tokens_per_second``).
 
-Responses run one at a time; a ``response.cancel`` sent while one streams stops
-it (``response.done`` with status ``cancelled``; logged as abandoned by its client),
-as does speech appended meanwhile under server VAD with ``interrupt_response``
-(reason ``turn_detected``: the user barged in; the speech starts the next turn);
-other messages sent meanwhile are handled after it. Refused, as errors that
-keep the session open: a message that is not JSON, an unknown event type, a bad
-field, a full conversation or audio buffer, a cancel with no response in
-progress. A binary message closes with 1003.
+Responses run one at a time; ``response.cancel`` sent while one streams stops it (``response.done``
+``cancelled``, logged as abandoned by its client), as does speech appended meanwhile under server VAD's
+``interrupt_response`` (``turn_detected``: the speech starts the next turn); other messages sent meanwhile are
+handled after it. A bad message, a full conversation or buffer, a cancel with no response in progress get an
+``error`` event and the session goes on; a binary message closes it with 1003.
 """
 
 from __future__ import annotations
@@ -47,6 +39,9 @@ MAX_ITEMS = 4096  # a session's conversation (items past it are refused)
 MAX_AUDIO_BUFFER_BYTES = 15 * 1024 * 1024  # the input audio waiting to be committed
 SILENT_BYTES = {"audio/pcm": (0,), "audio/pcmu": (0xFF, 0x7F), "audio/pcma": (0xD5, 0x55)}
 AUDIO_STAND_IN = " ~"  # what a second of input audio stands for in the prompt the engine counts (per audio token)
+# response.create's options, each honoured (``prompt``, a stored prompt template, is refused as unknown)
+RESPONSE_FIELDS = ("conversation", "input", "instructions", "max_output_tokens", "metadata", "output_modalities",
+                   "tool_choice", "tools", "audio")
 SESSION_FIELDS = ("type", "model", "output_modalities", "instructions", "tools", "tool_choice", "max_output_tokens",
                   "audio", "include", "tracing", "truncation", "prompt")
 
@@ -334,6 +329,10 @@ class RealtimeSession:
         """Answer the conversation (``response.create``'s ``response`` options over the session's)."""
         if not isinstance(options, dict):
             raise invalid("Invalid 'response': expected an object.", "response", "invalid_type")
+        unknown = sorted(set(options) - set(RESPONSE_FIELDS))
+        if unknown:  # honoured or refused, never ignored
+            raise invalid(f"Unknown parameter: 'response.{unknown[0]}' (accepted: {', '.join(RESPONSE_FIELDS)}).",
+                          f"response.{unknown[0]}", "unknown_parameter")
         settings = {**self.session, **{k: v for k, v in options.items() if k != "audio"}}
         conversation = options.get("conversation", "auto")
         items = options["input"] if isinstance(options.get("input"), list) else self.items
