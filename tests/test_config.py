@@ -12,6 +12,7 @@ import pytest
 from pytest_llmsim import ConfigError, SimConfig
 from pytest_llmsim.cli import build_parser
 from pytest_llmsim.sim.config import (
+    SETTING_ALIASES,
     SETTING_HELP,
     SETTING_NAMES,
     environment_name,
@@ -105,6 +106,7 @@ def test_every_surface_of_a_setting_comes_from_its_one_declaration(name: str) ->
     assert parse_setting(name, _as_text(default)) == default  # its text form reads back as itself
     assert settings_from_environment({environment_name(name): _as_text(default)}) == {name: default}
     assert f"--{name.replace('_', '-')} " in SERVE_HELP and f"environment: {environment_name(name)})" in SERVE_HELP
+    assert all(f"--{alias} " in SERVE_HELP for alias in SETTING_ALIASES[name])  # vLLM's names for it, declared there
     rows = [line for line in REFERENCE.splitlines() if line.startswith("| `") and f"`{name}`" in line.split(" | ")[0]]
     assert rows, f"{name}: no row in docs/reference.md's settings table"
     assert rows[0].split(" | ")[1] == f"`{default!r}`", f"{name}: the reference says {rows[0].split(' | ')[1]}"

@@ -26,6 +26,7 @@ from ..server.cores import IO_REQUIREMENTS, missing_for_io
 from ..server.listener import gevent_patched
 from ..server.loopback import is_loopback
 from ..sim.config import (
+    SETTING_ALIASES,
     SETTING_HELP,
     SETTING_NAMES,
     ConfigError,
@@ -39,6 +40,13 @@ from .calibration_commands import add_calibration_commands, run_calibrate, run_p
 from .config_file import load_config, load_config_file, load_config_rules
 from .config_watch import ConfigWatcher
 from .replicas import heal, say, start_replicas, stop_replicas
+from .vllm_arguments import (
+    add_vllm_arguments,
+    format_without_effect,
+    is_yaml_config,
+    vllm_settings,
+    yaml_config_arguments,
+)
 
 __all__ = ["build_parser", "load_config_file", "load_config_rules", "main", "pace_collections"]
 
@@ -101,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8000, help="Port to listen on, 0 to 65535; 0 picks a "
                                                                 "free one (default: 8000)")
     serve.add_argument("--config", default=None, metavar="FILE",
-                       help="TOML file of settings, [[faults]] and [[rules]]; flags win over it")
+                       help="TOML file of settings, [[faults]] and [[rules]]; flags win over it. A .yaml or .yml "
+                            "file is vLLM's and llm-d-inference-sim's format: flags, read as if given first")
     serve.add_argument("--watch", action="store_true",
                        help="With --config: read the file again whenever it changes, while serving (its settings, "
                             "under the environment and the flags; its faults and rules in place of those before); "
@@ -144,10 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Arm a fault at start, e.g. --fault rate_limit:times=2,retry_after=0.5 (repeatable)")
     defaults = SimConfig()
     for name in SETTING_NAMES:
-        serve.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_setting_type(name),
+        aliases = [f"--{alias}" for alias in SETTING_ALIASES[name]]
+        also = f"also {', '.join(aliases)}; " if aliases else ""
+        serve.add_argument(f"--{name.replace('_', '-')}", *aliases, dest=name, type=_setting_type(name),
                            default=None, metavar=name.upper(),
                            help=f"{SETTING_HELP[name]} (default: {getattr(defaults, name)}; "
-                                f"environment: {environment_name(name)})")
+                                f"{also}environment: {environment_name(name)})")
+    add_vllm_arguments(serve)
     add_calibration_commands(commands)
     return parser
 
@@ -197,10 +209,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_predict(args, parser)
     if args.io in IO_REQUIREMENTS and not gevent_patched():
         _exec_under_gevent(argv, parser, args.io)
+    yaml_config = args.config is not None and is_yaml_config(args.config)
+    if yaml_config:  # vLLM's and llm-d-inference-sim's: its flags come first, the command line's own win
+        try:
+            config_arguments = yaml_config_arguments(args.config)
+        except (OSError, ValueError) as error:
+            parser.error(f"--config {args.config}: {error}")
+        after_serve = argv.index("serve") + 1
+        args = parser.parse_args([*argv[:after_serve], *config_arguments, *argv[after_serve:]])
+    try:
+        vllm, vllm_faults, without_effect = vllm_settings(args)
+    except ValueError as error:
+        parser.error(str(error))
+    if without_effect:
+        say(format_without_effect(without_effect), sys.stderr)
     file_settings: dict[str, Any] = {}
     file_faults: list[tuple[str, dict[str, Any]]] = []
     rules: list[Rule] = []
-    if args.config is not None:
+    if args.config is not None and not yaml_config:
         try:
             file_settings, file_faults, rules = load_config(args.config)
         except (OSError, ValueError) as error:
@@ -211,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rules.extend(load_conversation(replay))
         except (OSError, ValueError) as error:
             parser.error(f"--replay {replay}: {error}")
-    flags = {name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}
+    flags = {**vllm, **{name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}}
     try:
         environment = settings_from_environment(os.environ)
     except ConfigError as error:
@@ -234,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          allowed_hosts=allowed_hosts, shared_port=args.shared_port, own_port=own_port,
                          replica=args.replica_number)
     backend.httpserver.trim_memory = args.gc_pacing == "on"  # a process that only serves: see server/memory_trim
-    for kind, params in [*file_faults, *args.faults]:
+    for kind, params in [*file_faults, *vllm_faults, *args.faults]:
         backend.add_fault(kind, **params)
     for rule in rules:
         backend.add_rule(rule)

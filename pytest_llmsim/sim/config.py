@@ -25,7 +25,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["COMPRESSIONS", "ENV_PREFIX", "OUTPUT_MODES", "SCHEDULERS", "SETTING_HELP", "SETTING_NAMES", "ConfigError",
+__all__ = ["COMPRESSIONS", "ENV_PREFIX", "OUTPUT_MODES", "SCHEDULERS", "SETTING_ALIASES", "SETTING_HELP",
+           "SETTING_NAMES", "ConfigError",
            "SimConfig", "environment_name", "is_profile_path", "parse_setting", "profile_names",
            "settings_from_environment"]
 
@@ -34,10 +35,27 @@ ENV_PREFIX = "LLMSIM_"  # llmsim serve reads LLMSIM_TTFT and so on (flags win ov
 
 
 def setting(default: T, check: Callable[[str, Any], Any], help: str, *,
-            text: Callable[[str], Any] | None = None) -> T:
-    """A :class:`SimConfig` field: its default, the check every value passes, its help line, and how it
-    reads from text when its type does not say (``answer_length``'s ``MIN-MAX``)."""
-    return dataclasses.field(default=default, metadata={"check": check, "help": help, "text": text})
+            text: Callable[[str], Any] | None = None, aliases: tuple[str, ...] = ()) -> T:
+    """A :class:`SimConfig` field: its default, the check every value passes, its help line, how it
+    reads from text when its type does not say (``answer_length``'s ``MIN-MAX``), and the other flag
+    names ``llmsim serve`` takes for it with the same meaning (vLLM's ``max-num-seqs``)."""
+    return dataclasses.field(default=default, metadata={"check": check, "help": help, "text": text,
+                                                        "aliases": aliases})
+
+
+_SIZE_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_human_int(raw: str) -> int:
+    """An integer as vLLM's command line reads one: ``32768``, ``32k`` (32,000), ``32K`` (32,768),
+    ``25.6k``; a lower-case suffix is decimal, an upper-case one binary."""
+    factor = _SIZE_SUFFIXES.get(raw[-1:]) if raw else None
+    if factor is None:
+        return int(raw)
+    value = float(raw[:-1]) * factor
+    if not value.is_integer():
+        raise ValueError(raw)
+    return int(value)
 
 
 def parse_range(raw: str) -> int | tuple[int, int]:
@@ -150,7 +168,8 @@ class SimConfig:
         "routed experts); a step of T tokens reads 1 - (1 - share)^T of step_expert_weights")
     max_num_batched_tokens: int = setting(
         8192, check.integer(1),
-        "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)")
+        "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",
+        text=parse_human_int)
     request_overhead: float = setting(
         0.0, check.number(0.0),
         "step mode: the API server's own time before a request reaches the scheduler, seconds")
@@ -160,14 +179,14 @@ class SimConfig:
         "together reach the scheduler one after another, seconds")
     max_batch_size: int = setting(
         256, check.integer(1),
-        "Sequences decoded concurrently")
+        "Sequences decoded concurrently", aliases=("max-num-seqs",))
     max_waiting: int = setting(
         2048, check.integer(0),
         "Waiting-queue capacity in sequences; a full queue answers 503, a request with more sequences "
-        "than max_batch_size + max_waiting 400")
+        "than max_batch_size + max_waiting 400", aliases=("max-waiting-queue-length",))
     max_model_len: int = setting(
         32768, check.integer(1),
-        "Context length: prompt plus max_tokens")
+        "Context length: prompt plus max_tokens (32k, 32K: vLLM's forms)", text=parse_human_int)
     block_size: int = setting(
         16, check.integer(1),
         "Prefix-cache block size in tokens")
@@ -180,7 +199,8 @@ class SimConfig:
     kv_cache_blocks: int | None = setting(
         None, check.optional_limit,
         "KV-cache capacity in blocks of block_size tokens: a sequence waits for room for its prompt, and "
-        "a full cache preempts the latest admitted sequence; unset means unbounded")
+        "a full cache preempts the latest admitted sequence; unset means unbounded",
+        aliases=("num-gpu-blocks-override", "kv-cache-size"))
     output: str = setting(
         "filler", check.output_mode,
         "Generated content: filler (seeded) or echo (last user message)")
@@ -366,6 +386,8 @@ SETTING_NAMES: tuple[str, ...] = tuple(_FIELDS)
 SETTING_HELP: dict[str, str] = {name: field.metadata["help"] for name, field in _FIELDS.items()}
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {name: field.metadata["check"] for name, field in _FIELDS.items()}
 _TYPES: dict[str, str] = {name: str(field.type) for name, field in _FIELDS.items()}
+#: The other flag names of a setting (``max_batch_size``: ``max-num-seqs``), from its declaration.
+SETTING_ALIASES: dict[str, tuple[str, ...]] = {name: field.metadata["aliases"] for name, field in _FIELDS.items()}
 
 
 def parse_setting(name: str, text: str) -> Any:
