@@ -33,15 +33,22 @@ done
 
 base="${LLMSIM_IMAGE_BASE:-localhost/llmsim-debian-base:bookworm}"
 if [ -z "${LLMSIM_IMAGE_BASE:-}" ] && ! buildah inspect --type image "$base" > /dev/null 2>&1; then
+    # What a Python server never runs: glibc's iconv charset modules (Python has its own codecs), Perl (only
+    # packages' maintainer scripts use it, and the image installs no package), Python's lib2to3, pydoc topics, test
+    # helpers and distutils (nothing here builds extensions).
+    trim='rm -rf "$1"/usr/lib/*-linux-gnu/gconv "$1"/usr/lib/*-linux-gnu/perl-base "$1"/usr/bin/perl* \
+        "$1"/usr/lib/python3.11/lib2to3 "$1"/usr/lib/python3.11/pydoc_data "$1"/usr/lib/python3.11/test \
+        "$1"/usr/lib/python3.11/distutils'
     rootfs=$(mktemp --suffix=.tar)
     trap 'rm -f "$rootfs"' EXIT
-    # Debian's Essential set, python3, python3-venv and libstdc++6 (google-re2 links it); merged /usr without the usrmerge package (it would bring
-    # perl, 45 MB); no documentation, manual pages or translations.
+    # Debian's Essential set, python3, python3-venv and libstdc++6 (google-re2 links it); merged /usr without the
+    # usrmerge package (it would bring perl, 45 MB); no documentation, manual pages or translations.
     mmdebstrap --quiet --variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
         --include=python3,python3-venv,libstdc++6 \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
         --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \
+        --customize-hook="$trim" \
         bookworm "$rootfs"
     container=$(buildah from scratch)
     buildah add --quiet "$container" "$rootfs" /
