@@ -219,6 +219,10 @@ VLLM_FAMILIES = {
     "vllm:request_inference_time_seconds": ("histogram", {"engine", "model_name"}),
     "vllm:request_prompt_tokens": ("histogram", {"engine", "model_name"}),
     "vllm:request_generation_tokens": ("histogram", {"engine", "model_name"}),
+    "vllm:request_params_max_tokens": ("histogram", {"engine", "model_name"}),
+    "vllm:request_params_n": ("histogram", {"engine", "model_name"}),
+    "vllm:request_max_num_generation_tokens": ("histogram", {"engine", "model_name"}),
+    "vllm:iteration_tokens_total": ("histogram", {"engine", "model_name"}),
     "vllm:cache_config_info": ("gauge", {"engine", "block_size", "cache_dtype", "enable_prefix_caching",
                                          "num_gpu_blocks"}),
 }
@@ -227,6 +231,7 @@ VLLM_FAMILIES = {
 def test_metrics_have_vllms_names_types_and_labels(client: openai.OpenAI, llm_backend: LLMBackend) -> None:
     llm_backend.configure(ttft=0.2, itl=0.05, speed=1000)
     client.chat.completions.create(model="llmsim", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    client.chat.completions.create(model="llmsim", messages=[{"role": "user", "content": "yo"}], max_tokens=7, n=2)
     families = {family.name: family for family in text_string_to_metric_families(
         httpx.get(llm_backend.url_for("/metrics")).text)}
     for name, (kind, labels) in VLLM_FAMILIES.items():
@@ -238,9 +243,12 @@ def test_metrics_have_vllms_names_types_and_labels(client: openai.OpenAI, llm_ba
     def total(family: str) -> float:
         return next(s.value for s in families[family].samples if s.name == family + "_sum")
 
-    assert total("vllm:request_prefill_time_seconds") == pytest.approx(0.2, rel=0.01)  # the queue was empty
-    assert total("vllm:request_decode_time_seconds") == pytest.approx(4 * 0.05, rel=0.01)
-    assert total("vllm:request_generation_tokens") == 5
+    assert total("vllm:request_prefill_time_seconds") == pytest.approx(2 * 0.2, rel=0.01)  # the queue was empty
+    assert total("vllm:request_decode_time_seconds") == pytest.approx((4 + 6) * 0.05, rel=0.01)
+    assert total("vllm:request_generation_tokens") == 5 + 2 * 7
+    assert total("vllm:request_params_max_tokens") == 5 + 7
+    assert total("vllm:request_params_n") == 1 + 2
+    assert total("vllm:request_max_num_generation_tokens") == 5 + 7  # the longest choice of each request
     info = families["vllm:cache_config_info"].samples[0]
     assert info.value == 1 and info.labels["block_size"] == str(llm_backend.config.block_size)
 

@@ -129,6 +129,32 @@ def test_a_request_that_reached_the_engine_late_joins_the_step_composed_without_
     assert late.ttft == pytest.approx(0.004 + 0.00005 * 100 - 0.001 + own_step)
 
 
+def test_each_steps_tokens_are_counted_once_as_vllms_iteration_tokens() -> None:
+    """vllm:iteration_tokens_total: prefill and decode tokens of each step, the late joiner's and the quiet
+    decode runs the lazy decoders ride through included."""
+    eng, _ = engine()
+    for i in range(3):
+        eng.submit(SimSequence(prompt(100, 1000 * i), 3, index=i))
+    eng.advance(0.001)
+    eng.submit(SimSequence(prompt(100, 9000), 2, index=3))
+    eng.run_until_idle()
+    # the shared prefill; the newcomer's prefill with three decodes; four decodes
+    assert (sum(eng.step_tokens.counts), eng.step_tokens.total) == (3, 300 + 103 + 4)
+    eng, _ = engine()
+    first = SimSequence(prompt(100), 3, index=0)
+    eng.submit(first)
+    eng.advance(0.001)
+    eng.submit(SimSequence(prompt(100, 9000), 2, index=1), at=0.0)  # joins the step in flight
+    eng.run_until_idle()
+    assert (sum(eng.step_tokens.counts), eng.step_tokens.total) == (3, 200 + 2 + 1)
+    eng, _ = engine()
+    for i in range(3):
+        eng.submit(SimSequence(prompt(100, 1000 * i), 40, index=i))
+    eng.run_until_idle()  # one prefill step, then 39 decode steps the lazy decoders ride through
+    assert (sum(eng.step_tokens.counts), eng.step_tokens.total) == (40, 300 + 39 * 3)
+    assert eng.step_tokens.counts[eng.step_tokens.bounds.index(8.0)] == 39  # 3 tokens: the bucket le=8
+
+
 def test_a_step_with_prefill_in_it_costs_step_prefill_base_more() -> None:
     """A decode-only step replays a captured CUDA graph in vLLM; a step with a prefill chunk does not."""
     eng, _ = engine(request_overhead=0.01, step_prefill_base=0.003)

@@ -70,7 +70,7 @@ class Accounting:
         earlier ``epoch`` (started before a reset) is only released; ``release_model`` frees its model."""
         gaps: list[tuple[float, int]] = []
         lags: list[float] = []
-        queried = 0
+        queried = longest = 0
         # Released first (released after the accounting, 16 connections served 15 % fewer requests/s:
         # benchmarks/throughput.py); wait_idle() also waits for the accounting, through busy.
         self._in_progress.add(id(record))  # set.add/discard are atomic: no lock on the hot path
@@ -84,8 +84,9 @@ class Accounting:
                 gaps = generation.gap_runs()
                 queried = generation.queried_tokens
                 lags = generation.emit_lags
+                longest = generation.longest_sequence
             record.ended = ending(record, outcome)
-            self.metrics.observe(record, gaps, queried, lags)
+            self.metrics.observe(record, gaps, queried, lags, longest)
             self.history.request_ended()
             self.log.append(record)
             if self.trace.enabled:
@@ -113,4 +114,5 @@ class Accounting:
         used, preemptions = runtime.kv_state()
         capacity = config.kv_cache_blocks or config.cache_capacity_blocks
         return self.metrics.render(running, waiting, lora, (min(used / capacity, 1.0) if capacity else 0.0,
-                                                            preemptions), (config.block_size, capacity))
+                                                            preemptions), (config.block_size, capacity),
+                                   runtime.step_tokens())

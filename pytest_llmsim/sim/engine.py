@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .config import SimConfig
+from .histogram import STEP_TOKEN_BUCKETS, BucketCounts
 from .kv_blocks import KVBlocks
 from .latency import LatencyModel
 from .prefix_cache import PrefixCache, block_hashes
@@ -90,6 +91,7 @@ class Engine:
         self._adapter_waiting = 0
         self.kv = KVBlocks(config.kv_cache_blocks, config.block_size)
         self.preemptions = 0
+        self.step_tokens = BucketCounts(STEP_TOKEN_BUCKETS)  # per step: only the step scheduler has shared steps
         self._admissions = itertools.count()  # preemption picks the latest admitted
         # Told (now, running, waiting) whenever the batch or the queue changes (the trace's counter track).
         self.on_counts: Callable[[float, int, int], None] | None = None

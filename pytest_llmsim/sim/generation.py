@@ -86,6 +86,7 @@ class Generation:
     seed: int = 0
     embedder: Embedder | None = None  # set for embedding requests
     load_time: float = 0.0  # simulated seconds it waited for its model to load, before the engine
+    max_tokens: int = 0  # the largest answer any of its prompts may have (the request's max_tokens, or the default)
     # Wall seconds each write of tokens left after they were due (one sample per write, capped).
     emit_lags: list[float] = field(default_factory=list)
 
@@ -128,6 +129,12 @@ class Generation:
         return self.completion_tokens if factor == 1.0 else round(self.completion_tokens * factor)
 
     @property
+    def longest_sequence(self) -> int:
+        """The most tokens one of its sequences produced (vLLM's ``request_max_num_generation_tokens``)."""
+        seqs = self.sequences
+        return seqs[0].emitted if len(seqs) == 1 else max(seq.emitted for seq in seqs)
+
+    @property
     def cached_tokens(self) -> int:
         seqs = self.sequences
         return seqs[0].cached_tokens if len(seqs) == 1 else sum(seq.cached_tokens for seq in self._first_choices())
@@ -158,6 +165,7 @@ class Generation:
         record.completion_tokens = record.generated_tokens if delivered is None else delivered
         record.cached_tokens = self.cached_tokens
         record.ignored_fields = self.request.ignored_fields
+        record.max_tokens, record.n = self.max_tokens, self.request.n
         record.cancelled = outcome is Outcome.CLIENT_GONE
         if record.cancelled:
             record.status = CLIENT_CLOSED_REQUEST

@@ -12,9 +12,39 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["SAMPLE_CAP", "Distribution", "Histogram", "RecentValues"]
+__all__ = ["SAMPLE_CAP", "STEP_TOKEN_BUCKETS", "BucketCounts", "Distribution", "Histogram", "RecentValues"]
 
 SAMPLE_CAP = 50_000  # recent raw values kept per histogram
+# vLLM's buckets for the tokens of one engine step (vllm:iteration_tokens_total)
+STEP_TOKEN_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
+
+
+class BucketCounts:
+    """A histogram's buckets and sum only (``le`` semantics): what /metrics needs of a histogram no snapshot reads."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float, times: int = 1) -> None:
+        self.counts[bisect_left(self.bounds, value)] += times
+        self.total += value * times
+
+    def copy(self) -> BucketCounts:
+        copied = BucketCounts(self.bounds)
+        copied.counts, copied.total = list(self.counts), self.total
+        return copied
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """``(le, cumulative count)`` pairs, +Inf last, as prometheus_client's histogram family takes them."""
+        out, running = [], 0
+        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts):
+            running += count
+            out.append((bound, float(running)))
+        return out
 
 
 @dataclass(frozen=True)

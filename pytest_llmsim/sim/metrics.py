@@ -23,7 +23,7 @@ from typing import TypeAlias
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from .histogram import Distribution, Histogram
+from .histogram import BucketCounts, Distribution, Histogram
 from .request_log import RequestRecord
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "Distribution", "LLMSimLagWarning", "Metrics", "MetricsSnapshot"]
@@ -60,6 +60,11 @@ _PHASE_HISTOGRAMS = (
     ("inference", "vllm:request_inference_time_seconds", "Time running: prefill and decode", _REQUEST_BUCKETS),
     ("prompt_tokens", "vllm:request_prompt_tokens", "Prompt tokens of each request", _TOKEN_BUCKETS),
     ("generation_tokens", "vllm:request_generation_tokens", "Generation tokens of each request", _TOKEN_BUCKETS),
+    ("max_tokens", "vllm:request_params_max_tokens", "The max_tokens of each request (or the default)",
+     _TOKEN_BUCKETS),
+    ("n", "vllm:request_params_n", "The n of each request", (1.0, 2.0, 5.0, 10.0, 20.0)),
+    ("max_generation_tokens", "vllm:request_max_num_generation_tokens",
+     "The most generation tokens of one sequence of each request", _TOKEN_BUCKETS),
 )
 # (key in totals, Prometheus name without _total, help)
 _COUNTERS = (
@@ -122,29 +127,6 @@ _RecentSamples: TypeAlias = "dict[str, tuple[Histogram | None, int, Distribution
 ENGINE = "0"  # the ``engine`` label value: vLLM numbers its engine cores from 0
 
 
-class BucketCounts:
-    """A histogram's buckets and sum only (``le`` semantics): what /metrics needs of a histogram no snapshot reads."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """``(le, cumulative count)`` pairs, +Inf last, as prometheus_client's histogram family takes them."""
-        out, running = [], 0
-        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts):
-            running += count
-            out.append((bound, float(running)))
-        return out
-
-
 class _ModelStats:
     """Everything counted for one ``model_name`` label value."""
 
@@ -157,9 +139,9 @@ class _ModelStats:
         self.success: dict[str, int] = {}
         self.faults: dict[str, int] = {}
 
-    def observe_phases(self, values: tuple[float, float, float, int, int]) -> None:
-        """One request's prefill, decode and inference time, prompt and generation tokens (one call: five
-        method calls per request cost ~1 % of a non-streamed request)."""
+    def observe_phases(self, values: tuple[float, float, float, int, int, int, int, int]) -> None:
+        """One request's prefill, decode and inference time, prompt and generation tokens, max_tokens, n and
+        its longest sequence (one call: eight method calls per request cost ~1.5 % of a non-streamed one)."""
         for counts, value in zip(self._phase_list, values):
             counts.counts[bisect_left(counts.bounds, value)] += 1
             counts.total += value
@@ -176,6 +158,7 @@ class Metrics:
         self._lora: tuple[list[str], list[str], int] | None = None
         self._kv = (0.0, 0)  # KV-cache usage (0 to 1) and preemptions, from the engine at render time
         self._cache: tuple[int, int] | None = None  # block size and blocks, at render time
+        self._steps: BucketCounts | None = None  # tokens per engine step, from the engine at render time
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a Collector by shape: collect() yields families
 
@@ -186,8 +169,9 @@ class Metrics:
         return stats
 
     def observe(self, record: RequestRecord, gaps: list[tuple[float, int]] | None = None,
-                queried_tokens: int = 0, lags: list[float] | None = None) -> None:
-        """Account for one finished API request (any status); ``gaps`` as ``(gap, count)`` runs."""
+                queried_tokens: int = 0, lags: list[float] | None = None, longest: int = 0) -> None:
+        """Account for one finished API request (any status); ``gaps`` as ``(gap, count)`` runs, ``longest`` the
+        most tokens one of its sequences produced."""
         with self._lock:
             stats = self._stats.get(self.model) or self._current()
             key = (record.route, record.status)  # a route template: bounded label values
@@ -224,7 +208,7 @@ class Metrics:
             if ttft is not None and e2e is not None:  # a generation that ran: vLLM's phases and sizes
                 waited = queue_time or 0.0
                 stats.observe_phases((ttft - waited, e2e - ttft, e2e - waited, record.prompt_tokens,
-                                      record.generated_tokens))
+                                      record.generated_tokens, record.max_tokens, record.n, longest))
             for lag in lags or ():
                 histograms["emit_lag"].observe(lag)
 
@@ -288,21 +272,28 @@ class Metrics:
                                                  "num_gpu_blocks"])
                 info.add_metric([ENGINE, str(block_size), "auto", "True", str(blocks)], 1.0)
                 families.append(info)
+            if self._steps is not None:  # vLLM's name ends in _total though it is a histogram
+                steps = HistogramMetricFamily("vllm:iteration_tokens_total", "Tokens per engine step (step mode)",
+                                              labels=labels)
+                steps.add_metric([ENGINE, self.model], self._steps.cumulative(), sum_value=self._steps.total)
+                families.append(steps)
         yield from families
 
     def render(self, running: int, waiting: int, lora: tuple[list[str], list[str], int] | None = None,
-               kv: tuple[float, int] = (0.0, 0), cache: tuple[int, int] | None = None) -> bytes:
+               kv: tuple[float, int] = (0.0, 0), cache: tuple[int, int] | None = None,
+               steps: BucketCounts | None = None) -> bytes:
         """Prometheus text exposition, gauges set from the engine's state now.
 
         ``lora``: adapters running, adapters waiting and ``max_loras``, when the backend serves adapters;
         ``kv``: KV-cache usage (0 to 1) and preemptions so far; ``cache``: block size and blocks (the cache's
-        configuration, ``vllm:cache_config_info``).
+        configuration, ``vllm:cache_config_info``); ``steps``: the tokens of each engine step so far.
         """
         with self._lock:
             self._gauges = (running, waiting)
             self._lora = lora
             self._kv = kv
             self._cache = cache
+            self._steps = steps
         return generate_latest(self.registry)
 
     # --- Python ---

@@ -45,6 +45,8 @@ class RequestRecord:
     ``request_id`` the id its answer carried (``x-request-id``, ``request-id``); ``session`` the WebSocket
     session a response was created in (None: a plain HTTP request);
     ``ignored_fields`` the body's fields no version of its API defines (accepted, no effect);
+    ``max_tokens`` the largest answer it was allowed (its ``max_tokens``, or ``default_max_tokens`` when it set
+    none; 0 for a request that never reached the engine) and ``n`` its choices per prompt;
     ``ended`` how it ended for the client: ``completed``, ``error`` (a 4xx or 5xx answer), ``client gone``,
     or what the fault that cut it short did (``dropped``, ``error event``, ``malformed``, ``cut``).
     ``body`` is the parsed JSON body (kept as the bytes received until it is
@@ -81,6 +83,8 @@ class RequestRecord:
     request_id: str | None = None
     session: str | None = None
     ignored_fields: list[str] = field(default_factory=list)
+    max_tokens: int = 0
+    n: int = 1
     ended: str = ""
     body_bytes: int = 0
     body_truncated: bool = False

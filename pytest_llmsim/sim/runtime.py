@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from .config import ConfigError, SimConfig
 from .engine import Engine, SeqState, SimSequence
+from .histogram import BucketCounts
 from .step_engine import StepEngine
 from .token_feed import FINISH, TokenFeed, TokenFeedListener
 
@@ -293,6 +294,11 @@ class Runtime:
         """KV-cache blocks held by the batch now, and preemptions since the last reset."""
         with self._lock:
             return self.engine.kv.used, self.engine.preemptions
+
+    def step_tokens(self) -> BucketCounts:
+        """The tokens of each engine step since the last reset (a copy; the step scheduler's)."""
+        with self._lock:
+            return self.engine.step_tokens.copy()
 
     def max_running(self) -> int:
         with self._lock:

@@ -302,7 +302,7 @@ class Simulator:
         return Generation(request, [len(ids) for ids in prompts], outputs, sequences, feed,
                           echo_prefixes, self._epoch, rate_limit, marked, logprobs, config.embedding_size,
                           config.seed, self._content.embed if request.kind == "embedding" else None,
-                          load_time=load_time)
+                          load_time=load_time, max_tokens=max(budgets, default=0))
 
     def _release_model(self, request: GenerationRequest) -> None:
         if request.keep_alive is not None:

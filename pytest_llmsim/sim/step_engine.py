@@ -207,13 +207,14 @@ class StepEngine(Engine):
         lazy_decoders = self._lazy_decoders
         due = lazy_decoders.next_due()
         gaps = self._step_gaps
-        count = len(lazy_decoders)
+        count, first = len(lazy_decoders), lazy_decoders.through
         while end < limit and lazy_decoders.through + 1 < due:
             gaps.append(end - self._last_end)
             self._last_end = lazy_decoders.through_end = self.now = end
             lazy_decoders.through += 1
             kv_tokens = self._decoder_context + lazy_decoders.context()
             end = self._put_in_flight(end, kv_tokens, self._step_cost(count, kv_tokens, 0, False))
+        self.step_tokens.observe(count, lazy_decoders.through - first)  # each quiet step decoded them all
         return end
 
     def _settle(self, seq: SimSequence) -> None:
@@ -324,6 +325,7 @@ class StepEngine(Engine):
         kv = self.kv
         self._ending = True
         self._step_end = None
+        self.step_tokens.observe(self._step_decodes + sum(chunk for _, chunk in self._prefilling))
         running = SeqState.RUNNING
         # A listener that only needs the finishes (the calibration's) says so: a call per token saved.
         on_token = self.listener.on_token if getattr(self.listener, "wants_tokens", True) else None
