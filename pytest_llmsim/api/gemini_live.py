@@ -158,7 +158,7 @@ class LiveSession:
             if first is None:
                 return
             self._setup(self._parse(first))
-            clock = SessionClock(self.call.simulator.config.max_session_seconds)
+            clock = SessionClock(self.call.session_seconds)
             warn_before = min(10.0, clock.limit / 10) if clock.limit is not None else 0.0
             while (message := receive_until(self.channel, clock, warn_before, self._go_away)) is not None:
                 self.handle(self._parse(message), message if isinstance(message, str) else message.decode())

@@ -92,7 +92,7 @@ class RealtimeSession:
     def run(self) -> None:
         """Serve the session until the client closes it."""
         self.send({"type": "session.created", "session": self.session})
-        clock = SessionClock(self.call.simulator.config.max_session_seconds)
+        clock = SessionClock(self.call.session_seconds)
         while (message := self._next(clock)) is not None:
             if isinstance(message, bytes):
                 self.channel.close(1003, "binary messages are not accepted: send JSON events")

@@ -52,7 +52,7 @@ def _create_fields(message: dict[str, Any]) -> tuple[dict[str, Any], str | None]
 def run_responses_socket(session: SessionChannel, call: RouteCall) -> None:
     """Serve one WebSocket connection's ``response.create`` messages until the client closes it."""
     session_id = "ws_" + os.urandom(12).hex()
-    clock = SessionClock(call.simulator.config.max_session_seconds)
+    clock = SessionClock(call.session_seconds)
     while (message := receive_until(session, clock)) is not None:
         if isinstance(message, bytes):
             session.close(1003, "binary messages are not accepted: send JSON text")

@@ -119,6 +119,11 @@ class RouteCall(Protocol):
     def turn(self, api: WireAPI, session_id: str) -> ResponseTurn:
         """A new response inside session ``session_id`` (a session route's runner asks for one per response)."""
 
+    @property
+    def session_seconds(self) -> float | None:
+        """A session's time limit, wall seconds from its handshake: ``max_session_seconds``, or sooner when an
+        ``expire_session`` fault gave this session its own (None: no limit)."""
+
 
 class ResponseTurn(Protocol):
     """One response inside a session, as the server runs it: a generation request's whole life (its fault,
@@ -237,7 +242,7 @@ def event_data(chunk: bytes) -> list[str]:
 
 
 class SessionClock:
-    """A session's time limit (``max_session_seconds``, wall seconds, read when the session opens): how long
+    """A session's time limit (``RouteCall.session_seconds``, read when the session opens): how long
     the next wait for a message may last, and whether the limit has passed."""
 
     def __init__(self, limit: float | None) -> None:

@@ -24,6 +24,7 @@ from ..jobs.background import BackgroundJob, BackgroundJobs
 from ..sim import GenerationRequest, SimError
 from ..sim.fault_effects import (
     BadEncoding,
+    Close,
     Drop,
     Empty,
     ErrorEvent,
@@ -229,7 +230,7 @@ class GenerationLife:
             drop_connection(request)  # 499 is the log's word for it: nothing is written to a client that has gone
             return Response(b"", status=499)  # never reaches the client
         action = plan.at_end if plan is not None else None
-        if isinstance(action, Drop):
+        if isinstance(action, (Drop, Close)):  # an HTTP answer has no close frame: the connection is dropped
             return dropped(simulator, request, self.record, generation)
         if isinstance(action, Fail):  # the error is the answer
             error = action.error
@@ -288,7 +289,7 @@ class GenerationLife:
             if self.simulator.stall(action.seconds, gone):
                 raise ClientGone
             return False
-        if isinstance(action, Drop):
+        if isinstance(action, (Drop, Close)):  # an HTTP stream has no close frame (a session's life sends one)
             drop_connection(self.request)
         return action is not None
 

@@ -26,7 +26,7 @@ from .request_life import Lives
 from .responses import CompleteResponse, json_response
 from .routes import Handler, Route, RouteMatch, request_target
 from .session_turns import SessionTurn
-from .sessions import SESSION_KEY, session_route
+from .sessions import SESSION_KEY, SESSION_LIMIT_KEY, session_route
 
 __all__ = ["HttpRouteCall", "answer_call", "route_of"]
 
@@ -87,6 +87,12 @@ class HttpRouteCall:
         record.id = session_id
         record.responses += 1
         return SessionTurn(self._lives, self._request, api, session_id)
+
+    @property
+    def session_seconds(self) -> float | None:
+        limits = [limit for limit in (self.simulator.config.max_session_seconds,
+                                      self._request.environ.get(SESSION_LIMIT_KEY)) if limit is not None]
+        return min(limits) if limits else None
 
     def form(self, max_bytes: int, too_large: Exception) -> tuple[Mapping[str, str], Mapping[str, Upload]]:
         request = self._request

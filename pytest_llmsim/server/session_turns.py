@@ -17,11 +17,12 @@ from werkzeug.wrappers import Request
 
 from ..api.base import StreamRenderer, WireAPI
 from ..sim import GenerationRequest, SimError
-from ..sim.fault_effects import Empty
+from ..sim.fault_effects import Close, Empty
 from ..sim.generation import Outcome
 from ..sim.tokens import TokenizeError
 from .exchange import CREDENTIAL_KEY, untokenizable
 from .request_life import GenerationLife, Lives, dropped
+from .sessions import SOCKET_KEY
 
 __all__ = ["SessionTurn"]
 
@@ -63,6 +64,17 @@ class SessionTurn(GenerationLife):
     def _refused(self, error: SimError) -> None:
         self.record.status, self.record.error = error.status, error.fields()
         self.simulator.finish(self.record)
+
+    def cut(self, events: StreamRenderer, out: list[bytes], gone: Callable[[], bool]) -> Generator[bytes, None, bool]:
+        """A fault's cut inside a session: a close frame with its code and reason (``close_session``) ends the
+        session where an HTTP stream's connection would be dropped; any other action as for HTTP."""
+        action = self.plan.at_cut if self.plan is not None else None
+        if not isinstance(action, Close):
+            return (yield from super().cut(events, out, gone))
+        yield b"".join(out)  # the tokens due before the cut go out first
+        out.clear()
+        self.request.environ[SOCKET_KEY].close(action.code, action.reason)
+        return True
 
     def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Generator[bytes]:
         """The response's events (a generator: closing it early abandons the response, as a hang-up does)."""

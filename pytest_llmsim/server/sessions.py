@@ -19,14 +19,17 @@ from werkzeug.wrappers import Request, Response
 
 from ..api.base import WireAPI
 from ..sim import SimError
+from ..sim.fault_actions import Fail, SessionLimit
 from ..sim.simulator import Simulator
-from .exchange import answer_error
+from .exchange import CREDENTIAL_KEY, answer_error, new_record
 from .routes import Route, RouteMatch
 from .websocket import IDLE_SECONDS, MAX_MESSAGE_BYTES, UPGRADE_KEY, HandshakeRefused, WebSocket, WebSocketUpgrade
 
-__all__ = ["SESSION_KEY", "SessionHandler", "session_route"]
+__all__ = ["SESSION_KEY", "SESSION_LIMIT_KEY", "SOCKET_KEY", "SessionHandler", "session_route"]
 
 SESSION_KEY = "llmsim.session"  # WSGI environ key: the upgrade's session record (pytest_llmsim.sim.session_log)
+SOCKET_KEY = "llmsim.session.socket"  # ... the session's WebSocket (a fault's close frame is sent on it)
+SESSION_LIMIT_KEY = "llmsim.session.limit"  # ... the session's own time limit, wall seconds (expire_session)
 
 #: Runs one session: the WebSocket, the upgrade request, its route match. Returns when the session ends
 #: (the WebSocket is closed after it, 1000, if the handler has not closed it; 1011 if it raised).
@@ -61,10 +64,21 @@ def _open_session(request: Request, match: RouteMatch, *, simulator: Simulator, 
         return answer_error(simulator, request, api, SimError(refused.status, refused.why,
                                                               code="websocket_handshake_refused",
                                                               headers=refused.headers))
+    fault = simulator.faults.select_handshake(match.route.template, request.headers,
+                                              request.environ.get(CREDENTIAL_KEY))
+    if fault is not None:
+        action = fault.effect.at_handshake(fault)
+        if isinstance(action, Fail):  # refused: logged as the request it is, in the API's error shape
+            entry = new_record(request)
+            entry.api, entry.fault = api.name, fault.kind
+            return answer_error(simulator, request, api, action.error, entry)
+        if isinstance(action, SessionLimit):
+            request.environ[SESSION_LIMIT_KEY] = action.seconds
     offered = set(offer.subprotocols)
     chosen = next((name for name in subprotocols if name in offered), None)
-    session = upgrade.accept(chosen, max_message_bytes, idle_seconds, deflate)
-    record = request.environ[SESSION_KEY] = simulator.sessions.opened(match.route.template, api.name)
+    session = request.environ[SOCKET_KEY] = upgrade.accept(chosen, max_message_bytes, idle_seconds, deflate)
+    record = request.environ[SESSION_KEY] = simulator.sessions.opened(match.route.template, api.name,
+                                                                      fault.kind if fault is not None else None)
     try:
         handler(session, request, match)
     except ConnectionError:  # a send after the client left: the session has ended, as it records

@@ -10,10 +10,13 @@ each (it never compares kind names):
 3. ``cut_at`` / ``at_cut``: a stream, after that many token events (an error
    event, a cut connection, a broken event, a stall);
 4. ``at_end``: a non-streamed answer, once its generation is done (the
-   error, the dropped connection, an empty or half body instead of it).
+   error, the dropped connection, an empty or half body instead of it);
+5. ``at_handshake``: a session route's upgrade request (refused with an HTTP
+   error, or the session given a time limit). A kind that acts only there
+   (``handshake_only``) is never chosen for a generation request.
 
 Each place answers with an *action* from a small closed vocabulary
-(``Action``) that says what happens in protocol-blind terms; the server
+(``Action``, in ``fault_actions``) that says what happens in protocol-blind terms; the server
 and the stream writer carry actions out, the wire adapters render the ones
 that have an API shape (an error, an error event, a broken event). Adding a
 fault kind is one class here, its row in ``EFFECTS`` and its docs row;
@@ -23,116 +26,34 @@ finish) touches the server or the adapters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from .request import GenerationRequest, SimError
+from .fault_actions import (
+    ENCODING_CUT,
+    ENCODING_LIE,
+    TOOL_CALL_BREAKS,
+    Action,
+    BadEncoding,
+    BreakToolCalls,
+    Close,
+    Drop,
+    Empty,
+    ErrorEvent,
+    Fail,
+    Filter,
+    Malformed,
+    Misreport,
+    RequestChange,
+    SessionLimit,
+    Slow,
+    Stall,
+    Truncate,
+)
+from .request import SimError
 
 __all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BaseEffect",
-           "BreakToolCalls", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter", "Malformed",
-           "Misreport", "RequestChange", "Slow", "Stall", "Truncate"]
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """Answer with ``error`` (in the route's API shape) instead of the answer."""
-
-    error: SimError
-
-
-@dataclass(frozen=True, slots=True)
-class Drop:
-    """Close the connection under the client: no further byte (no response at all, before headers)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stall:
-    """Send nothing for ``seconds`` wall seconds (a client's hang-up or a reset ends it early)."""
-
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Empty:
-    """Answer 200 with an empty body."""
-
-
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    """A stream: one event whose JSON breaks off, then the stream goes on; a body: cut in half."""
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorEvent:
-    """A stream: the API's mid-stream error event, then the end (no closing events)."""
-
-    error: SimError
-
-
-@dataclass(frozen=True, slots=True)
-class Truncate:
-    """A stream: its clean ending now, with no finish reason and no usage (the API's ``[DONE]`` where it has
-    one), as a proxy that loses the tail of an answer leaves it: nothing tells the client it was cut."""
-
-
-@dataclass(frozen=True, slots=True)
-class BreakToolCalls:
-    """The answer's tool calls come out broken as ``breaks`` says (see ``TOOL_CALL_BREAKS``)."""
-
-    breaks: str
-
-    def apply(self, request: GenerationRequest) -> None:
-        request.tool_call_fault = self.breaks
-
-
-@dataclass(frozen=True, slots=True)
-class Misreport:
-    """The answer's usage reports ``factor`` times the tokens it sent."""
-
-    factor: float
-
-    def apply(self, request: GenerationRequest) -> None:
-        request.usage_factor = self.factor
-
-
-#: The actions that change what the request's answer says (applied to the parsed request before it starts).
-RequestChange = BreakToolCalls | Misreport
-
-
-@dataclass(frozen=True, slots=True)
-class Filter:
-    """A content filter stops the answer: the prompt is blocked (``after_tokens`` None), or the answer
-    ends after ``after_tokens`` tokens. Each API renders it as its own (an error, or a finish reason)."""
-
-    after_tokens: int | None
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Slow:
-    """This request's latencies multiplied by ``factor``."""
-
-    factor: float
-
-
-# bad_tool_call's ways to break a tool call (``breaks``)
-TOOL_CALL_BREAKS = ("arguments", "schema", "name", "id")
-
-# bad_encoding's modes (one of them shares its word with the truncate kind: the server says neither)
-ENCODING_LIE = "lie"
-ENCODING_CUT = "truncate"
-
-
-@dataclass(frozen=True, slots=True)
-class BadEncoding:
-    """The answer's content coding is broken: ``lie`` (``Content-Encoding: gzip`` on the plain bytes) or
-    ``truncate`` (the compressed body cut mid-member, its HTTP framing whole)."""
-
-    mode: str
-
-
-Action = (Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Slow | Filter | BadEncoding
-          | BreakToolCalls | Misreport)
+           "BreakToolCalls", "Close", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter",
+           "Malformed", "Misreport", "RequestChange", "SessionLimit", "Slow", "Stall", "Truncate"]
 
 
 class FaultParams(Protocol):
@@ -167,6 +88,8 @@ class FaultEffect(Protocol):
     on_routes_without_generation: bool
     #: How the log and the live page say a request it cut short ended ("dropped", "error event", ...).
     ending: str
+    #: Whether it acts only on a session's handshake (then it is never chosen for a generation request).
+    handshake_only: bool
 
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         """What is wrong with the fault's own parameters, as ``(parameter, what was expected)``, or None."""
@@ -180,11 +103,14 @@ class FaultEffect(Protocol):
     def cut_at(self, fault: FaultParams) -> int | None:
         """A stream: after how many token events ``at_cut`` acts (None: never)."""
 
-    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | None:
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | Close | None:
         """A stream, at the cut (or at its end, when it had fewer tokens)."""
 
-    def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | None:
+    def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | Close | None:
         """A non-streamed answer whose generation is done (and a route's answer: only ``Empty``)."""
+
+    def at_handshake(self, fault: FaultParams) -> Fail | SessionLimit | None:
+        """A session route's upgrade request, before the switch to WebSocket."""
 
 
 class BaseEffect:
@@ -193,6 +119,7 @@ class BaseEffect:
     params: tuple[str, ...] = ()
     on_routes_without_generation = False
     ending = "cut"
+    handshake_only = False
 
     def check(self, fault: FaultParams) -> tuple[str, str] | None:
         return None
@@ -206,10 +133,13 @@ class BaseEffect:
     def cut_at(self, fault: FaultParams) -> int | None:
         return None
 
-    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | None:
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | Close | None:
         return None
 
-    def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | None:
+    def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | Close | None:
+        return None
+
+    def at_handshake(self, fault: FaultParams) -> Fail | SessionLimit | None:
         return None
 
 
@@ -416,6 +346,60 @@ class BadUsageEffect(BaseEffect):
         return Misreport(fault.factor)
 
 
+# WebSocket close codes a server may send (RFC 6455 7.4: 1004-1006 and 1015 are never sent; 3000-4999 are
+# registered and private ones)
+_SENDABLE_CLOSE_CODES = (*range(1000, 1004), *range(1007, 1015), *range(3000, 5000))
+
+
+class CloseSessionEffect(_CutAfterTokens):
+    """A session's response: ``after_tokens`` tokens, then the server closes the WebSocket with ``status`` as
+    the close code (1011 unless given) and ``message`` as the reason; an HTTP answer: its connection dropped."""
+
+    params: tuple[str, ...] = ("after_tokens", "status", "message")
+    ending = "closed"
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        if fault.status is None or (type(fault.status) is int and fault.status in _SENDABLE_CLOSE_CODES):
+            return None
+        return "status", "expected a WebSocket close code a server sends: 1000-1003, 1007-1014 or 3000-4999"
+
+    def at_cut(self, fault: FaultParams) -> Close:
+        return Close(fault.status or 1011, fault.message or "simulated close (pytest-llmsim)")
+
+    def at_end(self, fault: FaultParams) -> Close:
+        return self.at_cut(fault)
+
+
+class RefuseUpgradeEffect(BaseEffect):
+    """A session route's handshake answered with an HTTP error (``status``, 503 unless given) instead of the
+    switch to WebSocket, in the API's error shape."""
+
+    params: tuple[str, ...] = ("status", "message", "retry_after")
+    handshake_only = True
+
+    def check(self, fault: FaultParams) -> tuple[str, str] | None:
+        if fault.status is None or (type(fault.status) is int and 400 <= fault.status <= 599):
+            return None
+        return "status", "expected an HTTP error status, 400 to 599"
+
+    def at_handshake(self, fault: FaultParams) -> Fail:
+        status = fault.status or 503
+        return Fail(SimError(status, fault.message or "The session could not be opened (simulated by pytest-llmsim).",
+                             type="server_error" if status >= 500 else "invalid_request_error",
+                             code="upgrade_refused", headers=_retry_headers(fault)))
+
+
+class ExpireSessionEffect(BaseEffect):
+    """A session may last ``seconds`` (wall seconds) from its handshake, then ends as its API ends one at
+    its time limit (``max_session_seconds``): Gemini Live's ``goAway`` first, Realtime's ``session_expired``."""
+
+    params: tuple[str, ...] = ("seconds",)
+    handshake_only = True
+
+    def at_handshake(self, fault: FaultParams) -> SessionLimit:
+        return SessionLimit(fault.seconds)
+
+
 #: kind -> its effect; the order is the documented one (``FAULT_KINDS``).
 EFFECTS: dict[str, FaultEffect] = {
     "rate_limit": HTTPErrorEffect(429, "requests", "rate_limit_exceeded", None,
@@ -445,4 +429,7 @@ EFFECTS: dict[str, FaultEffect] = {
     "bad_encoding": BadEncodingEffect(),
     "bad_tool_call": BadToolCallEffect(),
     "bad_usage": BadUsageEffect(),
+    "close_session": CloseSessionEffect(),
+    "refuse_upgrade": RefuseUpgradeEffect(),
+    "expire_session": ExpireSessionEffect(),
 }

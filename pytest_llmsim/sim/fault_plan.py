@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fault_effects import (
+from .fault_actions import (
     BadEncoding,
+    Close,
     Drop,
     Empty,
     ErrorEvent,
@@ -35,8 +36,8 @@ class FaultPlan:
     on_request: Fail | Drop | Slow | Filter | BadEncoding | RequestChange | None
     before_headers: Stall | Empty | None
     cut_at: int | None
-    at_cut: Malformed | ErrorEvent | Stall | Drop | Truncate | None
-    at_end: Fail | Drop | Empty | Malformed | None
+    at_cut: Malformed | ErrorEvent | Stall | Drop | Truncate | Close | None
+    at_end: Fail | Drop | Empty | Malformed | Close | None
 
     @classmethod
     def of(cls, fault: Fault, stream: bool) -> FaultPlan:

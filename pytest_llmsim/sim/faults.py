@@ -91,9 +91,10 @@ class Fault:
     What: ``status``/``message``/``retry_after`` (HTTP errors; ``retry_after``
     in wall seconds, sent as ``Retry-After`` and ``retry-after-ms``),
     ``after_tokens`` (mid-stream kinds and ``stall``), ``seconds`` (``stall``,
-    wall seconds: client timeouts are wall-clock), ``factor`` (``slow``), ``side`` (``content_filter``:
-    ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie`` or ``truncate``), ``breaks``
-    (``bad_tool_call``: ``arguments``, ``schema``, ``name`` or ``id``).
+    wall seconds: client timeouts are wall-clock; ``expire_session``: the session's length), ``factor``
+    (``slow``), ``side`` (``content_filter``: ``prompt`` or ``completion``), ``mode`` (``bad_encoding``: ``lie``
+    or ``truncate``), ``breaks`` (``bad_tool_call``: ``arguments``, ``schema``, ``name`` or ``id``); ``status``
+    is the close code for ``close_session``.
     When: ``times``, ``nth``, ``rate``, ``prompt``, ``model``, ``key`` (the API key a generation request
     presents, in any of the places the APIs take one), ``replica`` (only replica N of ``llmsim serve --replicas``;
     a lone backend is replica 1), ``header_only``.
@@ -160,6 +161,9 @@ class Fault:
             if self.route in _ROUTES_WITHOUT_GENERATION and not self.effect.on_routes_without_generation:
                 kinds = ", ".join(kinds_for_routes_without_generation())
                 raise bad("route", f"{self.route} generates nothing; there only {kinds} apply")
+        if self.effect.handshake_only and (self.prompt is not None or self.model is not None):
+            raise bad("prompt" if self.prompt is not None else "model",
+                      "a handshake has no prompt or model: aim it by route, key, replica, nth, times or rate")
         if self.prompt is not None:
             try:
                 compile_pattern(self.prompt)
@@ -265,6 +269,37 @@ class FaultInjector:
                 return fault
             return None
 
+    def select_handshake(self, route: str, headers: HeaderLookup, key: str | None) -> Fault | None:
+        """The fault a session's upgrade request to ``route`` gets: one of the kinds that act on a handshake,
+        named by ``x-llmsim-fault`` or armed (aimed by route, key, replica; ``nth``/``times``/``rate`` counting
+        that route's handshakes); ``key`` is the credential the handshake presented."""
+        aimed = headers.get(FAULT_HEADER)
+        if not self._armed and not aimed:
+            return None
+        with self._lock:
+            if aimed and aimed.strip() in EFFECTS and EFFECTS[aimed.strip()].handshake_only:
+                kind = aimed.strip()
+                template = next((a.fault for a in self._armed if a.fault.kind == kind), None)
+                chosen = replace(template, times=None, nth=None, rate=None) if template else Fault(kind)
+                self.injected[kind] = self.injected.get(kind, 0) + 1
+                return chosen
+            hit = self._route_hits[route] = self._route_hits.get(route, 0) + 1
+            for index, armed in enumerate(self._armed):
+                fault = armed.fault
+                if not fault.effect.handshake_only or fault.header_only:
+                    continue
+                if fault.times is not None and armed.matched >= fault.times:
+                    continue
+                if (fault.route not in (None, route) or fault.key not in (None, key)
+                        or fault.replica not in (None, self.replica) or fault.nth not in (None, hit)):
+                    continue
+                if fault.rate is not None and self._draw(index, hit) >= fault.rate:
+                    continue
+                armed.matched += 1
+                self.injected[fault.kind] = self.injected.get(fault.kind, 0) + 1
+                return fault
+            return None
+
     def _choose(self, n: int, headers: HeaderLookup, model: str | None,
                 prompt_text: Callable[[], str], route: str | None, keys: Callable[[], list[str]]) -> Fault | None:
         aimed = headers.get(FAULT_HEADER)
@@ -280,6 +315,8 @@ class FaultInjector:
         for index, armed in enumerate(self._armed):
             fault = armed.fault
             if fault.header_only or (fault.times is not None and armed.matched >= fault.times):
+                continue
+            if fault.effect.handshake_only:
                 continue
             if fault.route is not None and fault.route != route:
                 continue

@@ -23,7 +23,8 @@ class SessionRecord:
     """One WebSocket session: ``route`` and ``api`` as a request's, ``id`` the API's own (``sess_…``, ``ws_…``,
     ``live_…``; None until its first response), ``opened_at`` / ``ended_at`` wall time (``time.time()``),
     ``ended_by`` ``client``, ``server``, ``gone``, ``idle``, ``too_big``, ``protocol`` (None while open),
-    ``close_code``, the messages each way, and ``responses``: the responses it asked for."""
+    ``close_code``, the messages each way, ``responses``: the responses it asked for, and ``fault``: the fault
+    its handshake got (``expire_session``; a refused handshake opens no session: it is a request's record)."""
 
     number: int
     route: str
@@ -36,6 +37,7 @@ class SessionRecord:
     messages_received: int = 0
     messages_sent: int = 0
     responses: int = 0
+    fault: str | None = None
 
     @property
     def open(self) -> bool:
@@ -52,8 +54,8 @@ class SessionLog:
         self._numbers = itertools.count(1)
         self.total = 0
 
-    def opened(self, route: str, api: str) -> SessionRecord:
-        record = SessionRecord(next(self._numbers), route, api, time.time())
+    def opened(self, route: str, api: str, fault: str | None = None) -> SessionRecord:
+        record = SessionRecord(next(self._numbers), route, api, time.time(), fault=fault)
         with self._lock:
             self._open[record.number] = record
             self.total += 1
