@@ -8,7 +8,8 @@ detection: speech starts at the first non-silent chunk and ends after
 ``silenceDurationMs`` of silence, which answers it; ``text``; ``audioStreamEnd``)
 and ``toolResponse`` (function results, answered at once). An answer is
 ``serverContent.modelTurn`` parts as the engine releases tokens (text, or PCM16
-audio at 24 kHz with ``outputTranscription`` when asked), ``generationComplete``,
+audio at 24 kHz with ``outputTranscription`` when asked; an audio turn's
+``inputTranscription`` first, seeded words, with ``inputAudioTranscription``), ``generationComplete``,
 then ``turnComplete`` with ``usageMetadata``; a function call is one ``toolCall``
 message. Each answer is a request of the backend (its queue, faults, limits, log
 and metrics). Errors end the session as Gemini Live does, with a close code and
@@ -24,6 +25,7 @@ import json
 import os
 from typing import Any
 
+from ..content.speech import transcript
 from ..sim import SimError, fast_json, invalid
 from .base import WireAPI
 from .gemini import GEMINI_GENERATE, parse_generate
@@ -147,6 +149,7 @@ class LiveSession:
         self.history: list[dict[str, Any]] = []
         self.audio = bytearray()
         self.audio_tokens = 0  # of the audio turns in the history
+        self.audio_turns = 0
         self.speaking, self.silence_ms = False, 0.0
 
     def send(self, body: dict[str, Any]) -> None:
@@ -262,6 +265,10 @@ class LiveSession:
         self.speaking, self.silence_ms = False, 0.0
         self.audio_tokens += tokens
         self._extend([{"role": "user", "parts": [{"text": " ~" * tokens}]}])  # what the engine prefills
+        if "inputAudioTranscription" in self.setup:  # what was heard, before the answer (seeded words)
+            self.audio_turns += 1
+            text = transcript(seconds, self.call.simulator.config.seed, self.audio_turns)
+            self.send({"serverContent": {"inputTranscription": {"text": text, "finished": True}}})
         self.respond(raw)
 
     def respond(self, raw: str) -> None:

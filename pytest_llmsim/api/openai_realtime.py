@@ -17,8 +17,6 @@ handled after it. A bad message, a full conversation or buffer, a cancel with no
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import os
 import time
@@ -30,14 +28,20 @@ from .azure import AzureOpenAI, api_version_known
 from .base import WireAPI
 from .openai_chat import parse_chat
 from .openai_common import OpenAIErrors
-from .openai_realtime_events import SAMPLE_RATES, AudioOutput, RealtimeResponseEvents, event_id, realtime_error
+from .openai_realtime_audio import RealtimeInputAudio
+from .openai_realtime_events import (
+    SAMPLE_RATES,
+    AudioOutput,
+    RealtimeResponseEvents,
+    default_turn_detection,
+    event_id,
+    realtime_error,
+)
 from .routing import ApiRoute, Reply, RouteCall, SessionChannel, SessionClock, event_data, receive_until
 
 __all__ = ["OPENAI_REALTIME", "ROUTES", "OpenAIRealtime", "RealtimeSession"]
 
 MAX_ITEMS = 4096  # a session's conversation (items past it are refused)
-MAX_AUDIO_BUFFER_BYTES = 15 * 1024 * 1024  # the input audio waiting to be committed
-SILENT_BYTES = {"audio/pcm": (0,), "audio/pcmu": (0xFF, 0x7F), "audio/pcma": (0xD5, 0x55)}
 AUDIO_STAND_IN = " ~"  # what a second of input audio stands for in the prompt the engine counts (per audio token)
 # response.create's options, each honoured (``prompt``, a stored prompt template, is refused as unknown)
 RESPONSE_FIELDS = ("conversation", "input", "instructions", "max_output_tokens", "metadata", "output_modalities",
@@ -56,13 +60,8 @@ class OpenAIRealtime(OpenAIErrors):
 OPENAI_REALTIME = OpenAIRealtime()
 
 
-def _turn_detection() -> dict[str, Any]:
-    return {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
-            "create_response": True, "interrupt_response": True, "idle_timeout_ms": None}
-
-
-class RealtimeSession:
-    """One Realtime connection: its settings, conversation and input audio buffer."""
+class RealtimeSession(RealtimeInputAudio):
+    """One Realtime connection: its settings, conversation and input audio buffer (:class:`RealtimeInputAudio`)."""
 
     def __init__(self, channel: SessionChannel, call: RouteCall, model: str, api: WireAPI = OPENAI_REALTIME) -> None:
         self.channel, self.call, self.api = channel, call, api
@@ -75,7 +74,7 @@ class RealtimeSession:
             "max_output_tokens": "inf", "tracing": None, "truncation": "auto", "prompt": None, "include": None,
             "expires_at": int(time.time()) + 3600,
             "audio": {"input": {"format": dict(audio_format), "transcription": None, "noise_reduction": None,
-                                "turn_detection": _turn_detection()},
+                                "turn_detection": default_turn_detection()},
                       "output": {"format": dict(audio_format), "voice": "alloy", "speed": 1.0}}}
         self.items: list[dict[str, Any]] = []
         self.audio_tokens: dict[str, int] = {}  # a committed audio item's id -> its audio tokens
@@ -157,6 +156,9 @@ class RealtimeSession:
                 self.session[name] = value
         self._audio_format("input")
         self._audio_format("output")
+        if not isinstance(self.session["audio"]["input"].get("transcription"), (dict, type(None))):
+            raise invalid("Invalid 'session.audio.input.transcription': expected an object or null.",
+                          "session.audio.input.transcription", "invalid_type")
         self.send({"type": "session.updated", "session": self.session})
 
     def _audio_format(self, side: str) -> str:
@@ -228,72 +230,6 @@ class RealtimeSession:
         part["transcript"] = self.call.simulator.tokenizer.encoding.decode(tokens[:heard])
         self.send({"type": "conversation.item.truncated", "item_id": item["id"], "content_index": 0,
                    "audio_end_ms": end})
-
-    # --- input audio ---
-
-    def _append(self, event: dict[str, Any]) -> None:
-        audio = event.get("audio")
-        try:
-            chunk = base64.b64decode(audio, validate=True) if isinstance(audio, str) else None
-        except (binascii.Error, ValueError):
-            chunk = None
-        if chunk is None:
-            raise invalid("Invalid 'audio': expected base64-encoded audio.", "audio", "invalid_value")
-        if len(self.buffer) + len(chunk) > MAX_AUDIO_BUFFER_BYTES:
-            raise SimError(400, f"The input audio buffer is full ({MAX_AUDIO_BUFFER_BYTES} bytes): commit or clear "
-                                "it.", param="audio", code="input_audio_buffer_full")
-        fmt = self._audio_format("input")
-        self.buffer += chunk
-        chunk_ms = len(chunk) / (2 if fmt == "audio/pcm" else 1) / SAMPLE_RATES[fmt] * 1000
-        start_ms, self.audio_ms = self.audio_ms, self.audio_ms + chunk_ms
-        detection = self.session["audio"]["input"].get("turn_detection")
-        if not isinstance(detection, dict):
-            return  # no VAD: the client commits
-        silent = all(byte in SILENT_BYTES[fmt] for byte in chunk)
-        if not self.speaking and not silent:
-            self.speaking, self.silence_ms = True, 0.0
-            self.speech_item = "item_" + os.urandom(10).hex()
-            self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": round(start_ms),
-                       "item_id": self.speech_item})
-        elif self.speaking:
-            self.silence_ms = self.silence_ms + chunk_ms if silent else 0.0
-            if self.silence_ms >= float(detection.get("silence_duration_ms") or 500):
-                self.speaking = False
-                self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": round(self.audio_ms),
-                           "item_id": self.speech_item})
-                self._commit(self.speech_item)
-                if detection.get("create_response", True):
-                    self.respond({}, "")
-
-    def _commit(self, item_id: str | None = None) -> None:
-        if not self.buffer:
-            raise SimError(400, "Error committing input audio buffer: the buffer is empty.",
-                           code="input_audio_buffer_commit_empty")
-        fmt = self._audio_format("input")
-        seconds = len(self.buffer) / (2 if fmt == "audio/pcm" else 1) / SAMPLE_RATES[fmt]
-        new_id = item_id or "item_" + os.urandom(10).hex()
-        item = {"id": new_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
-                "content": [{"type": "input_audio", "transcript": None}]}
-        self.buffer.clear()
-        previous = self.items[-1]["id"] if self.items else None
-        self.send({"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": new_id})
-        per_second = self.call.simulator.config.input_audio_tokens_per_second
-        self.audio_tokens[new_id] = max(1, round(seconds * per_second))
-        self._add(item)
-
-    def _interrupts(self, message: str | bytes) -> bool:
-        """Speech while a response streams, with server VAD's ``interrupt_response``: the user barges in."""
-        detection = self.session["audio"]["input"].get("turn_detection")
-        if not isinstance(detection, dict) or not detection.get("interrupt_response", True):
-            return False
-        fmt = self.session["audio"]["input"].get("format") or {}
-        kind = fmt.get("type") if isinstance(fmt, dict) else None
-        return _speech(message, SILENT_BYTES.get(str(kind), (0,)))
-
-    def _clear(self, event: dict[str, Any]) -> None:
-        self.buffer.clear()
-        self.speaking, self.silence_ms = False, 0.0
-        self.send({"type": "input_audio_buffer.cleared"})
 
     def _cancel(self, event: dict[str, Any]) -> None:
         raise SimError(400, "Cancellation failed: no active response found.", code="response_cancel_not_active")
@@ -384,17 +320,6 @@ class RealtimeSession:
             for item in events.items:
                 if len(self.items) < MAX_ITEMS:
                     self.items.append(item)
-
-
-def _speech(message: str | bytes, silent: tuple[int, ...]) -> bool:
-    """Whether ``message`` appends audio that is not all silence."""
-    try:
-        event = json.loads(message)
-        audio = base64.b64decode(event["audio"], validate=True) if event.get("type") == "input_audio_buffer.append" \
-            else b""
-    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
-        return False
-    return any(byte not in silent for byte in audio)
 
 
 def _is_cancel(message: str | bytes) -> bool:

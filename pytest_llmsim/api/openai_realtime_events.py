@@ -31,10 +31,17 @@ from .base import PIECE_MARK, random_hex
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["AudioOutput", "RealtimeResponseEvents", "event_id", "realtime_error", "speech_chunk"]
+__all__ = ["AudioOutput", "RealtimeResponseEvents", "default_turn_detection", "event_id", "realtime_error",
+           "speech_chunk", "transcription_events"]
 
 ID_MARK = PIECE_MARK.replace("piece", "event-id")  # where a delta event's id goes in its template
 SAMPLE_RATES = {"audio/pcm": 24000, "audio/pcmu": 8000, "audio/pcma": 8000}
+
+
+def default_turn_detection() -> dict[str, Any]:
+    """A new session's ``audio.input.turn_detection``: server VAD, answering each turn and interrupted by speech."""
+    return {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
+            "create_response": True, "interrupt_response": True, "idle_timeout_ms": None}
 
 
 def event_id() -> str:
@@ -247,3 +254,19 @@ class RealtimeResponseEvents:
 
     def truncated(self) -> bytes:
         return b""  # the response just stops: no done events, no usage
+
+
+def transcription_events(item_id: str, text: str, seconds: float, model: str, audio_tokens: int,
+                         text_tokens: int) -> list[dict[str, Any]]:
+    """An input audio item's transcription (``audio.input.transcription`` set): a delta per word, then
+    ``completed`` with the transcript and its usage, by duration for ``whisper-1`` and by tokens otherwise."""
+    words = text.split(" ")
+    deltas = [{"type": "conversation.item.input_audio_transcription.delta", "event_id": event_id(),
+               "item_id": item_id, "content_index": 0, "delta": word if i == 0 else " " + word}
+              for i, word in enumerate(words)]
+    usage: dict[str, Any] = {"type": "duration", "seconds": round(seconds, 3)} if model == "whisper-1" else {
+        "type": "tokens", "input_tokens": audio_tokens, "output_tokens": text_tokens,
+        "total_tokens": audio_tokens + text_tokens,
+        "input_token_details": {"text_tokens": 0, "audio_tokens": audio_tokens}}
+    return [*deltas, {"type": "conversation.item.input_audio_transcription.completed", "event_id": event_id(),
+                      "item_id": item_id, "content_index": 0, "transcript": text, "usage": usage}]
