@@ -82,3 +82,26 @@ def test_gemini_live_transcribes_an_audio_turn_before_answering(llm_backend: LLM
     assert len(heard) == 1 and heard[0].finished and len(heard[0].text.split()) == 4  # 1.6 s of audio
     assert messages.index(next(m for m in messages if m.server_content and m.server_content.input_transcription)) \
         < messages.index(next(m for m in messages if m.server_content and m.server_content.model_turn))
+
+
+def test_the_audio_a_session_hears_and_says_is_counted(llm_backend: LLMBackend) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    llm_backend.reply_with("spoken words here")  # three tokens: 0.9 s of speech at 0.3 s a token
+    client = openai.OpenAI(base_url=llm_backend.base_url, api_key="sk-test", max_retries=0)
+    with client.realtime.connect(model="gpt-realtime") as connection:  # audio out: the default
+        connection.input_audio_buffer.append(audio=SPEECH)
+        for _ in range(3):
+            connection.input_audio_buffer.append(audio=SILENCE)
+        for event in connection:
+            if event.type == "response.done":
+                break
+        metrics = llm_backend.metrics
+        (session,) = llm_backend.sessions
+        samples = {(s.name, s.labels.get("direction")): s.value for family in text_string_to_metric_families(
+            llm_backend.prometheus_text()) for s in family.samples if s.name.startswith("llmsim:session")}
+    assert (metrics.session_audio_input_seconds, metrics.session_audio_output_seconds) == pytest.approx((1.6, 0.9))
+    assert (session.audio_input_seconds, session.audio_output_seconds) == pytest.approx((1.6, 0.9))
+    assert samples[("llmsim:session_audio_seconds_total", "input")] == pytest.approx(1.6)
+    assert samples[("llmsim:session_audio_seconds_total", "output")] == pytest.approx(0.9)
+    assert samples[("llmsim:sessions_open", None)] == 1 and samples[("llmsim:sessions_total", None)] == 1

@@ -264,6 +264,7 @@ class LiveSession:
         self.audio.clear()
         self.speaking, self.silence_ms = False, 0.0
         self.audio_tokens += tokens
+        self.call.count_audio(input_seconds=seconds)
         self._extend([{"role": "user", "parts": [{"text": " ~" * tokens}]}])  # what the engine prefills
         if "inputAudioTranscription" in self.setup:  # what was heard, before the answer (seeded words)
             self.audio_turns += 1
@@ -289,15 +290,20 @@ class LiveSession:
         audio = "AUDIO" in [str(m).upper() for m in config.get("responseModalities") or ["AUDIO"]]
         events = GeminiLiveEvents(turn.generation, audio, "outputAudioTranscription" in setup, self.audio_tokens,
                                   settings.speech_seconds_per_token, settings.output_audio_tokens_per_second)
-        for chunk in turn.events(events):
-            sent = [line[6:].decode() for line in chunk.split(b"\n") if line.startswith(b"data: ")]
-            if sent:
-                self.channel.send_many(sent)
-            closing = chunk.find(b"close: ")
-            if closing >= 0:  # an error ends a Live session with a close code
-                code, _, reason = chunk[closing + 7:].split(b"\n", 1)[0].decode().partition(" ")
-                self.channel.close(int(code), reason)
-                return
+        try:
+            for chunk in turn.events(events):
+                sent = [line[6:].decode() for line in chunk.split(b"\n") if line.startswith(b"data: ")]
+                if sent:
+                    self.channel.send_many(sent)
+                closing = chunk.find(b"close: ")
+                if closing >= 0:  # an error ends a Live session with a close code
+                    code, _, reason = chunk[closing + 7:].split(b"\n", 1)[0].decode().partition(" ")
+                    self.channel.close(int(code), reason)
+                    return
+        finally:  # the speech it generated
+            if audio:
+                self.call.count_audio(output_seconds=turn.generation.completion_tokens
+                                      * settings.speech_seconds_per_token)
         if events.calls:
             self._extend([{"role": "model", "parts": [{"functionCall": {"name": c["name"], "args": c["args"]}}
                                                       for c in events.calls]}])

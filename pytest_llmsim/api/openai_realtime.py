@@ -21,6 +21,7 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Generator
 from typing import Any
 
 from ..sim import SimError, fast_json, invalid
@@ -300,6 +301,18 @@ class RealtimeSession(RealtimeInputAudio):
                                         self.conversation_id if conversation == "auto" else None, previous, audio,
                                         audio_in, options.get("metadata"))
         stream = turn.events(events)
+        try:
+            self._stream(stream, events)
+        finally:  # the speech it generated, cancelled or not
+            if audio is not None:
+                self.call.count_audio(output_seconds=turn.generation.completion_tokens * audio.seconds_per_token)
+        if conversation == "auto":
+            for item in events.items:
+                if len(self.items) < MAX_ITEMS:
+                    self.items.append(item)
+
+    def _stream(self, stream: Generator[bytes], events: RealtimeResponseEvents) -> None:
+        """Send a response's events as they come, watching for a cancel or the user's speech between writes."""
         for chunk in stream:
             sent = event_data(chunk)
             if sent:
@@ -314,12 +327,9 @@ class RealtimeSession(RealtimeInputAudio):
                         "cancelled", {"type": "cancelled", "reason": reason})})
                     if reason == "turn_detected":  # the speech that interrupted is the next turn's start
                         self.backlog.appendleft((incoming, self.channel.received_at))
+                    events.items.clear()  # a cancelled response adds nothing to the conversation
                     return
                 self.backlog.append((incoming, self.channel.received_at))
-        if conversation == "auto":
-            for item in events.items:
-                if len(self.items) < MAX_ITEMS:
-                    self.items.append(item)
 
 
 def _is_cancel(message: str | bytes) -> bool:

@@ -102,6 +102,7 @@ class RealtimeInputAudio:
         self.send({"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": new_id})
         per_second = self.call.simulator.config.input_audio_tokens_per_second
         self.audio_tokens[new_id] = max(1, round(seconds * per_second))
+        self.call.count_audio(input_seconds=seconds)
         self._add(item)
         setting = self.session["audio"]["input"].get("transcription")
         if isinstance(setting, dict):  # the item's transcription, as an ASR model beside the session gives it

@@ -119,6 +119,9 @@ class RouteCall(Protocol):
     def turn(self, api: WireAPI, session_id: str) -> ResponseTurn:
         """A new response inside session ``session_id`` (a session route's runner asks for one per response)."""
 
+    def count_audio(self, input_seconds: float = 0.0, output_seconds: float = 0.0) -> None:
+        """A session route's runner says how much audio its session took in and sent (simulated seconds)."""
+
     @property
     def session_seconds(self) -> float | None:
         """A session's time limit, wall seconds from its handshake: ``max_session_seconds``, or sooner when an

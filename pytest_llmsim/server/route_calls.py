@@ -88,6 +88,11 @@ class HttpRouteCall:
         record.responses += 1
         return SessionTurn(self._lives, self._request, api, session_id)
 
+    def count_audio(self, input_seconds: float = 0.0, output_seconds: float = 0.0) -> None:
+        record = self._request.environ.get(SESSION_KEY)
+        if record is not None:
+            self.simulator.sessions.add_audio(record, input_seconds, output_seconds)
+
     @property
     def session_seconds(self) -> float | None:
         limits = [limit for limit in (self.simulator.config.max_session_seconds,

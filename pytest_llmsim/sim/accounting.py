@@ -103,8 +103,10 @@ class Accounting:
         running, waiting = runtime.running_and_waiting()
         return self.metrics.snapshot(runtime.max_running(), runtime.kv_state()[1], running, waiting)
 
-    def prometheus_text(self, config: SimConfig, adapters_loaded: bool) -> bytes:
-        """``GET /metrics``: the metrics as vLLM's Prometheus text, with the engine's present load."""
+    def prometheus_text(self, config: SimConfig, adapters_loaded: bool,
+                        sessions: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)) -> bytes:
+        """``GET /metrics``: the metrics as vLLM's Prometheus text, with the engine's present load (``sessions``:
+        open, opened, audio seconds in and out)."""
         runtime = self.runtime
         running, waiting = runtime.running_and_waiting()
         lora = None
@@ -115,4 +117,4 @@ class Accounting:
         capacity = config.kv_cache_blocks or config.cache_capacity_blocks
         return self.metrics.render(running, waiting, lora, (min(used / capacity, 1.0) if capacity else 0.0,
                                                             preemptions), (config.block_size, capacity),
-                                   runtime.step_tokens())
+                                   runtime.step_tokens(), sessions)

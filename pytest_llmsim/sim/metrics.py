@@ -106,6 +106,8 @@ class MetricsSnapshot:
     waiting: int = 0  # sequences waiting for a batch slot at that instant
     sessions_open: int = 0  # WebSocket sessions open at that instant (their responses count as requests)
     sessions_total: int = 0  # sessions opened since the last reset
+    session_audio_input_seconds: float = 0.0  # audio the sessions took in (committed), simulated seconds
+    session_audio_output_seconds: float = 0.0  # speech they were sent, simulated seconds
 
     def __repr__(self) -> str:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(self.requests_by_status.items()))
@@ -159,6 +161,7 @@ class Metrics:
         self._kv = (0.0, 0)  # KV-cache usage (0 to 1) and preemptions, from the engine at render time
         self._cache: tuple[int, int] | None = None  # block size and blocks, at render time
         self._steps: BucketCounts | None = None  # tokens per engine step, from the engine at render time
+        self._sessions = (0, 0, 0.0, 0.0)  # open, opened, audio seconds in and out: from the session log
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a Collector by shape: collect() yields families
 
@@ -277,16 +280,18 @@ class Metrics:
                                               labels=labels)
                 steps.add_metric([ENGINE, self.model], self._steps.cumulative(), sum_value=self._steps.total)
                 families.append(steps)
+            families += _session_families(*self._sessions)
         yield from families
 
     def render(self, running: int, waiting: int, lora: tuple[list[str], list[str], int] | None = None,
                kv: tuple[float, int] = (0.0, 0), cache: tuple[int, int] | None = None,
-               steps: BucketCounts | None = None) -> bytes:
+               steps: BucketCounts | None = None, sessions: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)) -> bytes:
         """Prometheus text exposition, gauges set from the engine's state now.
 
         ``lora``: adapters running, adapters waiting and ``max_loras``, when the backend serves adapters;
         ``kv``: KV-cache usage (0 to 1) and preemptions so far; ``cache``: block size and blocks (the cache's
-        configuration, ``vllm:cache_config_info``); ``steps``: the tokens of each engine step so far.
+        configuration, ``vllm:cache_config_info``); ``steps``: the tokens of each engine step so far; ``sessions``:
+        WebSocket sessions open and opened, and their audio seconds in and out.
         """
         with self._lock:
             self._gauges = (running, waiting)
@@ -294,6 +299,7 @@ class Metrics:
             self._kv = kv
             self._cache = cache
             self._steps = steps
+            self._sessions = sessions
         return generate_latest(self.registry)
 
     # --- Python ---
@@ -380,3 +386,16 @@ class Metrics:
             running=running,
             waiting=waiting,
         )
+
+
+def _session_families(open_now: int, opened: int, heard: float, said: float) -> list[Metric]:
+    """The WebSocket sessions' own numbers (their responses are requests, in the families above)."""
+    open_gauge = GaugeMetricFamily("llmsim:sessions_open", "WebSocket sessions open now")
+    open_gauge.add_metric([], open_now)
+    total = CounterMetricFamily("llmsim:sessions", "WebSocket sessions opened")
+    total.add_metric([], opened)
+    audio = CounterMetricFamily("llmsim:session_audio_seconds", "Audio in sessions, simulated seconds: committed "
+                                "input and generated speech", labels=["direction"])
+    audio.add_metric(["input"], heard)
+    audio.add_metric(["output"], said)
+    return [open_gauge, total, audio]

@@ -23,8 +23,9 @@ class SessionRecord:
     """One WebSocket session: ``route`` and ``api`` as a request's, ``id`` the API's own (``sess_…``, ``ws_…``,
     ``live_…``; None until its first response), ``opened_at`` / ``ended_at`` wall time (``time.time()``),
     ``ended_by`` ``client``, ``server``, ``gone``, ``idle``, ``too_big``, ``protocol`` (None while open),
-    ``close_code``, the messages each way, ``responses``: the responses it asked for, and ``fault``: the fault
-    its handshake got (``expire_session``; a refused handshake opens no session: it is a request's record)."""
+    ``close_code``, the messages each way, ``responses``: the responses it asked for, ``fault``: the fault
+    its handshake got (``expire_session``; a refused handshake opens no session: it is a request's record), and
+    the seconds of audio it sent in and was sent (simulated: input committed, speech generated)."""
 
     number: int
     route: str
@@ -38,6 +39,8 @@ class SessionRecord:
     messages_sent: int = 0
     responses: int = 0
     fault: str | None = None
+    audio_input_seconds: float = 0.0
+    audio_output_seconds: float = 0.0
 
     @property
     def open(self) -> bool:
@@ -53,6 +56,7 @@ class SessionLog:
         self._ended: deque[SessionRecord] = deque(maxlen=MAX_ENDED)
         self._numbers = itertools.count(1)
         self.total = 0
+        self.audio_seconds = (0.0, 0.0)  # input and output, every session since the log began
 
     def opened(self, route: str, api: str, fault: str | None = None) -> SessionRecord:
         record = SessionRecord(next(self._numbers), route, api, time.time(), fault=fault)
@@ -69,6 +73,14 @@ class SessionLog:
         with self._lock:
             if self._open.pop(record.number, None) is not None:
                 self._ended.append(record)
+
+    def add_audio(self, record: SessionRecord, input_seconds: float, output_seconds: float) -> None:
+        """``record``'s session took in ``input_seconds`` of audio and sent ``output_seconds``."""
+        with self._lock:
+            record.audio_input_seconds += input_seconds
+            record.audio_output_seconds += output_seconds
+            heard, said = self.audio_seconds
+            self.audio_seconds = (heard + input_seconds, said + output_seconds)
 
     @property
     def open_count(self) -> int:

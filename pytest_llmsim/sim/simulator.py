@@ -365,8 +365,13 @@ class Simulator:
     # --- reading ---
 
     def snapshot(self) -> MetricsSnapshot:
-        return dataclasses.replace(self.accounting.snapshot(), sessions_open=self.sessions.open_count,
-                                   sessions_total=self.sessions.total)
+        sessions = self.sessions
+        heard, said = sessions.audio_seconds
+        return dataclasses.replace(self.accounting.snapshot(), sessions_open=sessions.open_count,
+                                   sessions_total=sessions.total, session_audio_input_seconds=heard,
+                                   session_audio_output_seconds=said)
 
     def prometheus_text(self) -> bytes:
-        return self.accounting.prometheus_text(self.config, bool(self.adapters))
+        sessions = self.sessions
+        return self.accounting.prometheus_text(self.config, bool(self.adapters),
+                                               (sessions.open_count, sessions.total, *sessions.audio_seconds))
