@@ -84,10 +84,15 @@ def test_the_page_shows_the_numbers_the_metrics_have(llm_backend: LLMBackend, br
             assert client.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT).status_code == 200
         assert client.post(llm_backend.url_for("/v1/chat/completions"), json=CHAT,
                            headers={"x-llmsim-fault": "rate_limit"}).status_code == 429
+    from websockets.sync.client import connect
+
+    session = connect(llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1))  # one open session
     snapshot = llm_backend.metrics
     page = Page(browser, llm_backend.url_for("/llmsim/ui"))
     expect(page.page.locator("#connection")).to_have_text("live")
     expect(page.page.locator("#requests-total")).to_have_text(str(snapshot.requests_total))
+    expect(page.page.locator("#sessions")).to_have_text("1 / 1")
+    session.close()
     assert snapshot.requests_total == 6
     assert page.text("#errors-total") == "1"
     assert page.text("#max-running") == str(snapshot.max_running)

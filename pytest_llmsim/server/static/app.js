@@ -82,6 +82,7 @@ function showMetrics(metrics) {
   $("itl-p50").textContent = seconds(metrics.itl.p50);
   $("e2e-p50").textContent = seconds(metrics.e2e.p50);
   $("cache-hit-rate").textContent = `${(metrics.cache_hit_rate * 100).toFixed(1)} %`;
+  $("sessions").textContent = `${metrics.sessions_open} / ${metrics.sessions_total}`;
   const rates = samples.slice(1).map((sample, i) => ({
     t: sample.t, v: Math.max((sample.total - samples[i].total) / Math.max(sample.t - samples[i].t, 1e-3), 0) }));
   lineChart($("rate-chart"), now, [{ points: rates, cls: "rate", name: "req/s" }]);
