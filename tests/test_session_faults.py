@@ -134,3 +134,70 @@ def test_an_expiry_gives_one_gemini_live_session_its_own_limit(llm_backend: LLMB
     assert [float(m.go_away.time_left.rstrip("s")) for m in received] == [pytest.approx(0.05, abs=0.03)]
     assert asyncio.run(one_turn())  # times=1: the next session has no limit of its own
     assert [session.fault for session in llm_backend.sessions] == ["expire_session", None]
+
+
+def _client_frame(text: str) -> bytes:
+    """A client's text frame (masked, as RFC 6455 requires of clients)."""
+    payload, mask = text.encode(), b"\x01\x02\x03\x04"
+    size = len(payload)
+    header = bytes((0x81, 0x80 | size)) if size < 126 else bytes((0x81, 0x80 | 126)) + size.to_bytes(2, "big")
+    return header + mask + bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
+
+
+def _server_messages(data: bytes, at: int, messages: list[dict[str, Any]]) -> int:
+    """Read the whole text messages of a server's unmasked frames in ``data`` from ``at`` into ``messages``;
+    returns where the first frame not whole yet starts (a broken frame fails the test)."""
+    while at + 2 <= len(data):
+        opcode, size, start = data[at] & 0x0F, data[at + 1] & 0x7F, at + 2
+        if size == 126:
+            size, start = int.from_bytes(data[start:start + 2], "big"), start + 2
+        elif size == 127:
+            size, start = int.from_bytes(data[start:start + 8], "big"), start + 8
+        if start + size > len(data):
+            return at
+        assert opcode == 1, f"a broken frame at byte {at}"
+        messages.append(json.loads(data[start:start + size]))
+        at = start + size
+    return at
+
+
+def test_a_session_a_client_reads_slowly_stays_well_framed() -> None:
+    """The engine's thread sends a session's token events itself; when a slow reader's buffers fill, a send
+    goes out in part and the runner sends the rest as it is (the frames stay whole, as the HTTP stream's
+    chunks must: tests/test_defects.py)."""
+    import socket
+    import time
+
+    tokens = 20_000
+    with LLMBackend(itl=0.00002, speed=1, max_model_len=tokens + 1000, natural_answer_cap=tokens) as backend:
+        backend.reply_with("x " * tokens)
+        host, port = backend.base_url.split("//")[1].split("/")[0].split(":")
+        with socket.socket() as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends stall
+            client.connect((host, int(port)))
+            client.sendall(f"GET /v1/realtime?model=m HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                           "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+            client.sendall(b"".join(_client_frame(json.dumps(event)) for event in (
+                {"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}},
+                {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                                                             "content": [{"type": "input_text", "text": "hi"}]}},
+                {"type": "response.create", "response": {"max_output_tokens": tokens}})))
+            time.sleep(1.5)  # the server writes on into full buffers
+            client.settimeout(60)
+            received, messages, at = bytearray(), [], 0
+            while not messages or messages[-1]["type"] != "response.done":
+                part = client.recv(1 << 20)
+                assert part, "the server closed the session"
+                received += part
+                if not at:
+                    head, separator, _ = received.partition(b"\r\n\r\n")
+                    if not separator:
+                        continue
+                    at = len(head) + 4
+                at = _server_messages(received, at, messages)
+        assert head.startswith(b"HTTP/1.1 101")
+        assert sum(message["type"] == "response.output_text.delta" for message in messages) == tokens
+        assert messages[-1]["type"] == "response.done"
+        assert backend.wait_idle(timeout=30)
+        assert backend.requests[0].completion_tokens == tokens

@@ -81,7 +81,7 @@ def run_responses_socket(session: SessionChannel, call: RouteCall) -> None:
             call.simulator.remember(response_id, generation, OPENAI_RESPONSES.response_body(generation, response_id))
 
         renderer = OPENAI_RESPONSES.stream(generation, response_id)
-        for chunk in turn.events(renderer, remember if request.store else None):
+        for chunk in turn.events(renderer, remember if request.store else None, as_rendered=stream_id is None):
             sent = event_data(chunk)
             if sent:
                 session.send_many(sent if stream_id is None else [_in_lane(data, stream_id) for data in sent])

@@ -141,10 +141,14 @@ class ResponseTurn(Protocol):
         Raises :class:`~pytest_llmsim.sim.SimError` for a refusal (logged), ``ConnectionError`` when a fault
         dropped the connection."""
 
-    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Generator[bytes]:
+    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None,
+               as_rendered: bool = True) -> Generator[bytes]:
         """The response's events as ``renderer`` renders them (SSE-framed), as the engine releases its tokens;
         a fault's cut is carried out on the way, and the response is accounted when the generator ends (closed
-        early, it is abandoned: a cancel)."""
+        early, it is abandoned: a cancel). ``as_rendered``: the runner sends each event's data as a message as
+        it is (then the server may send the token events itself, from the engine's thread, and yields only what
+        it could not send; a message from the client meanwhile hands the events back to the runner, which reads
+        it between its writes); False when the runner changes them first."""
 
 
 class Upload(Protocol):

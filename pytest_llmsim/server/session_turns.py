@@ -23,14 +23,35 @@ from ..sim.tokens import TokenizeError
 from .exchange import CREDENTIAL_KEY, untokenizable
 from .request_life import GenerationLife, Lives, dropped
 from .sessions import SOCKET_KEY
+from .websocket import WebSocket
 
 __all__ = ["SessionTurn"]
+
+
+class SessionOutput:
+    """A session's WebSocket as the engine's thread writes a response's events to it: each SSE event rendered,
+    one text message (:class:`~.stream_writer.DirectOutput`); a message the client sent meanwhile stops it,
+    for the runner to read."""
+
+    __slots__ = ("_socket",)
+
+    def __init__(self, socket: WebSocket) -> None:
+        self._socket = socket
+
+    def try_send(self, data: bytes) -> tuple[bytes, int] | None:
+        return self._socket.try_send_now(data)
+
+    def send_rest(self, rest: bytes) -> None:
+        self._socket.send_rest(rest)
+
+    def interrupted(self) -> bool:
+        return self._socket.has_input()
 
 
 class SessionTurn(GenerationLife):
     """One response of a session (see the module's text): an ``api.routing.ResponseTurn``."""
 
-    __slots__ = ("response_id",)
+    __slots__ = ("_as_rendered", "response_id")
     writes_http_chunks = False  # its events go out as WebSocket messages
 
     def __init__(self, lives: Lives, request: Request, api: WireAPI, session_id: str) -> None:
@@ -38,6 +59,13 @@ class SessionTurn(GenerationLife):
         self.record.session = session_id
         self.record.stream = True
         self.response_id = ""
+        self._as_rendered = True
+
+    def session_output(self) -> SessionOutput | None:
+        """Where the engine's thread may send the events itself: the session's WebSocket, when the runner sends
+        them as rendered (and the session does not compress)."""
+        socket = self.request.environ.get(SOCKET_KEY)
+        return SessionOutput(socket) if self._as_rendered and socket is not None and not socket.deflate else None
 
     def start(self, request: GenerationRequest, body: Any, raw: bytes, arrived_at: float | None = None) -> str:
         simulator, record = self.simulator, self.record
@@ -76,8 +104,11 @@ class SessionTurn(GenerationLife):
         self.request.environ[SOCKET_KEY].close(action.code, action.reason)
         return True
 
-    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None) -> Generator[bytes]:
-        """The response's events (a generator: closing it early abandons the response, as a hang-up does)."""
+    def events(self, renderer: StreamRenderer, on_complete: Callable[[], None] | None = None,
+               as_rendered: bool = True) -> Generator[bytes]:
+        """The response's events (a generator: closing it early abandons the response, as a hang-up does);
+        ``as_rendered``: the runner sends each event's data as it is, so the engine's thread may send them."""
+        self._as_rendered = as_rendered
         if self.plan is not None and isinstance(self.plan.before_headers, Empty):
             self.abandon(Outcome.CUT_BY_FAULT, 0)
             return

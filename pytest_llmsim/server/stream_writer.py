@@ -26,7 +26,7 @@ from ..sim.token_feed import FINISH, ClientGone, TokenFeed
 from .compression import STREAMING_KEY
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 
-__all__ = ["CHUNK_EVENTS", "STREAM_RESET", "StreamLife", "StreamWriter"]
+__all__ = ["CHUNK_EVENTS", "STREAM_RESET", "DirectOutput", "StreamLife", "StreamWriter"]
 
 # Most token events rendered into one write: a backlog (a client that reads
 # slowly, or thousands of tokens due at once) is written in pieces of this
@@ -38,6 +38,41 @@ def token_events(events: StreamRenderer, index: int, pieces: Sequence[str], star
     """The events of choice ``index``'s tokens ``start`` to ``upto`` (both writers render tokens with it)."""
     token = events.token
     return (token(index, position, piece) for position, piece in enumerate(pieces[start:upto], start))
+
+
+class DirectOutput(Protocol):
+    """Where the engine's thread writes a stream's events itself, and how they are framed there."""
+
+    def try_send(self, data: bytes) -> tuple[bytes, int] | None:
+        """Frame ``data`` (rendered events) and send it without waiting: the frame and how many of its bytes went
+        out, or None when the output is busy (another writer holds it); raises ``OSError`` when the client is
+        gone."""
+
+    def send_rest(self, rest: bytes) -> None:
+        """Send the rest of a frame a short send began, waiting as needed (``OSError``: the client is gone)."""
+
+    def interrupted(self) -> bool:
+        """Whether the client has sent something the handler must read now (a session's cancel): the engine's
+        thread then leaves the events to the handler, which reads between its writes."""
+
+
+class ChunkOutput:
+    """An HTTP/1.1 stream's socket: each write one chunk."""
+
+    __slots__ = ("_now", "_sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock  # blocking: a rest waits for room
+        self._now = nonblocking_socket(sock)  # sends here must never wait
+
+    def try_send(self, data: bytes) -> tuple[bytes, int] | None:
+        return send_chunk_now(self._now, data)
+
+    def send_rest(self, rest: bytes) -> None:
+        self._sock.sendall(rest)
+
+    def interrupted(self) -> bool:
+        return False
 
 
 class _DirectWriter:
@@ -52,7 +87,8 @@ class _DirectWriter:
     left over go in ``pending``, the event wakes the handler to write them,
     and the fast path stops; a send that fails (the client is gone) wakes
     it too, which is how a handler whose stream this writes learns of a
-    hang-up (it looks itself only every ``QUIET_CHECK_INTERVAL``).
+    hang-up (it looks itself only every ``QUIET_CHECK_INTERVAL``). Its output
+    frames the events: HTTP chunks, or a session's WebSocket messages.
     """
 
     __slots__ = (
@@ -60,17 +96,17 @@ class _DirectWriter:
         "_feed",
         "_lag",
         "_pieces",
-        "_sock",
         "enabled",
         "lock",
         "opened",
+        "output",
         "pending",
         "written",
     )
 
-    def __init__(self, sock: socket.socket, events: StreamRenderer, pieces: Sequence[str],
+    def __init__(self, output: DirectOutput, events: StreamRenderer, pieces: Sequence[str],
                  lag: Callable[[float], None], feed: TokenFeed) -> None:
-        self._sock = nonblocking_socket(sock)  # sends here must never wait
+        self.output = output
         self._events = events
         self._pieces = pieces
         self._lag = lag  # told the virtual time of each token it wrote, to measure lateness
@@ -100,16 +136,22 @@ class _DirectWriter:
                 or not self.lock.acquire(blocking=False)):
             return False
         try:
-            before = self.written
+            if self.output.interrupted():  # the client spoke: the handler takes this event and reads it
+                return False
+            before, opened = self.written, self.opened
             data = self.render(emitted)
             if not data:
                 return True
             try:
-                framed, sent = send_chunk_now(self._sock, data)
+                done = self.output.try_send(data)
             except OSError:  # the client is gone: wake the handler (this event is posted), it cancels
                 self.enabled = False
                 self.written = before  # these never reached it
                 return False
+            if done is None:  # another writer has the output: the handler sends these events
+                self.written, self.opened = before, opened
+                return False
+            framed, sent = done
             if sent < len(framed):  # the rest goes through the handler, woken by this event
                 self.pending, self.enabled = framed[sent:], False
                 return False
@@ -138,8 +180,11 @@ class StreamLife(Protocol):
     def faulted(self) -> bool:
         """Whether a fault acts on this answer at all."""
 
-    #: Whether the stream goes out as HTTP chunks (so the engine's thread may write them itself).
+    #: Whether the stream goes out as HTTP chunks (the engine's thread may write them itself); if not, the life's
+    #: :meth:`session_output` says where the engine's thread may write (a session's WebSocket).
     writes_http_chunks: bool
+
+    def session_output(self) -> DirectOutput | None: ...
 
     def stalled_before_headers(self, gone: Callable[[], bool]) -> bool: ...
 
@@ -170,7 +215,7 @@ class StreamWriter:
         complete = reset = cut = False
         gone = functools.partial(client_gone, request)
         blocking_socket(request)  # a stream may idle for long: no read/write timeout from here on
-        direct = self._direct_writer(request, generation, events, life.faulted or not life.writes_http_chunks)
+        direct = self._direct_writer(life, events)
         try:
             if life.stalled_before_headers(gone) or gone():
                 drop_connection(request)  # gone before the headers (a stall, a half-closed client): no bytes at all
@@ -236,27 +281,31 @@ class StreamWriter:
                 delivered = direct.written if direct is not None else written
                 life.abandon(Outcome.CUT_BY_FAULT if cut else Outcome.CLIENT_GONE, delivered)
 
-    def _direct_writer(self, request: Request, generation: Generation, events: StreamRenderer,
-                       faulted: bool) -> _DirectWriter | None:
-        """The engine-side fast path, for the common stream: one choice, no fault, chunked HTTP/1.1, not
-        compressed (the compressor sees only what passes through the handler)."""
-        sock = blocking_socket(request)
-        if (faulted or len(generation.outputs) != 1 or sock is None
-                or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1" or STREAMING_KEY in request.environ
-                or not can_send_now()):  # it must never block: no such flag, no fast path
+    def _direct_writer(self, life: StreamLife, events: StreamRenderer) -> _DirectWriter | None:
+        """The engine-side fast path, for the common stream: one choice, no fault, and chunked HTTP/1.1 not
+        compressed (the compressor sees only what passes through the handler), or a session's messages."""
+        request, generation = life.request, life.generation
+        assert generation is not None
+        if life.faulted or len(generation.outputs) != 1 or not can_send_now():  # it must never block
             return None
-        return _DirectWriter(sock, events, generation.outputs[0].pieces,
+        output: DirectOutput | None
+        if life.writes_http_chunks:
+            sock = blocking_socket(request)
+            output = None if (sock is None or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"
+                              or STREAMING_KEY in request.environ) else ChunkOutput(sock)
+        else:
+            output = life.session_output()
+        if output is None:
+            return None
+        return _DirectWriter(output, events, generation.outputs[0].pieces,
                              functools.partial(self.simulator.note_lag, generation), generation.feed)
 
     @staticmethod
-    def _send_raw(request: Request, data: bytes) -> None:
-        """Bytes already framed, written straight to the client's socket (everything before them is out: the
-        engine's writer sent their start, the handler's writes are flushed as they are made)."""
-        sock = blocking_socket(request)
+    def _send_raw(direct: _DirectWriter, data: bytes) -> None:
+        """Bytes already framed, written straight to the client (everything before them is out: the engine's
+        writer sent their start, the handler's writes are flushed as they are made)."""
         try:
-            if sock is None:
-                raise OSError("no socket")
-            sock.sendall(data)
+            direct.output.send_rest(data)
         except OSError:
             raise ClientGone from None
 
@@ -275,7 +324,7 @@ class StreamWriter:
         for batch in generation.feed.batches(lambda: client_gone(request)):
             with direct.lock:
                 if direct.pending:  # the rest of a chunk a short send began: on the wire as it is, not re-framed
-                    self._send_raw(request, direct.pending)
+                    self._send_raw(direct, direct.pending)
                     direct.pending = b""
                 out = []
                 for kind, seq, emitted, _ in batch:

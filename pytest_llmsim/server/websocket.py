@@ -26,6 +26,7 @@ from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import RemoteProtocolError
 
 from .keepalive import drain_before_close
+from .sockets import nonblocking_socket
 
 __all__ = ["UPGRADE_KEY", "WebSocket", "WebSocketUpgrade", "is_websocket_upgrade"]
 
@@ -105,15 +106,31 @@ class WebSocketUpgrade:
         return WebSocket(self._protocol, sock, rest, request, subprotocol, deflate, max_message_bytes, idle_seconds)
 
 
+INPUT_CHECK_SECONDS = 0.005  # how often the engine's thread looks for a message from a session it writes to
+
+def text_frames(chunk: bytes) -> tuple[bytes, int]:
+    """The ``data:`` payloads of the server-sent events in ``chunk`` (a renderer's output), each a text message's
+    frame, without decoding them (``[DONE]`` markers, the HTTP stream's own, are left out); and how many."""
+    frames: list[bytes] = []
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            frames += (_header(0x81, len(line) - 6), line[6:])
+    return b"".join(frames), len(frames) // 2
+
+
+def _header(opcode: int, size: int) -> bytes:
+    """A server's frame header (RFC 6455 5.2: FIN, the opcode, no mask, the payload's length)."""
+    if size < 126:
+        return bytes((opcode, size))
+    if size < 65536:
+        return bytes((opcode, 126)) + size.to_bytes(2, "big")
+    return bytes((opcode, 127)) + size.to_bytes(8, "big")
+
+
 def unmasked_frame(message: str | bytes) -> bytes:
     """One whole message as a server's frame (RFC 6455 5.2: FIN, opcode text or binary, no mask)."""
     payload, opcode = (message.encode(), 0x81) if isinstance(message, str) else (message, 0x82)
-    size = len(payload)
-    if size < 126:
-        return bytes((opcode, size)) + payload
-    if size < 65536:
-        return bytes((opcode, 126)) + size.to_bytes(2, "big") + payload
-    return bytes((opcode, 127)) + size.to_bytes(8, "big") + payload
+    return _header(opcode, len(payload)) + payload
 
 
 class WebSocket:
@@ -145,6 +162,7 @@ class WebSocket:
         self.close_reason = ""
         self.ended_by: str | None = None
         self.messages_received = self.messages_sent = 0
+        self._input_checked = 0.0  # when has_input() last asked the socket
         if rest:
             self._take(rest)
 
@@ -275,6 +293,48 @@ class WebSocket:
                 self.close_code, self.ended_by = 1006, "gone"
                 raise ConnectionError("the WebSocket client is gone") from None
             self.messages_sent += len(messages)
+
+    def try_send_now(self, events: bytes) -> tuple[bytes, int] | None:
+        """Send the ``data:`` payloads of server-sent ``events`` as text messages framed into one write, without
+        waiting (the engine's thread writing a response's events): the frames and how many of their bytes went
+        out, or None when another writer holds the session (or it compresses). ``OSError`` once it has ended. A
+        rest goes by :meth:`send_rest`."""
+        if self.deflate or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self.closed:
+                raise OSError("the WebSocket session has ended")
+            data, count = text_frames(events)
+            self.messages_sent += count
+            try:
+                return data, nonblocking_socket(self._sock).send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return data, 0
+        finally:
+            self._lock.release()
+
+    def send_rest(self, rest: bytes) -> None:
+        """The rest of the frames :meth:`try_send_now` began, waiting for room (nothing else goes between)."""
+        with self._lock:
+            self._sock.sendall(rest)
+
+    def has_input(self) -> bool:
+        """Whether the client has sent something not read yet (a message, or the connection's end); the socket
+        is asked at most every ``INPUT_CHECK_SECONDS`` (a syscall per token of every session costs the engine's
+        thread more than the rest of the write)."""
+        if self._pending:
+            return True
+        now = time.monotonic()
+        if now < self._input_checked + INPUT_CHECK_SECONDS:
+            return False
+        self._input_checked = now
+        try:
+            nonblocking_socket(self._sock).recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        return True  # bytes, or b"" at the connection's end
 
     def close(self, code: int = 1000, reason: str = "", ended_by: str = "server") -> None:
         """End the session with a close frame (``code``, ``reason``); nothing if it has ended already."""
