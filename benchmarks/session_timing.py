@@ -4,8 +4,10 @@
 (benchmarks/session_client.mjs, Node's WebSocket) in another opens N Realtime sessions at once, each asking for
 one text response of 50 tokens, and timestamps every ``response.output_text.delta`` from the moment its
 ``response.create`` was sent. Reported as benchmarks/timing_fidelity.py reports HTTP streams: median time to the
-first delta and median gap against the settings, the 99th percentile gap as a multiple of itl. With ``--http``
-the same run measures HTTP streams of the same length (stream_client.mjs) beside the sessions, as a baseline.
+first delta and median gap against the settings, the 99th percentile gap as a multiple of itl, and the server's
+own lateness (its emit lag: how long after they were due it sent the tokens, wall time; the backend is reset
+before each run). With ``--http`` the same run measures HTTP streams of the same length (stream_client.mjs)
+beside the sessions, as a baseline.
 
     python benchmarks/session_timing.py [--sessions 1 64 256] [--repeats 3] [--io threads loop] [--http]
 """
@@ -17,8 +19,10 @@ import functools
 import json
 import statistics
 import subprocess
+from collections.abc import Callable
 from contextlib import ExitStack
 
+import httpx
 from common import HERE, llmsim_from, wait_ready
 from timing_fidelity import ITL, TOKENS, TTFT, measure, summary
 
@@ -28,6 +32,16 @@ def measure_sessions(base_url: str, sessions: int) -> dict[str, float]:
     out = subprocess.run(["node", "--experimental-websocket", "--no-warnings", f"{HERE}/session_client.mjs", root,
                           str(sessions), str(TOKENS)], capture_output=True, text=True, check=True, timeout=180).stdout
     return summary(json.loads(out))
+
+
+def server_lag(base_url: str, run: Callable[[int], dict[str, float]], count: int) -> dict[str, float]:
+    """``run(count)``, and how late the server itself sent the tokens after they were due (its emit lag, wall
+    seconds): what the client measures beyond it is the wire's and the client's own."""
+    control = base_url.removesuffix("/v1") + "/llmsim/v1"
+    httpx.post(f"{control}/reset", json={}, timeout=30).raise_for_status()
+    measured = run(count)
+    lag = httpx.get(f"{control}/metrics", timeout=30).json()["emit_lag"]
+    return {**measured, "lag_p50": lag["p50"], "lag_p99": lag["p99"]}
 
 
 def main() -> None:
@@ -51,13 +65,15 @@ def main() -> None:
                 runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
                 for _ in range(args.repeats):
                     for kind, run in kinds.items():
-                        runs[kind].append(run(count))
+                        runs[kind].append(server_lag(url, run, count))
                 for kind, measured in runs.items():
                     med = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
                     print(f"--io {io}: {count} {kind} x {TOKENS} tokens ({args.repeats} runs, medians): "
                           f"first delta p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
                           f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
-                          f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, first delta p99 {med['ttft_p99'] * 1000:.1f} ms",
+                          f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, first delta p99 {med['ttft_p99'] * 1000:.1f} ms; "
+                          f"the server's own lateness p50 {med['lag_p50'] * 1000:.2f} ms, "
+                          f"p99 {med['lag_p99'] * 1000:.2f} ms",
                           flush=True)
 
 

@@ -290,8 +290,16 @@ class LiveSession:
         audio = "AUDIO" in [str(m).upper() for m in config.get("responseModalities") or ["AUDIO"]]
         events = GeminiLiveEvents(turn.generation, audio, "outputAudioTranscription" in setup, self.audio_tokens,
                                   settings.speech_seconds_per_token, settings.output_audio_tokens_per_second)
+        spoken, generation = False, turn.generation
+
+        def count_speech() -> None:  # the speech it generated: before its end reaches the client, or once cut
+            nonlocal spoken
+            if audio and not spoken:
+                spoken = True
+                self.call.count_audio(output_seconds=generation.completion_tokens * settings.speech_seconds_per_token)
+
         try:
-            for chunk in turn.events(events):
+            for chunk in turn.events(events, count_speech):
                 sent = [line[6:].decode() for line in chunk.split(b"\n") if line.startswith(b"data: ")]
                 if sent:
                     self.channel.send_many(sent)
@@ -300,10 +308,8 @@ class LiveSession:
                     code, _, reason = chunk[closing + 7:].split(b"\n", 1)[0].decode().partition(" ")
                     self.channel.close(int(code), reason)
                     return
-        finally:  # the speech it generated
-            if audio:
-                self.call.count_audio(output_seconds=turn.generation.completion_tokens
-                                      * settings.speech_seconds_per_token)
+        finally:
+            count_speech()
         if events.calls:
             self._extend([{"role": "model", "parts": [{"functionCall": {"name": c["name"], "args": c["args"]}}
                                                       for c in events.calls]}])

@@ -300,12 +300,19 @@ class RealtimeSession(RealtimeInputAudio):
         events = RealtimeResponseEvents(turn.generation, response_id,
                                         self.conversation_id if conversation == "auto" else None, previous, audio,
                                         audio_in, options.get("metadata"))
-        stream = turn.events(events)
+        spoken, generation = False, turn.generation
+
+        def count_speech() -> None:  # the speech it generated: before its end reaches the client, or once cut
+            nonlocal spoken
+            if audio is not None and not spoken:
+                spoken = True
+                self.call.count_audio(output_seconds=generation.completion_tokens * audio.seconds_per_token)
+
+        stream = turn.events(events, count_speech)
         try:
             self._stream(stream, events)
-        finally:  # the speech it generated, cancelled or not
-            if audio is not None:
-                self.call.count_audio(output_seconds=turn.generation.completion_tokens * audio.seconds_per_token)
+        finally:
+            count_speech()
         if conversation == "auto":
             for item in events.items:
                 if len(self.items) < MAX_ITEMS:

@@ -26,7 +26,7 @@ from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import RemoteProtocolError
 
 from .keepalive import drain_before_close
-from .sockets import nonblocking_socket
+from .sockets import nonblocking_socket, receive_stamped
 
 __all__ = ["UPGRADE_KEY", "WebSocket", "WebSocketUpgrade", "is_websocket_upgrade"]
 
@@ -184,7 +184,7 @@ class WebSocket:
             until = idle_at if wait_until is None else min(idle_at, wait_until)
             try:
                 self._sock.settimeout(max(0.0, until - time.monotonic()))
-                data = self._sock.recv(self._receive_size)
+                data, stamp = receive_stamped(self._sock, self._receive_size)
             except TimeoutError:
                 if wait_until is not None and wait_until <= idle_at:
                     raise
@@ -196,7 +196,7 @@ class WebSocket:
             if not data:
                 self._end("gone", 1006)
                 return None
-            self._take(data)
+            self._take(data, stamp)
         self.received_at = self._arrivals.pop(0)
         return self._pending.pop(0)
 
@@ -208,9 +208,9 @@ class WebSocket:
             previous = sock.gettimeout()
             try:
                 sock.settimeout(0.0)  # no wait, also on gevent's cooperative socket
-                data = sock.recv(self._receive_size)
+                data, stamp = receive_stamped(sock, self._receive_size)
             except (BlockingIOError, InterruptedError):
-                data = None
+                data, stamp = None, None
             except (OSError, ValueError):
                 self._end("gone", 1006)
                 return None
@@ -223,14 +223,16 @@ class WebSocket:
                 self._end("gone", 1006)
                 return None
             if data:
-                self._take(data)
+                self._take(data, stamp)
         if self._pending:
             self.received_at = self._arrivals.pop(0)
             return self._pending.pop(0)
         return None
 
-    def _take(self, data: bytes) -> None:
-        """Feed received bytes to wsproto and act on its events (answers to pings and closes go at once)."""
+    def _take(self, data: bytes, stamp: float | None = None) -> None:
+        """Feed received bytes to wsproto and act on its events (answers to pings and closes go at once); a
+        message they complete arrived at ``stamp`` (the kernel's receive time, ``SO_TIMESTAMP``: however late a
+        busy server reads it, its latency counts from then, as an HTTP request's does), else now."""
         replies = []
         with self._lock:
             if self.closed:
@@ -248,7 +250,7 @@ class WebSocket:
                         joined: str | bytes = ("".join(self._parts) if isinstance(event, TextMessage)  # type: ignore[arg-type]
                                                else b"".join(self._parts))  # type: ignore[arg-type]
                         self._pending.append(joined)
-                        self._arrivals.append(time.monotonic())
+                        self._arrivals.append(stamp or time.monotonic())
                         self.messages_received += 1
                         self._parts, self._size = [], 0
                 elif isinstance(event, Ping):
