@@ -52,7 +52,7 @@ def test_unknown_key_names_it_and_the_accepted_ones() -> None:
 
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("ttft", -1, r"'ttft': -1 \(expected a number >= 0\)"),
-    ("itl", "fast", r"'itl': 'fast' \(expected a number\)"),
+    ("itl", "fast", r"'itl': 'fast' \(expected seconds, or percentiles such as p50=0.2,p90=0.5,p99=1.2\)"),
     ("jitter", 2, r"'jitter': 2 \(expected a number >= 0 and <= 1\)"),
     ("load_factor", 0.5, r"'load_factor'"),
     ("max_batch_size", 0, r"'max_batch_size': 0 \(expected an integer >= 1\)"),

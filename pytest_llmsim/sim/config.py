@@ -120,14 +120,17 @@ class SimConfig:
         "llmsim", check.text,
         "Model name the backend serves and reports")
     ttft: float = setting(
-        0.0, check.number(0.0),
-        "Base time to first token, simulated seconds")
+        0.0, check.latency,
+        "Base time to first token, simulated seconds, or its percentiles ({'p50': 0.2, 'p99': 1.2}, "
+        "p50=0.2,p99=1.2 as text), drawn per request", text=check.latency_text)
     itl: float = setting(
-        0.0, check.number(0.0),
-        "Inter-token latency (one decode step), simulated seconds")
+        0.0, check.latency,
+        "Inter-token latency (one decode step), simulated seconds, or its percentiles (drawn per step)",
+        text=check.latency_text)
     prefill_per_token: float = setting(
-        0.0, check.number(0.0),
-        "Prefill cost per uncached prompt token, simulated seconds")
+        0.0, check.latency,
+        "Prefill cost per uncached prompt token, simulated seconds, or its percentiles (drawn per request)",
+        text=check.latency_text)
     jitter: float = setting(
         0.0, check.number(0.0, high=1.0),
         "Relative standard deviation of seeded latency noise (0 to 1)")

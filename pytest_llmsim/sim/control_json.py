@@ -16,6 +16,7 @@ from werkzeug.datastructures import Headers
 from .config import SimConfig
 from .faults import Fault
 from .metrics import Distribution, MetricsSnapshot
+from .percentiles import Percentiles
 from .request_log import RequestRecord
 from .secrets import redact_headers
 
@@ -26,7 +27,9 @@ CONTROL_PREFIX = "/llmsim/v1/"
 
 
 def plain(value: Any) -> Any:
-    """JSON-safe: infinities as "inf", NaN as null, tuples as lists."""
+    """JSON-safe: infinities as "inf", NaN as null, tuples as lists, a latency's percentiles as their mapping."""
+    if isinstance(value, Percentiles):
+        return value.as_mapping()
     if isinstance(value, float):
         if math.isnan(value):
             return None

@@ -14,7 +14,10 @@ batch::
 
 Jitter multiplies each interval by ``1 + jitter * N(0, 1)``, clamped to
 ``[max(0, 1 - 3 * jitter), 1 + 3 * jitter]``, drawn from a seeded generator so
-a run can be replayed.
+a run can be replayed. A latency given by its percentiles
+(:class:`~.percentiles.Percentiles`) is drawn from them instead, from the same
+generator: ``ttft`` and ``prefill_per_token`` once per request, ``itl`` per
+step; the load multiplier applies to what was drawn, as to a set value.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import random
 
 from .config import SimConfig
+from .percentiles import Percentiles
 
 __all__ = ["LatencyModel"]
 
@@ -38,7 +42,8 @@ class LatencyModel:
         self._high = 1.0 + 3.0 * config.jitter
         # Without jitter or load the decode step is a constant: the engine's fast path.
         self.constant_step: float | None = (
-            config.itl if config.jitter == 0.0 and config.load_factor == 1.0 else None)
+            config.itl if config.jitter == 0.0 and config.load_factor == 1.0
+            and not isinstance(config.itl, Percentiles) else None)
 
     def load_multiplier(self, running: int) -> float:
         """Step-time multiplier with ``running`` sequences in the batch."""
@@ -51,12 +56,16 @@ class LatencyModel:
     def prefill_time(self, uncached_tokens: int, running: int, scale: float = 1.0) -> float:
         """Time from admission to the first token."""
         config = self._config
-        base = config.ttft + config.prefill_per_token * uncached_tokens
+        base = self._drawn(config.ttft) + self._drawn(config.prefill_per_token) * uncached_tokens
         return self._jittered(base * self.load_multiplier(running) * scale)
 
     def decode_step(self, running: int, scale: float = 1.0) -> float:
         """Time from one token of a sequence to its next."""
-        return self._jittered(self._config.itl * self.load_multiplier(running) * scale)
+        return self._jittered(self._drawn(self._config.itl) * self.load_multiplier(running) * scale)
+
+    def _drawn(self, latency: float) -> float:
+        """A set latency, or one drawn from its percentiles."""
+        return latency.draw(self.rng.random()) if isinstance(latency, Percentiles) else latency
 
     def _jittered(self, value: float) -> float:
         if self._config.jitter == 0.0 or value == 0.0:

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .model_limits import parse_model_limits
+from .percentiles import Percentiles, parse_percentiles
 
 __all__ = ["COMPRESSIONS", "MAX_INTEGER", "OUTPUT_MODES", "SCHEDULERS", "ConfigError", "answer_length", "api_keys",
-           "boolean", "compression", "integer", "model_limits", "names", "number", "optional_limit",
-           "optional_rate", "optional_text", "output_mode", "scheduler", "speed", "text"]
+           "boolean", "compression", "integer", "latency", "latency_text", "model_limits", "names", "number",
+           "optional_limit", "optional_rate", "optional_text", "output_mode", "scheduler", "speed", "text"]
 
 OUTPUT_MODES = ("filler", "echo")
 SCHEDULERS = ("sequence", "step")
@@ -58,6 +59,25 @@ def integer(low: int) -> Callable[[str, Any], int]:
         return value
 
     return check
+
+
+def latency(name: str, value: Any) -> float:
+    """Seconds (a number >= 0), or a distribution given by its percentiles (``{"p50": 0.2, "p99": 1.2}``, or
+    ``p50=0.2,p99=1.2`` as text): a :class:`~.percentiles.Percentiles`, drawn per request."""
+    if isinstance(value, (int, float)) and not isinstance(value, (bool, Percentiles)):
+        return number(0.0)(name, value)
+    try:
+        return parse_percentiles(name, value)
+    except ValueError as error:
+        raise ConfigError(f"invalid value for {name!r}: {value!r} ({error})") from None
+
+
+def latency_text(raw: str) -> float | str:
+    """A latency setting's text: a number of seconds, else the percentiles' text for :func:`latency`."""
+    try:
+        return float(raw)
+    except ValueError:
+        return raw
 
 
 def speed(name: str, value: Any) -> float:

@@ -259,7 +259,14 @@ async function armFault(event) {
 
 function showSettings(config) {
   for (const input of $("settings-form").querySelectorAll("input")) {
-    if (input.name in config) input.value = config[input.name];
+    if (!(input.name in config)) continue;
+    const value = config[input.name];
+    if (value !== null && typeof value === "object") {  // a latency's percentiles: shown, kept unless replaced
+      input.value = "";
+      input.placeholder = Object.entries(value).map(([key, seconds]) => `${key}=${seconds}`).join(",");
+    } else {
+      input.value = value;
+    }
   }
   settingsShown = true;
 }
