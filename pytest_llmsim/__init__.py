@@ -11,7 +11,7 @@ from .content.replies import ErrorReply, Rule, ToolCall, load_conversation  # no
 from .pool import BackendPool  # noqa: E402
 from .remote import RemoteBackend, RemoteError  # noqa: E402
 from .sim.config import ConfigError, SimConfig  # noqa: E402
-from .sim.faults import FAULT_KINDS, Fault, FaultError, FaultState  # noqa: E402
+from .sim.faults import FAULT_KINDS, GENERATION_FAULT_KINDS, Fault, FaultError, FaultState  # noqa: E402
 from .sim.metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .sim.request import GenerationRequest  # noqa: E402
 from .sim.request_log import RequestRecord  # noqa: E402
@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FAULT_KINDS",
+    "GENERATION_FAULT_KINDS",
     "BackendPool",
     "ConfigError",
     "Distribution",

