@@ -158,7 +158,7 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
     """A token event the engine-side writer takes without sending a byte (OpenAI chat hides a reasoning
     model's thinking: its token events render empty) proves nothing about the client, so the handler must
     keep looking for a hang-up at the short interval; one that sends does count."""
-    from pytest_llmsim.server.stream_writer import _DirectWriter
+    from pytest_llmsim.server.stream_writer import ChunkOutput, _DirectWriter
 
     class Renderer:
         def opening(self, index: int) -> bytes:
@@ -172,7 +172,7 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
         seq = SimSequence([1, 2, 3], 4)
         feed = TokenFeed([seq])
         seq.owner = feed
-        writer = _DirectWriter(server_side, Renderer(), ["a", "b", "c", "d"], lambda due: None, feed)
+        writer = _DirectWriter(ChunkOutput(server_side), Renderer(), ["a", "b", "c", "d"], lambda due: None, feed)
         writer.enabled = True
         feed.direct = writer
         listener = token_feed.TokenFeedListener()
@@ -189,7 +189,7 @@ def test_only_the_direct_writes_that_send_bytes_count_as_writes_going_out() -> N
 def test_the_direct_writer_renders_a_stream_the_same_a_token_at_a_time_or_in_a_backlog() -> None:
     """The engine-side writer's one-token path (the usual call) and its backlog path give the same events in
     the same order: an opening first, each piece once."""
-    from pytest_llmsim.server.stream_writer import _DirectWriter
+    from pytest_llmsim.server.stream_writer import ChunkOutput, _DirectWriter
 
     class Renderer:
         def opening(self, index: int) -> bytes:
@@ -200,9 +200,9 @@ def test_the_direct_writer_renders_a_stream_the_same_a_token_at_a_time_or_in_a_b
 
     pieces = ["a", "b", "c", "d", "e"]
     feed = TokenFeed([SimSequence([1], 5)])
-    one_at_a_time = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, feed)
-    backlog = _DirectWriter(socket.socket(), Renderer(), pieces, lambda due: None, feed)
-    with one_at_a_time._sock, backlog._sock:
+    with socket.socket() as first, socket.socket() as second:
+        one_at_a_time = _DirectWriter(ChunkOutput(first), Renderer(), pieces, lambda due: None, feed)
+        backlog = _DirectWriter(ChunkOutput(second), Renderer(), pieces, lambda due: None, feed)
         stepwise = b"".join(one_at_a_time.render(upto) for upto in (1, 2, 2, 3, 4, 5))
         assert stepwise == backlog.render(2) + backlog.render(5) + backlog.render(5)
         assert stepwise == b"[open]<0:a><1:b><2:c><3:d><4:e>" and one_at_a_time.written == 5

@@ -183,7 +183,7 @@ def test_a_session_a_client_reads_slowly_stays_well_framed() -> None:
                 {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
                                                              "content": [{"type": "input_text", "text": "hi"}]}},
                 {"type": "response.create", "response": {"max_output_tokens": tokens}})))
-            time.sleep(1.5)  # the server writes on into full buffers
+            time.sleep(0.5)  # the server writes on into full buffers
             client.settimeout(60)
             received, messages, at = bytearray(), [], 0
             while not messages or messages[-1]["type"] != "response.done":
