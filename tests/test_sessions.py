@@ -517,3 +517,35 @@ def test_speech_during_an_answer_interrupts_it(llm_backend: LLMBackend) -> None:
     assert done.response.status == "cancelled" and done.response.status_details.reason == "turn_detected"
     assert started.type == "input_audio_buffer.speech_started"
     assert llm_backend.wait_idle(timeout=30) and llm_backend.requests[0].cancelled
+
+
+def test_gemini_live_resumes_a_session_from_its_handle(llm_backend: LLMBackend, live_client: Any) -> None:
+    """A client that lost its connection (a goAway, a gateway's restart) reconnects with the last
+    ``sessionResumptionUpdate`` handle and goes on with the same conversation."""
+    from google.genai import errors, types
+
+    llm_backend.reply_with("first answer", "second answer")
+
+    async def turn(session: Any, text: str) -> list[Any]:
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": text}]})
+        received = [message async for message in session.receive()]  # through the turn's end
+        async for message in session.receive():  # then the handle of the conversation with this turn in it
+            received.append(message)
+            if message.session_resumption_update:
+                break
+        return received
+
+    def connect(handle: str | None, text: str) -> list[Any]:
+        config = {"response_modalities": ["TEXT"], "session_resumption": types.SessionResumptionConfig(handle=handle)}
+        return _live(live_client, config, lambda session: turn(session, text))
+
+    first = connect(None, "hello there")
+    handle = first[-1].session_resumption_update.new_handle
+    assert handle and first[-1].session_resumption_update.resumable
+    second = connect(handle, "and again")
+    assert "".join(m.text or "" for m in second) == "second answer"
+    before, after = llm_backend.requests
+    assert after.prompt_tokens > before.prompt_tokens + before.completion_tokens  # the first turn is in its prompt
+    with pytest.raises(errors.APIError) as refused:
+        connect("resume_unknown", "hi")
+    assert refused.value.code == 1007

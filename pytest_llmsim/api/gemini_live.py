@@ -27,6 +27,7 @@ from typing import Any
 
 from ..content.speech import transcript
 from ..sim import SimError, fast_json, invalid
+from ..sim.conversations import StoredExchange
 from .base import WireAPI
 from .gemini import GEMINI_GENERATE, parse_generate
 from .gemini_fields import camel_keys
@@ -45,6 +46,7 @@ OUTPUT_RATE = 24000
 GENERATION_KEYS = ("maxOutputTokens", "temperature", "topP", "topK", "seed", "stopSequences", "presencePenalty",
                    "frequencyPenalty", "candidateCount")
 MAX_TURNS = 4096
+RESUMPTION_PREFIX = "gemini-live-resume/"  # a resumption handle's entry in the backend's stored conversations
 MAX_AUDIO_BYTES = 15 * 1024 * 1024
 
 
@@ -195,7 +197,26 @@ class LiveSession:
             raise invalid("Invalid value at 'setup.generation_config': responseModalities is a list of TEXT or "
                           "AUDIO.", "setup.generationConfig", "invalid_value")
         self.setup = setup
+        resumption = setup.get("sessionResumption")
+        handle = resumption.get("handle") if isinstance(resumption, dict) else None
+        if handle:  # a session resumed: its conversation as it was at the handle
+            kept = self.call.simulator.conversations.get(RESUMPTION_PREFIX + str(handle), self.call.credential)
+            if kept is None:
+                raise invalid("The session resumption handle is not valid (unknown, expired or another key's).",
+                              "setup.sessionResumption.handle", "invalid_value")
+            self.history, self.audio_tokens = list(kept.body["history"]), int(kept.body["audio_tokens"])
         self.send({"setupComplete": {"sessionId": self.id}})
+        self._resumable()
+
+    def _resumable(self) -> None:
+        """With ``sessionResumption`` set up: keep the conversation under a new handle (in the backend's bounded
+        store of conversations) and tell the client, as Gemini does between turns."""
+        if not isinstance(self.setup.get("sessionResumption"), dict):
+            return
+        handle = "resume_" + os.urandom(12).hex()
+        self.call.simulator.conversations.put(RESUMPTION_PREFIX + handle, StoredExchange(
+            (), {"history": list(self.history), "audio_tokens": self.audio_tokens}, self.call.credential))
+        self.send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
 
     def handle(self, message: dict[str, Any], raw: str) -> None:
         kind, value = next(iter(message.items()))
@@ -315,6 +336,7 @@ class LiveSession:
                                                       for c in events.calls]}])
         elif turn.generation.outputs[0].pieces:
             self._extend([{"role": "model", "parts": [{"text": turn.generation.texts()[0]}]}])
+        self._resumable()
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
