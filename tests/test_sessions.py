@@ -549,3 +549,28 @@ def test_gemini_live_resumes_a_session_from_its_handle(llm_backend: LLMBackend, 
     with pytest.raises(errors.APIError) as refused:
         connect("resume_unknown", "hi")
     assert refused.value.code == 1007
+
+
+def test_gemini_live_speech_during_an_answer_interrupts_it(llm_backend: LLMBackend, live_client: Any) -> None:
+    from google.genai import types
+
+    llm_backend.configure(itl=0.5, speed=100)  # 5 ms a token, wall: the answer is still streaming when we speak
+    speech = b"\x10\x00" * 3200  # 0.2 s at 16 kHz, not silent
+
+    async def script(session: Any) -> list[Any]:
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": "count to a thousand"}]})
+        received = []
+        async for message in session.receive():
+            received.append(message)
+            if len(received) == 2:  # the answer has begun: the user talks over it
+                await session.send_realtime_input(audio=types.Blob(data=speech, mime_type="audio/pcm;rate=16000"))
+            if message.server_content and message.server_content.interrupted:
+                return received
+        return received
+
+    messages = _live(live_client, {"response_modalities": ["TEXT"], "max_output_tokens": 1000},
+                     script)
+    assert messages[-1].server_content.interrupted
+    assert llm_backend.wait_idle(timeout=30)
+    (answer,) = llm_backend.requests
+    assert answer.cancelled and answer.completion_tokens < 1000  # stopped where the user spoke

@@ -23,6 +23,7 @@ import base64
 import binascii
 import json
 import os
+from collections import deque
 from typing import Any
 
 from ..content.speech import transcript
@@ -153,6 +154,9 @@ class LiveSession:
         self.audio_tokens = 0  # of the audio turns in the history
         self.audio_turns = 0
         self.speaking, self.silence_ms = False, 0.0
+        # messages read while an answer streamed (looking for the user's speech), with when each arrived
+        self.backlog: deque[tuple[str | bytes, float | None]] = deque()
+        self.arrived_at: float | None = None
 
     def send(self, body: dict[str, Any]) -> None:
         self.channel.send(fast_json.dumps(body).decode())
@@ -165,12 +169,21 @@ class LiveSession:
             self._setup(self._parse(first))
             clock = SessionClock(self.call.session_seconds)
             warn_before = min(10.0, clock.limit / 10) if clock.limit is not None else 0.0
-            while (message := receive_until(self.channel, clock, warn_before, self._go_away)) is not None:
+            while (message := self._next(clock, warn_before)) is not None:
                 self.handle(self._parse(message), message if isinstance(message, str) else message.decode())
             if clock.expired:
                 self.channel.close(1000, "session time limit reached")
         except SimError as error:
             self.channel.close(*close_code(error))
+
+    def _next(self, clock: SessionClock, warn_before: float) -> str | bytes | None:
+        """The next client message: one read while an answer streamed first, else the next to arrive."""
+        if self.backlog:
+            kept, self.arrived_at = self.backlog.popleft()
+            return kept
+        received = receive_until(self.channel, clock, warn_before, self._go_away)
+        self.arrived_at = self.channel.received_at
+        return received
 
     def _go_away(self, seconds_left: float) -> None:
         """Gemini Live's warning before the session's time limit (``timeLeft`` as a protobuf Duration)."""
@@ -305,7 +318,7 @@ class LiveSession:
         model = str(setup["model"]).rpartition("/")[2]
         request = parse_generate(body, model, True)
         turn = self.call.turn(self.api, self.id)
-        turn.start(request, json.loads(raw), raw.encode(), self.channel.received_at)
+        turn.start(request, json.loads(raw), raw.encode(), self.arrived_at)
         assert turn.generation is not None
         settings = self.call.simulator.config
         audio = "AUDIO" in [str(m).upper() for m in config.get("responseModalities") or ["AUDIO"]]
@@ -319,8 +332,9 @@ class LiveSession:
                 spoken = True
                 self.call.count_audio(output_seconds=generation.completion_tokens * settings.speech_seconds_per_token)
 
+        stream = turn.events(events, count_speech)
         try:
-            for chunk in turn.events(events, count_speech):
+            for chunk in stream:
                 sent = [line[6:].decode() for line in chunk.split(b"\n") if line.startswith(b"data: ")]
                 if sent:
                     self.channel.send_many(sent)
@@ -329,6 +343,14 @@ class LiveSession:
                     code, _, reason = chunk[closing + 7:].split(b"\n", 1)[0].decode().partition(" ")
                     self.channel.close(int(code), reason)
                     return
+                incoming = self.channel.poll()  # the user's speech stops the answer (anything else waits)
+                if incoming is not None:
+                    if _speaks(incoming):
+                        stream.close()  # abandoned, as a hang-up is: its slots freed, logged cancelled
+                        self.send({"serverContent": {"interrupted": True}})
+                        self.backlog.appendleft((incoming, self.channel.received_at))  # the next turn's start
+                        return
+                    self.backlog.append((incoming, self.channel.received_at))
         finally:
             count_speech()
         if events.calls:
@@ -343,6 +365,16 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid(f"Invalid value at '{where}': expected an object.", where, "invalid_value")
     return value
+
+
+def _speaks(message: str | bytes) -> bool:
+    """Whether ``message`` is realtime audio that is not all silence (the user talking over an answer)."""
+    try:
+        given = proto_keys(json.loads(message))["realtimeInput"]
+        chunks = [given["audio"]] if "audio" in given else given.get("mediaChunks") or []
+        return any(any(_audio_chunk(chunk)[0]) for chunk in chunks)
+    except (ValueError, TypeError, KeyError, AttributeError, SimError):
+        return False
 
 
 def _audio_chunk(chunk: Any) -> tuple[bytes, int]:
