@@ -574,3 +574,30 @@ def test_gemini_live_speech_during_an_answer_interrupts_it(llm_backend: LLMBacke
     assert llm_backend.wait_idle(timeout=30)
     (answer,) = llm_backend.requests
     assert answer.cancelled and answer.completion_tokens < 1000  # stopped where the user spoke
+
+
+def test_gemini_live_calls_off_a_tool_call_the_user_talks_over(llm_backend: LLMBackend, live_client: Any) -> None:
+    from google.genai import types
+
+    llm_backend.reply_with(ToolCall("get_weather", {"city": "Paris"}), "whatever you like")
+    speech = b"\x10\x00" * 3200  # 0.2 s at 16 kHz, not silent
+    tool = {"function_declarations": [{"name": "get_weather", "description": "Weather",
+                                       "parameters": {"type": "OBJECT", "properties": {"city": {"type": "STRING"}}}}]}
+
+    async def script(session: Any) -> list[Any]:
+        await session.send_client_content(turns={"role": "user", "parts": [{"text": "weather?"}]})
+        received = []
+        async for message in session.receive():  # the tool call (a turn that waits for its result)
+            received.append(message)
+            if message.tool_call:
+                break
+        await session.send_realtime_input(audio=types.Blob(data=speech, mime_type="audio/pcm;rate=16000"))
+        async for message in session.receive():  # instead of the tool's result, the user speaks
+            received.append(message)
+            if message.tool_call_cancellation:
+                break
+        return received
+
+    messages = _live(live_client, {"response_modalities": ["TEXT"], "tools": [tool]}, script)
+    (call,) = [m.tool_call for m in messages if m.tool_call]
+    assert messages[-1].tool_call_cancellation.ids == [call.function_calls[0].id]

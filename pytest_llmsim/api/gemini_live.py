@@ -157,6 +157,7 @@ class LiveSession:
         # messages read while an answer streamed (looking for the user's speech), with when each arrived
         self.backlog: deque[tuple[str | bytes, float | None]] = deque()
         self.arrived_at: float | None = None
+        self.pending_calls: list[str] = []  # the ids of the last toolCall, until its toolResponse
 
     def send(self, body: dict[str, Any]) -> None:
         self.channel.send(fast_json.dumps(body).decode())
@@ -251,6 +252,7 @@ class LiveSession:
             if not isinstance(responses, list) or not all(isinstance(r, dict) for r in responses):
                 raise invalid("Invalid value at 'tool_response.function_responses'.", "functionResponses",
                               "invalid_value")
+            self.pending_calls = []
             self._extend([{"role": "user", "parts": [{"functionResponse": {"name": r.get("name"),
                                                                            "response": r.get("response") or {}}}
                                                      for r in responses]}])
@@ -278,6 +280,9 @@ class LiveSession:
             silent = not any(data)
             if not self.speaking and not silent:
                 self.speaking, self.silence_ms = True, 0.0
+                if self.pending_calls:  # the user talks instead of answering the tool call: it is called off
+                    self.send({"toolCallCancellation": {"ids": self.pending_calls}})
+                    self.pending_calls = []
             elif self.speaking:
                 self.silence_ms = self.silence_ms + chunk_ms if silent else 0.0
                 if self.silence_ms >= self._silence_ms():
@@ -356,6 +361,7 @@ class LiveSession:
         if events.calls:
             self._extend([{"role": "model", "parts": [{"functionCall": {"name": c["name"], "args": c["args"]}}
                                                       for c in events.calls]}])
+            self.pending_calls = [call["id"] for call in events.calls]
         elif turn.generation.outputs[0].pieces:
             self._extend([{"role": "model", "parts": [{"text": turn.generation.texts()[0]}]}])
         self._resumable()
