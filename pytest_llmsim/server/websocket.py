@@ -106,7 +106,7 @@ class WebSocketUpgrade:
         return WebSocket(self._protocol, sock, rest, request, subprotocol, deflate, max_message_bytes, idle_seconds)
 
 
-INPUT_CHECK_SECONDS = 0.005  # how often the engine's thread looks for a message from a session it writes to
+INPUT_CHECK_SECONDS = 0.05  # how often (wall) the engine's thread looks for a message from a session it writes to
 
 def text_frames(chunk: bytes) -> tuple[bytes, int]:
     """The ``data:`` payloads of the server-sent events in ``chunk`` (a renderer's output), each a text message's
