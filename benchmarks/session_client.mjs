@@ -3,15 +3,28 @@
 // each asks for one text response of MAX_TOKENS tokens at the same moment, and records when each
 // response.output_text.delta arrives, in seconds after its response.create was sent.
 // Usage: node --experimental-websocket session_client.mjs WS_ROOT_URL SESSIONS MAX_TOKENS
+// The WebSocket is the ws package's where `npm ci --prefix benchmarks` installed it (at 256 sessions Node's own
+// dispatches messages slowly enough to add ~10 ms to the first delta: the client's cost, not the server's), else
+// Node's own. The first line of output names the one used.
 const [root, sessions, maxTokens] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
+let WebSocketClient = globalThis.WebSocket;
+let clientName = "node";
+try {
+  WebSocketClient = (await import("ws")).default;
+  clientName = "ws";
+} catch {
+  // Node's own
+}
 
 function openSession() {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${root}/v1/realtime?model=llmsim`);
+    const ws = clientName === "ws"
+      ? new WebSocketClient(`${root}/v1/realtime?model=llmsim`, { perMessageDeflate: false })
+      : new WebSocketClient(`${root}/v1/realtime?model=llmsim`);
     const state = { ws, arrivals: [], sentAt: 0, done: null };
     ws.onmessage = (message) => {
       const arrived = performance.now();  // first: the client's own parsing is not the server's lateness
-      const data = message.data;
+      const data = message.data.toString();
       if (data.includes('"type":"response.output_text.delta"')) {
         state.arrivals.push((arrived - state.sentAt) / 1000);
         return;
@@ -44,4 +57,4 @@ const results = await Promise.all(ready.map((state) => new Promise((resolve) => 
   state.sentAt = performance.now();
   state.ws.send(JSON.stringify({ type: "response.create", response: { max_output_tokens: maxTokens } }));
 })));
-process.stdout.write(JSON.stringify(results));
+process.stdout.write(JSON.stringify({ client: clientName, arrivals: results }));

@@ -1,13 +1,14 @@
 """Client-observed timing fidelity inside sessions (OpenAI Realtime), measured from another process.
 
 `llmsim serve --ttft 0.1 --itl 0.01 --max-batch-size 256 --speed 1 --io MODE` in one process; a Node.js client
-(benchmarks/session_client.mjs, Node's WebSocket) in another opens N Realtime sessions at once, each asking for
-one text response of 50 tokens, and timestamps every ``response.output_text.delta`` from the moment its
-``response.create`` was sent. Reported as benchmarks/timing_fidelity.py reports HTTP streams: median time to the
-first delta and median gap against the settings, the 99th percentile gap as a multiple of itl, and the server's
-own lateness (its emit lag: how long after they were due it sent the tokens, wall time; the backend is reset
-before each run). With ``--http`` the same run measures HTTP streams of the same length (stream_client.mjs)
-beside the sessions, as a baseline.
+(benchmarks/session_client.mjs: the ws package's WebSocket after ``npm ci --prefix benchmarks``, else Node's own,
+which at 256 sessions dispatches messages slowly enough to add ~10 ms) in another opens N Realtime sessions at
+once, each asking for one text response of 50 tokens, and timestamps every ``response.output_text.delta`` from
+the moment its ``response.create`` was sent. Reported as benchmarks/timing_fidelity.py reports HTTP streams:
+median time to the first delta and median gap against the settings, the 99th percentile gap as a multiple of
+itl, and the server's own lateness (its emit lag: how long after they were due it sent the tokens, wall time;
+the backend is reset before each run). With ``--http`` the same run measures HTTP streams of the same length
+(stream_client.mjs) beside the sessions, as a baseline.
 
     python benchmarks/session_timing.py [--sessions 1 64 256] [--repeats 3] [--io threads loop] [--http]
 """
@@ -31,7 +32,8 @@ def measure_sessions(base_url: str, sessions: int) -> dict[str, float]:
     root = base_url.replace("http", "ws", 1)
     out = subprocess.run(["node", "--experimental-websocket", "--no-warnings", f"{HERE}/session_client.mjs", root,
                           str(sessions), str(TOKENS)], capture_output=True, text=True, check=True, timeout=180).stdout
-    return summary(json.loads(out))
+    result = json.loads(out)
+    return {**summary(result["arrivals"]), "client": result["client"]}
 
 
 def server_lag(base_url: str, run: Callable[[int], dict[str, float]], count: int) -> dict[str, float]:
@@ -67,8 +69,11 @@ def main() -> None:
                     for kind, run in kinds.items():
                         runs[kind].append(server_lag(url, run, count))
                 for kind, measured in runs.items():
-                    med = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
-                    print(f"--io {io}: {count} {kind} x {TOKENS} tokens ({args.repeats} runs, medians): "
+                    client = measured[0].get("client")
+                    med = {key: statistics.median(run[key] for run in measured)
+                           for key in measured[0] if key != "client"}
+                    by = f", {client}'s WebSocket" if client else ""
+                    print(f"--io {io}: {count} {kind} x {TOKENS} tokens ({args.repeats} runs, medians{by}): "
                           f"first delta p50 {med['ttft_p50'] * 1000:.1f} ms ({med['ttft_p50'] / TTFT - 1:+.1%}), "
                           f"gap p50 {med['gap_p50'] * 1000:.2f} ms ({med['gap_p50'] / ITL - 1:+.1%}), "
                           f"gap p99 {med['gap_p99'] / ITL:.2f}x itl, first delta p99 {med['ttft_p99'] * 1000:.1f} ms; "
