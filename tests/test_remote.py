@@ -150,21 +150,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# The HTTP-level suites whose answers depend on the serving core (framing, streams, keep-alive, timing, faults
+# on the wire), rerun with every backend an `llmsim serve --io loop` subprocess: the loop core is a server of its
+# own, and the process boundary (the control API, RemoteBackend) is crossed by every test. (A rerun with a thread
+# per connection was dropped: its server is the in-process one every other test uses; the API-level suites, tools
+# and models, do not depend on the core.)
 HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_http_responses.py", "test_faults.py",
-               "test_bad_input.py", "test_http_timing.py", "test_http_tools.py", "test_http_models.py",
-               "test_keepalive.py", "test_wsgi_server.py"]
-# In a subprocess served by threads the server is the in-process one: what the mode adds is the process boundary
-# (the control API, RemoteBackend), which these exercise; the loop core, a server of its own, gets every suite.
-PROCESS_SUITES = ["test_http_openai.py", "test_faults.py"]
+               "test_bad_input.py", "test_http_timing.py", "test_keepalive.py", "test_wsgi_server.py"]
 
 
 @pytest.mark.long_running
-@pytest.mark.parametrize(("isolation", "suites"), [("process", PROCESS_SUITES), ("process-loop", HTTP_SUITES)],
-                         ids=["process", "process-loop"])
-def test_the_http_level_suites_pass_in_process_mode(isolation: str, suites: list[str]) -> None:
-    """The same HTTP-level tests, each backend an `llmsim serve` subprocess instead of a thread: served
-    with a thread per connection, and with `--io loop` (a greenlet per connection on gevent's loop; `--io
-    gevent` is another name for it). Every mode frames connections with the same class."""
+def test_the_http_level_suites_pass_in_process_mode() -> None:
+    """The same HTTP-level tests, each backend an `llmsim serve --io loop` subprocess instead of a thread (a
+    greenlet per connection on gevent's loop; `--io gevent` is another name for it). Every mode frames
+    connections with the same class."""
+    isolation, suites = "process-loop", HTTP_SUITES
     here = Path(__file__).parent
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "-W",
