@@ -21,6 +21,7 @@ from pytest_llmsim.api.gemini_fields import _CONFIG_FIELDS as GEMINI_CONFIG_FIEL
 from pytest_llmsim.api.openai_chat import CHAT_FIELDS
 from pytest_llmsim.api.openai_completions import COMPLETION_FIELDS
 from pytest_llmsim.api.openai_embeddings import EMBEDDING_FIELDS
+from pytest_llmsim.api.openai_moderations import MODERATION_FIELDS
 from pytest_llmsim.api.openai_responses_fields import RESPONSE_FIELDS
 
 ASK: Any = [{"role": "user", "content": "hi"}]
@@ -41,12 +42,14 @@ def _sdk_request_types() -> list[tuple[str, FieldPolicy, set[str]]]:
     from openai.types.chat.completion_create_params import CompletionCreateParamsBase
     from openai.types.completion_create_params import CompletionCreateParamsBase as LegacyParams
     from openai.types.embedding_create_params import EmbeddingCreateParams
+    from openai.types.moderation_create_params import ModerationCreateParams
     from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
     return [("openai chat", CHAT_FIELDS, _fields(CompletionCreateParamsBase) | {"stream"}),
             ("openai completions", COMPLETION_FIELDS, _fields(LegacyParams) | {"stream"}),
             ("openai responses", RESPONSE_FIELDS, _fields(ResponseCreateParamsBase) | {"stream"}),
             ("openai embeddings", EMBEDDING_FIELDS, _fields(EmbeddingCreateParams)),
+            ("openai moderations", MODERATION_FIELDS, _fields(ModerationCreateParams)),
             ("anthropic messages", MESSAGE_FIELDS, _fields(MessageCreateParamsBase) | {"stream"})]
 
 

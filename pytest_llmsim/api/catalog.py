@@ -19,6 +19,7 @@ from . import (
     openai_completions,
     openai_embeddings,
     openai_models,
+    openai_moderations,
     openai_realtime,
     openai_responses,
     openai_responses_socket,
@@ -33,8 +34,8 @@ __all__ = ["API_ROUTES", "DEFAULT_API"]
 
 API_ROUTES: tuple[ApiRoute, ...] = (
     *openai_chat.ROUTES, *openai_completions.ROUTES, *anthropic_messages.ROUTES, *openai_responses.ROUTES,
-    *openai_responses_socket.ROUTES, *openai_realtime.ROUTES, *openai_embeddings.ROUTES, *gemini_routes.ROUTES,
-    *gemini_live.ROUTES,
+    *openai_responses_socket.ROUTES, *openai_realtime.ROUTES, *openai_embeddings.ROUTES, *openai_moderations.ROUTES,
+    *gemini_routes.ROUTES, *gemini_live.ROUTES,
     *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES, *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES,
     *openai_models.ROUTES, *vllm_extras.ROUTES,
 )
