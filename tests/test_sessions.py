@@ -522,6 +522,8 @@ def test_speech_during_an_answer_interrupts_it(llm_backend: LLMBackend) -> None:
 def test_gemini_live_resumes_a_session_from_its_handle(llm_backend: LLMBackend, live_client: Any) -> None:
     """A client that lost its connection (a goAway, a gateway's restart) reconnects with the last
     ``sessionResumptionUpdate`` handle and goes on with the same conversation."""
+    import asyncio
+
     from google.genai import errors, types
 
     llm_backend.reply_with("first answer", "second answer")
@@ -529,10 +531,11 @@ def test_gemini_live_resumes_a_session_from_its_handle(llm_backend: LLMBackend, 
     async def turn(session: Any, text: str) -> list[Any]:
         await session.send_client_content(turns={"role": "user", "parts": [{"text": text}]})
         received = [message async for message in session.receive()]  # through the turn's end
-        async for message in session.receive():  # then the handle of the conversation with this turn in it
-            received.append(message)
-            if message.session_resumption_update:
-                break
+        async with asyncio.timeout(30):  # fails rather than hangs if the handle never comes
+            async for message in session.receive():  # then the handle of the conversation with this turn in it
+                received.append(message)
+                if message.session_resumption_update:
+                    break
         return received
 
     def connect(handle: str | None, text: str) -> list[Any]:
@@ -577,6 +580,10 @@ def test_gemini_live_speech_during_an_answer_interrupts_it(llm_backend: LLMBacke
 
 
 def test_gemini_live_calls_off_a_tool_call_the_user_talks_over(llm_backend: LLMBackend, live_client: Any) -> None:
+    """Whether the speech arrives while the call's message is still being sent or after: the call is called off
+    (a race CI found: the speech read during the answer's last write was taken for a barge-in)."""
+    import asyncio
+
     from google.genai import types
 
     llm_backend.reply_with(ToolCall("get_weather", {"city": "Paris"}), "whatever you like")
@@ -592,10 +599,11 @@ def test_gemini_live_calls_off_a_tool_call_the_user_talks_over(llm_backend: LLMB
             if message.tool_call:
                 break
         await session.send_realtime_input(audio=types.Blob(data=speech, mime_type="audio/pcm;rate=16000"))
-        async for message in session.receive():  # instead of the tool's result, the user speaks
-            received.append(message)
-            if message.tool_call_cancellation:
-                break
+        async with asyncio.timeout(30):  # a test that waits for a message that never comes fails, not hangs
+            async for message in session.receive():  # instead of the tool's result, the user speaks
+                received.append(message)
+                if message.tool_call_cancellation:
+                    break
         return received
 
     messages = _live(live_client, {"response_modalities": ["TEXT"], "tools": [tool]}, script)

@@ -352,7 +352,10 @@ class LiveSession:
                 if incoming is not None:
                     if _speaks(incoming):
                         stream.close()  # abandoned, as a hang-up is: its slots freed, logged cancelled
-                        self.send({"serverContent": {"interrupted": True}})
+                        if events.calls:  # its tool call went out already: the user talked over it
+                            self.send({"toolCallCancellation": {"ids": [call["id"] for call in events.calls]}})
+                        else:
+                            self.send({"serverContent": {"interrupted": True}})
                         self.backlog.appendleft((incoming, self.channel.received_at))  # the next turn's start
                         return
                     self.backlog.append((incoming, self.channel.received_at))
