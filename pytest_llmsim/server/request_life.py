@@ -47,7 +47,7 @@ from .exchange import answer_error, content_filtered, new_record, read_logged_js
 from .responses import JSON, SSE_HEADERS, SSE_TYPE, json_response
 from .routes import RouteMatch, request_target
 from .sockets import client_gone, drop_connection
-from .stream_writer import DirectOutput, StreamWriter
+from .stream_writer import DirectOutput, StreamWriter, chunk_output
 
 __all__ = ["GenerationLife", "Lives"]
 
@@ -262,13 +262,9 @@ class GenerationLife:
     def faulted(self) -> bool:
         return self.plan is not None
 
-    #: Whether the engine's thread may write this stream's HTTP chunks itself (a session's messages: see
-    #: :meth:`session_output`).
-    writes_http_chunks = True
-
-    def session_output(self) -> DirectOutput | None:
-        """An HTTP answer has no session to write to."""
-        return None
+    def direct_output(self) -> DirectOutput | None:
+        """An HTTP stream's chunks, when the engine's thread may write them (:func:`.stream_writer.chunk_output`)."""
+        return chunk_output(self.request)
 
     def stalled_before_headers(self, gone: Callable[[], bool]) -> bool:
         """Hold a stream's headers as the fault's stall says; True if the client left meanwhile."""

@@ -52,7 +52,6 @@ class SessionTurn(GenerationLife):
     """One response of a session (see the module's text): an ``api.routing.ResponseTurn``."""
 
     __slots__ = ("_as_rendered", "response_id")
-    writes_http_chunks = False  # its events go out as WebSocket messages
 
     def __init__(self, lives: Lives, request: Request, api: WireAPI, session_id: str) -> None:
         super().__init__(lives, request, api)
@@ -61,7 +60,7 @@ class SessionTurn(GenerationLife):
         self.response_id = ""
         self._as_rendered = True
 
-    def session_output(self) -> SessionOutput | None:
+    def direct_output(self) -> SessionOutput | None:
         """Where the engine's thread may send the events itself: the session's WebSocket, when the runner sends
         them as rendered (and the session does not compress)."""
         socket = self.request.environ.get(SOCKET_KEY)

@@ -26,7 +26,8 @@ from ..sim.token_feed import FINISH, ClientGone, TokenFeed
 from .compression import STREAMING_KEY
 from .sockets import blocking_socket, can_send_now, client_gone, drop_connection, nonblocking_socket, send_chunk_now
 
-__all__ = ["CHUNK_EVENTS", "STREAM_RESET", "DirectOutput", "StreamLife", "StreamWriter"]
+__all__ = ["CHUNK_EVENTS", "STREAM_RESET", "ChunkOutput", "DirectOutput", "StreamLife", "StreamWriter",
+           "chunk_output"]
 
 # Most token events rendered into one write: a backlog (a client that reads
 # slowly, or thousands of tokens due at once) is written in pieces of this
@@ -73,6 +74,15 @@ class ChunkOutput:
 
     def interrupted(self) -> bool:
         return False
+
+
+def chunk_output(request: Request) -> ChunkOutput | None:
+    """An HTTP stream's output for the engine's thread: chunked HTTP/1.1, not compressed (the compressor sees only
+    what passes through the handler); None otherwise."""
+    sock = blocking_socket(request)
+    if sock is None or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1" or STREAMING_KEY in request.environ:
+        return None
+    return ChunkOutput(sock)
 
 
 class _DirectWriter:
@@ -180,11 +190,9 @@ class StreamLife(Protocol):
     def faulted(self) -> bool:
         """Whether a fault acts on this answer at all."""
 
-    #: Whether the stream goes out as HTTP chunks (the engine's thread may write them itself); if not, the life's
-    #: :meth:`session_output` says where the engine's thread may write (a session's WebSocket).
-    writes_http_chunks: bool
-
-    def session_output(self) -> DirectOutput | None: ...
+    def direct_output(self) -> DirectOutput | None:
+        """Where the engine's thread may write this stream's token events itself, framed as they go out (an
+        HTTP/1.1 chunk, a session's WebSocket message); None: only the handler writes."""
 
     def stalled_before_headers(self, gone: Callable[[], bool]) -> bool: ...
 
@@ -282,19 +290,12 @@ class StreamWriter:
                 life.abandon(Outcome.CUT_BY_FAULT if cut else Outcome.CLIENT_GONE, delivered)
 
     def _direct_writer(self, life: StreamLife, events: StreamRenderer) -> _DirectWriter | None:
-        """The engine-side fast path, for the common stream: one choice, no fault, and chunked HTTP/1.1 not
-        compressed (the compressor sees only what passes through the handler), or a session's messages."""
-        request, generation = life.request, life.generation
+        """The engine-side fast path, for the common stream: one choice, no fault, an output the life offers."""
+        generation = life.generation
         assert generation is not None
         if life.faulted or len(generation.outputs) != 1 or not can_send_now():  # it must never block
             return None
-        output: DirectOutput | None
-        if life.writes_http_chunks:
-            sock = blocking_socket(request)
-            output = None if (sock is None or request.environ.get("SERVER_PROTOCOL") != "HTTP/1.1"
-                              or STREAMING_KEY in request.environ) else ChunkOutput(sock)
-        else:
-            output = life.session_output()
+        output = life.direct_output()
         if output is None:
             return None
         return _DirectWriter(output, events, generation.outputs[0].pieces,

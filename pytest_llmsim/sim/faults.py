@@ -256,20 +256,7 @@ class FaultInjector:
         their ``nth``/``times``/``rate`` counting that route's hits."""
         with self._lock:
             hit = self._route_hits[route] = self._route_hits.get(route, 0) + 1
-            for index, armed in enumerate(self._armed):
-                fault = armed.fault
-                if fault.route != route or (fault.times is not None and armed.matched >= fault.times):
-                    continue
-                if fault.replica is not None and fault.replica != self.replica:
-                    continue
-                if fault.nth is not None and hit != fault.nth:
-                    continue
-                if fault.rate is not None and self._draw(index, hit) >= fault.rate:
-                    continue
-                armed.matched += 1
-                self.injected[fault.kind] = self.injected.get(fault.kind, 0) + 1
-                return fault
-            return None
+            return self._first_by_hit(hit, lambda fault: fault.route == route)
 
     def select_handshake(self, route: str, headers: HeaderLookup, key: str | None) -> Fault | None:
         """The fault a session's upgrade request to ``route`` gets: one of the kinds that act on a handshake,
@@ -280,27 +267,35 @@ class FaultInjector:
             return None
         with self._lock:
             if aimed and aimed.strip() in EFFECTS and EFFECTS[aimed.strip()].handshake_only:
-                kind = aimed.strip()
-                template = next((a.fault for a in self._armed if a.fault.kind == kind), None)
-                chosen = replace(template, times=None, nth=None, rate=None) if template else Fault(kind)
-                self.injected[kind] = self.injected.get(kind, 0) + 1
+                chosen = self._named(aimed.strip())
+                self.injected[chosen.kind] = self.injected.get(chosen.kind, 0) + 1
                 return chosen
             hit = self._route_hits[route] = self._route_hits.get(route, 0) + 1
-            for index, armed in enumerate(self._armed):
-                fault = armed.fault
-                if not fault.effect.handshake_only or fault.header_only:
-                    continue
-                if fault.times is not None and armed.matched >= fault.times:
-                    continue
-                if (fault.route not in (None, route) or fault.key not in (None, key)
-                        or fault.replica not in (None, self.replica) or fault.nth not in (None, hit)):
-                    continue
-                if fault.rate is not None and self._draw(index, hit) >= fault.rate:
-                    continue
-                armed.matched += 1
-                self.injected[fault.kind] = self.injected.get(fault.kind, 0) + 1
-                return fault
-            return None
+            return self._first_by_hit(hit, lambda fault: (fault.effect.handshake_only and not fault.header_only
+                                                          and fault.route in (None, route)
+                                                          and fault.key in (None, key)))
+
+    def _named(self, kind: str) -> Fault:
+        """The fault an ``x-llmsim-fault`` header names: the first armed one of its kind's parameters (else the
+        kind's defaults), without its conditions."""
+        template = next((armed.fault for armed in self._armed if armed.fault.kind == kind), None)
+        return replace(template, times=None, nth=None, rate=None) if template else Fault(kind)
+
+    def _first_by_hit(self, hit: int, aimed: Callable[[Fault], bool]) -> Fault | None:
+        """The first armed fault ``aimed`` takes whose ``times``, ``replica``, ``nth`` and ``rate`` give it hit
+        number ``hit`` (of a route): counted as matched and injected (the lock held)."""
+        for index, armed in enumerate(self._armed):
+            fault = armed.fault
+            if not aimed(fault) or (fault.times is not None and armed.matched >= fault.times):
+                continue
+            if fault.replica not in (None, self.replica) or fault.nth not in (None, hit):
+                continue
+            if fault.rate is not None and self._draw(index, hit) >= fault.rate:
+                continue
+            armed.matched += 1
+            self.injected[fault.kind] = self.injected.get(fault.kind, 0) + 1
+            return fault
+        return None
 
     def _choose(self, n: int, headers: HeaderLookup, model: str | None,
                 prompt_text: Callable[[], str], route: str | None, keys: Callable[[], list[str]]) -> Fault | None:
@@ -310,8 +305,7 @@ class FaultInjector:
             if kind not in EFFECTS:
                 raise SimError(400, f"Unknown fault kind in {FAULT_HEADER}: {kind!r}; accepted: "
                                     f"{', '.join(EFFECTS)}.", param=None, code="unknown_fault")
-            template = next((a.fault for a in self._armed if a.fault.kind == kind), None)
-            return replace(template, times=None, nth=None, rate=None) if template else Fault(kind)
+            return self._named(kind)
         if not self._armed:
             return None
         for index, armed in enumerate(self._armed):
