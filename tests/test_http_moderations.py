@@ -3,10 +3,13 @@ through the engine like every request."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
 import openai
 import pytest
 
-from pytest_llmsim import LLMBackend
+from pytest_llmsim import GENERATION_FAULT_KINDS, LLMBackend
 from pytest_llmsim.api.openai_moderations import CATEGORIES
 
 
@@ -52,3 +55,21 @@ def test_moderation_takes_engine_time_faults_and_the_apis_errors(llm_backend: LL
         client.moderations.create(input=5)  # type: ignore[arg-type]
     assert refused.value.body["param"] == "input"  # type: ignore[index]
     assert llm_backend.metrics.requests_by_status == {200: 1, 429: 1, 400: 1}
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATION_FAULT_KINDS))
+def test_every_fault_kind_answers_in_openais_shape_and_the_server_keeps_serving(llm_backend: LLMBackend,
+                                                                                 kind: str) -> None:
+    params: dict[str, Any] = {"stall": {"seconds": 0.05}, "http_error": {"status": 418}}.get(kind, {})
+    llm_backend.add_fault(kind, times=1, **params)
+    try:
+        response = httpx.post(llm_backend.url_for("/v1/moderations"), json={"input": "hello"}, timeout=30)
+        if response.status_code >= 400:
+            error = response.json()["error"]
+            assert error["message"] and "type" in error
+    except httpx.HTTPError:
+        assert kind in ("drop", "drop_before_headers", "close_session", "bad_encoding")  # bad_encoding: a lie
+    assert not _client(llm_backend).moderations.create(input="hello").results[0].flagged
+    assert llm_backend.wait_idle(timeout=30)
+    assert llm_backend.metrics.faults.get(kind) == 1
+    llm_backend.check()
