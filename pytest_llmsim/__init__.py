@@ -15,6 +15,7 @@ from .sim.faults import FAULT_KINDS, GENERATION_FAULT_KINDS, Fault, FaultError, 
 from .sim.metrics import Distribution, LLMSimLagWarning, MetricsSnapshot  # noqa: E402
 from .sim.request import GenerationRequest  # noqa: E402
 from .sim.request_log import RequestRecord  # noqa: E402
+from .sim.scenario import Phase, ScenarioError, ramp, spike, step, window  # noqa: E402
 from .sim.secrets import key_fingerprint  # noqa: E402
 from .sim.session_log import SessionRecord  # noqa: E402
 
@@ -34,14 +35,20 @@ __all__ = [
     "LLMBackend",
     "LLMSimLagWarning",
     "MetricsSnapshot",
+    "Phase",
     "RemoteBackend",
     "RemoteError",
     "RequestRecord",
     "Rule",
+    "ScenarioError",
     "SessionRecord",
     "SimConfig",
     "ToolCall",
     "__version__",
     "key_fingerprint",
     "load_conversation",
+    "ramp",
+    "spike",
+    "step",
+    "window",
 ]

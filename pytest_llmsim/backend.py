@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -17,6 +17,7 @@ from .sim.config import SimConfig
 from .sim.faults import Fault, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
+from .sim.scenario import Phase
 from .sim.session_log import SessionRecord
 from .sim.simulator import Simulator
 
@@ -244,6 +245,17 @@ class LLMBackend(BackendAssertions):
     def clear_rules(self) -> None:
         """Remove every rule (queued replies stay)."""
         self._operations.clear_rules()
+
+    def scenario(self, *phases: Phase | Mapping[str, Any]) -> tuple[Phase, ...]:
+        """Replace the scenario: latency, faults and rate limits that change on a schedule in simulated seconds
+        counted from now. ``scenario(step(10, ttft=0.5), ramp(20, 30, itl=(0.02, 0.2)), spike(40, 5, factor=10),
+        window(50, 60, fault=Fault("rate_limit")))`` (phases from ``pytest_llmsim``, or their TOML/JSON form as
+        mappings; each aimed by ``model``, ``route``, ``key`` or ``replica``). No phases: no scenario."""
+        return self._operations.set_scenario(phases)
+
+    def scenario_state(self) -> dict[str, Any]:
+        """The scenario's phases, each with ``active``, and its ``elapsed`` simulated seconds (``{}``: none)."""
+        return self._operations.scenario_state()
 
     def check(self) -> None:
         """Raise the first internal error the simulator hit while serving (a bug), if any."""

@@ -13,6 +13,7 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 from .assertions import BackendAssertions
@@ -24,6 +25,7 @@ from .sim.control_json import CONTROL_PREFIX, fault_from_json, record_from_json,
 from .sim.faults import Fault, FaultError, FaultState
 from .sim.metrics import MetricsSnapshot
 from .sim.request_log import RequestRecord
+from .sim.scenario import Phase, phase_from_mapping
 from .sim.session_log import SessionRecord
 
 __all__ = ["RemoteBackend", "RemoteError"]
@@ -217,6 +219,20 @@ class RemoteBackend(BackendAssertions):
     def clear_rules(self) -> None:
         """Remove every rule (queued replies stay)."""
         self._call("DELETE", "rules")
+
+    def scenario(self, *phases: Phase | Mapping[str, Any]) -> tuple[Phase, ...]:
+        """Replace the scenario (see ``LLMBackend.scenario``), its time counted from now."""
+        built = tuple(phase if isinstance(phase, Phase) else phase_from_mapping(phase) for phase in phases)
+        if built:
+            self._call("PUT", "scenario", {"phases": [phase.as_mapping() for phase in built]})
+        else:
+            self._call("DELETE", "scenario")
+        return built
+
+    def scenario_state(self) -> dict[str, Any]:
+        """The scenario's phases, each with ``active``, and its ``elapsed`` simulated seconds (``{}``: none)."""
+        state: dict[str, Any] = self._call("GET", "scenario")
+        return state
 
     def check(self) -> None:
         """Raise the first internal error the remote simulator hit while serving, if any."""

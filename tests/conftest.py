@@ -49,10 +49,12 @@ def _share_the_default_ssl_context() -> None:
 
 _share_the_default_ssl_context()
 
-# Third-party plugins an inner pytest (pytester) would load for nothing: langsmith's (LangChain's) and
-# hypothesis's cost ~3 s of imports per run (4.1 s for an empty test file, 1.2 s without them), and this
-# suite runs dozens of inner sessions. Blocking a plugin that is not installed is harmless.
+# Third-party plugins an inner pytest would load for nothing: langsmith's (LangChain's) and hypothesis's cost
+# ~3 s of imports per run (4.1 s for an empty test file, 1.2 s without them). The pytester runs go further: the
+# others (html, metadata, httpserver, anyio) cost 0.3 s more, and this suite runs dozens of them, so they load no
+# plugin by entry point, only this one and xdist's (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
 INNER_PYTEST_ADDOPTS = "-p no:langsmith_plugin -p no:hypothesispytest"
+PYTESTER_ADDOPTS = "-p pytest_llmsim.plugin -p xdist.plugin"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -72,7 +74,8 @@ def _lean_inner_pytest(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     """Inner pytest runs (in-process or subprocess) skip the slow plugins above."""
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # first: it clears PYTEST_ADDOPTS when it starts
-        monkeypatch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {INNER_PYTEST_ADDOPTS}".strip())
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {PYTESTER_ADDOPTS}".strip())
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 
 @pytest.fixture

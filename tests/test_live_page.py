@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_llmsim import LLMBackend
+from pytest_llmsim import LLMBackend, step, window
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
 
@@ -87,11 +87,14 @@ def test_the_page_shows_the_numbers_the_metrics_have(llm_backend: LLMBackend, br
     from websockets.sync.client import connect
 
     session = connect(llm_backend.url_for("/v1/realtime?model=m").replace("http", "ws", 1))  # one open session
+    llm_backend.scenario(step(0, ttft=0.01), window(1e6, 2e6, rpm=1))  # one phase of two acting now
     snapshot = llm_backend.metrics
     page = Page(browser, llm_backend.url_for("/llmsim/ui"))
     expect(page.page.locator("#connection")).to_have_text("live")
     expect(page.page.locator("#requests-total")).to_have_text(str(snapshot.requests_total))
     expect(page.page.locator("#sessions")).to_have_text("1 / 1")
+    expect(page.page.locator("#scenario")).to_have_text("1 / 2")
+    assert "ttft=0.01" in (page.page.locator("#scenario").get_attribute("title") or "")
     session.close()
     assert snapshot.requests_total == 6
     assert page.text("#errors-total") == "1"

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from conftest import INNER_PYTEST_ADDOPTS
 from pytest_llmsim import LLMBackend, RemoteBackend
 from pytest_llmsim.sim import trace_svg
 from pytest_llmsim.sim.engine import SeqState, SimSequence
@@ -191,8 +192,10 @@ def test_bad_trace_on_value_is_named(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*invalid --llmsim-trace-on 'sometimes': expected one of all, failed*"])
 
 
-def test_timeline_is_attached_to_pytest_html(pytester: pytest.Pytester) -> None:
+def test_timeline_is_attached_to_pytest_html(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("pytest_html")
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")  # pytest-html and pytest-metadata by their entry points
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_PYTEST_ADDOPTS)
     pytester.makepyfile(test_traced=PLUGIN_TESTS)
     result = pytester.runpytest("-p", "no:cacheprovider", "--llmsim-trace=traces", "--html=report.html",
                                 "--self-contained-html")

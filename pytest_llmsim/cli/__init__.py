@@ -36,6 +36,7 @@ from ..sim.config import (
     settings_from_environment,
 )
 from ..sim.faults import Fault, FaultError
+from ..sim.scenario import Phase
 from .calibration_commands import add_calibration_commands, run_calibrate, run_predict
 from .config_file import load_config, load_config_file, load_config_rules
 from .config_watch import ConfigWatcher
@@ -109,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8000, help="Port to listen on, 0 to 65535; 0 picks a "
                                                                 "free one (default: 8000)")
     serve.add_argument("--config", default=None, metavar="FILE",
-                       help="TOML file of settings, [[faults]] and [[rules]]; flags win over it. A .yaml or .yml "
-                            "file is vLLM's and llm-d-inference-sim's format: flags, read as if given first")
+                       help="TOML file of settings, [[faults]], [[rules]] and [[scenario]] phases; flags win over "
+                            "it. A .yaml or .yml file is vLLM's and llm-d-inference-sim's format: flags, read as "
+                            "if given first")
     serve.add_argument("--watch", action="store_true",
                        help="With --config: read the file again whenever it changes, while serving (its settings, "
                             "under the environment and the flags; its faults and rules in place of those before); "
@@ -226,9 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     file_settings: dict[str, Any] = {}
     file_faults: list[tuple[str, dict[str, Any]]] = []
     rules: list[Rule] = []
+    phases: tuple[Phase, ...] = ()
     if args.config is not None and not yaml_config:
         try:
-            file_settings, file_faults, rules = load_config(args.config)
+            file_settings, file_faults, rules, phases = load_config(args.config)
         except (OSError, ValueError) as error:
             parser.error(f"--config {args.config}: {error}")
     file_rules = len(rules)  # the file's come first; the --replay ones are the command line's
@@ -264,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.add_fault(kind, **params)
     for rule in rules:
         backend.add_rule(rule)
+    try:
+        backend.scenario(*phases)
+    except ValueError as error:  # latency phases with the step scheduler
+        parser.error(f"--config {args.config}: {error}")
     replicas: list[tuple[subprocess.Popen[str], str]] = []
     try:
         backend.start()

@@ -1,5 +1,5 @@
-"""``llmsim serve --config FILE``: settings, faults and rules from a TOML file (the suite's conftest reads
-the same files)."""
+"""``llmsim serve --config FILE``: settings, faults, rules and a scenario from a TOML file (the suite's conftest
+reads the same files)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ else:  # pragma: no cover - Python 3.10
 from ..content.replies import Rule
 from ..sim.config import SimConfig
 from ..sim.faults import Fault
+from ..sim.scenario import Phase, phase_from_mapping
 
 __all__ = ["MAX_CONFIG_BYTES", "load_config", "load_config_file", "load_config_rules"]
 
@@ -46,7 +47,10 @@ def load_config_rules(path: str) -> list[Rule]:
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a --config of /dev/zero or a log file is refused, not read without end
 
 
-def load_config(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[Rule]]:
+def load_config(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[Rule],
+                                   tuple[Phase, ...]]:
+    """Settings, faults, rules and the ``[[scenario]]`` tables' phases of a TOML config file (ValueError names what
+    is wrong)."""
     with open(path, "rb") as handle:
         text = handle.read(MAX_CONFIG_BYTES + 1)
     if len(text) > MAX_CONFIG_BYTES:
@@ -64,10 +68,19 @@ def load_config(path: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, An
     faults_data = data.pop("faults", [])
     if not isinstance(faults_data, list) or not all(isinstance(f, dict) and "kind" in f for f in faults_data):
         raise ValueError("'faults' must be an array of tables, each with a 'kind'")
+    scenario_data = data.pop("scenario", [])
     SimConfig().replace(**data)  # validates: ConfigError (a ValueError) names the key
     faults = []
     for fault in faults_data:
         params = {key: value for key, value in fault.items() if key != "kind"}
         Fault.build(fault["kind"], **params)  # FaultError (a ValueError) names the problem
         faults.append((fault["kind"], params))
-    return data, faults, rules
+    if not isinstance(scenario_data, list):
+        raise ValueError("'scenario' must be an array of tables ([[scenario]]), one per phase")
+    phases = []
+    for number, table in enumerate(scenario_data, 1):
+        try:
+            phases.append(phase_from_mapping(table))
+        except ValueError as error:
+            raise ValueError(f"scenario #{number}: {error}") from None
+    return data, faults, rules, tuple(phases)

@@ -3,7 +3,7 @@
 A reload applies the file's settings (under the ``LLMSIM_*`` variables and the command line's flags, which
 still win; a setting taken out of the file goes back to its default) with ``configure``, keeping the backend's
 state (its queue, cache, metrics and log), and puts the
-file's faults and rules in place of the ones before: the file's, the command line's (``--fault``,
+file's faults, rules and scenario in place of the ones before: the file's, the command line's (``--fault``,
 ``--replay``) and any armed over the control API since. A file that does not read, or whose settings do
 not validate, changes nothing and is reported on standard error; the backend serves on as it was.
 """
@@ -55,7 +55,7 @@ class ConfigWatcher:
             return False
         self._seen = stamp
         try:
-            settings, faults, rules = load_config(self.path)
+            settings, faults, rules, phases = load_config(self.path)
             # the settings as a start with this file would give them: one taken out goes back to its default
             wanted, current = SimConfig().replace(**{**settings, **self.pinned}), self.backend.config
             changed = {field.name: getattr(wanted, field.name) for field in dataclasses.fields(wanted)
@@ -71,6 +71,13 @@ class ConfigWatcher:
             self.backend.add_fault(kind, **params)
         for rule in [*rules, *self.extra_rules]:
             self.backend.add_rule(rule)
+        current = self.backend.scenario_state().get("phases", [])
+        if [phase.as_mapping() for phase in phases] != [{k: v for k, v in phase.items() if k != "active"}
+                                                        for phase in current]:
+            try:  # a changed scenario starts again from now; an unchanged one runs on
+                self.backend.scenario(*phases)
+            except ValueError as error:
+                self.say(f"llmsim: --config {self.path}: its scenario was not applied: {error}", sys.stderr)
         self.reloads += 1
         self.say(f"llmsim: --config {self.path} reloaded ({len(settings)} settings, {len(faults)} faults, "
                  f"{len(rules)} rules)", None)

@@ -9,7 +9,7 @@ for the errors it kept); nothing here knows HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..content.replies import Reply, Rule
@@ -17,6 +17,7 @@ from ..sim.config import SimConfig
 from ..sim.faults import Fault, FaultState
 from ..sim.metrics import MetricsSnapshot
 from ..sim.request_log import RequestRecord
+from ..sim.scenario import Phase, phase_from_mapping
 from ..sim.session_log import SessionRecord
 from ..sim.trace_svg import timeline_svg
 
@@ -90,6 +91,19 @@ class BackendOperations:
         """Disarm every fault."""
         self.simulator.faults.clear()
 
+    # --- scenarios ---
+
+    def set_scenario(self, phases: Iterable[Phase | Mapping[str, Any]]) -> tuple[Phase, ...]:
+        """Replace the scenario by ``phases`` (objects, or their JSON/TOML form; none: no scenario), its time
+        counted from now (``ScenarioError`` names a bad phase)."""
+        built = tuple(phase if isinstance(phase, Phase) else phase_from_mapping(phase) for phase in phases)
+        self.simulator.set_scenario(built)
+        return built
+
+    def scenario_state(self) -> dict[str, Any]:
+        """The scenario's phases (each with ``active``) and its ``elapsed`` simulated seconds; ``{}``: none."""
+        return self.simulator.scenario_state()
+
     # --- what the model says ---
 
     def reply_with(self, replies: Iterable[Reply]) -> None:
@@ -142,4 +156,4 @@ class BackendOperations:
 
     def trace_svg(self, label: str, title: str = "") -> str:
         """The trace as an SVG timeline."""
-        return timeline_svg(self.simulator.trace, label, title)
+        return timeline_svg(self.simulator.trace, label, title, self.simulator.scenario_spans())

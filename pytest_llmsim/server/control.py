@@ -12,6 +12,7 @@ or counted as API traffic. With a control token set, every call needs
     GET    /llmsim/v1/faults            the armed faults
     POST   /llmsim/v1/faults            arm one: {"kind": ..., params...}
     DELETE /llmsim/v1/faults            disarm all
+    GET, PUT, DELETE /llmsim/v1/scenario  the scenario; set one ({"phases": [...]}, from now); clear it
     POST   /llmsim/v1/replies           queue scripted replies: {"replies": [...]}
     GET, POST, DELETE /llmsim/v1/rules  the rules; add one (as Rule.from_json); remove all
     GET    /llmsim/v1/metrics           the metrics snapshot
@@ -105,6 +106,9 @@ class ControlAPI:
             ("GET", "faults"): self._get_faults,
             ("POST", "faults"): self._add_fault,
             ("DELETE", "faults"): self._clear_faults,
+            ("GET", "scenario"): self._get_scenario,
+            ("PUT", "scenario"): self._put_scenario,
+            ("DELETE", "scenario"): self._clear_scenario,
             ("POST", "replies"): self._replies,
             ("GET", "rules"): self._get_rules,
             ("POST", "rules"): self._add_rule,
@@ -227,6 +231,20 @@ class ControlAPI:
         if not isinstance(kind, str):
             raise ValueError("a fault needs its 'kind'")
         return _json(dataclasses.asdict(self._operations.add_fault(kind, **body)), 201)
+
+    def _get_scenario(self, request: Request) -> Response:
+        return _json(self._operations.scenario_state())
+
+    def _put_scenario(self, request: Request) -> Response:
+        phases = self._body(request).get("phases")
+        if not isinstance(phases, list):
+            raise ValueError("a scenario is {\"phases\": [...]}: a list of phases")
+        self._operations.set_scenario(phases)
+        return _json(self._operations.scenario_state())
+
+    def _clear_scenario(self, request: Request) -> Response:
+        self._operations.set_scenario(())
+        return _json({})
 
     def _clear_faults(self, request: Request) -> Response:
         self._operations.clear_faults()

@@ -12,6 +12,7 @@ from .ratelimit import KeyLimiters, RateLimiter
 from .request import GenerationRequest, RateLimitStatus
 from .request_limits import charged_tokens, check_capacity, queue_full
 from .runtime import Runtime
+from .scenario import Phase, Scenario, ScenarioError
 from .secrets import accepted_key, presented_credentials
 
 __all__ = ["Admission"]
@@ -22,14 +23,16 @@ class Admission:
 
     def __init__(self, config: SimConfig, runtime: Runtime, replica: int = 1) -> None:
         self.runtime = runtime
-        self.faults = FaultInjector(config.seed, replica)
+        self.faults = FaultInjector(config.seed, replica, runtime.virtual_now)
+        self.scenario: Scenario | None = None
         self._limiter = RateLimiter(config.rpm, config.tpm)
         self._key_limiters = KeyLimiters()
         self._request_numbers = itertools.count(1)
 
     def reset(self, config: SimConfig) -> None:
-        """No faults, fresh limits, numbering from 1 again."""
-        self.faults = FaultInjector(config.seed, self.faults.replica)
+        """No faults, no scenario, fresh limits, numbering from 1 again."""
+        self.faults = FaultInjector(config.seed, self.faults.replica, self.runtime.virtual_now)
+        self.scenario = None
         self._limiter = RateLimiter(config.rpm, config.tpm)
         self._key_limiters = KeyLimiters()
         self._request_numbers = itertools.count(1)
@@ -50,6 +53,20 @@ class Admission:
         return accepted_key([*keys, config.required_api_key] if config.required_api_key else keys, headers,
                             query_string)
 
+    def set_scenario(self, config: SimConfig, phases: tuple[Phase, ...]) -> Scenario | None:
+        """Replace the scenario (its faults with it) by ``phases``, starting now; none: no scenario."""
+        if config.scheduler != "sequence" and any(phase.shapes_latency for phase in phases):
+            raise ScenarioError("latency phases shape the sequence scheduler's ttft, itl and prefill_per_token; "
+                                f"with scheduler {config.scheduler!r} a scenario sets faults and rate limits only")
+        scenario = Scenario(phases, self.runtime.virtual_now()) if phases else None
+        if self.scenario is not None:
+            self.faults.remove_owned(self.scenario)
+        if scenario is not None:
+            for fault, start, end in scenario.faults():
+                self.faults.add(fault, (start, end), owner=scenario)
+        self.scenario = scenario
+        return scenario
+
     def count_request(self) -> int:
         """Number the arriving generation request (1-based), for ``nth`` and ``rate`` faults."""
         return next(self._request_numbers)
@@ -59,9 +76,15 @@ class Admission:
         """The fault that applies to request ``number``, if any (``prompt_text`` is read only when a fault
         matches on the prompt)."""
 
-        def keys() -> list[str]:  # only read when a fault is aimed by key
+        def keys() -> list[str]:  # only read when a fault or phase is aimed by key
             return presented_credentials(headers, query_string)[0]
 
+        scenario = self.scenario
+        if scenario is not None:  # the phases aimed at this request
+            replica = self.faults.replica
+            request.latency_shape = scenario.latency_for(request.model, route, keys, replica)
+            request.scenario_limiters = tuple(scenario.limiters_for(self.runtime.virtual_now(), request.model,
+                                                                    route, keys, replica))
         return self.faults.select(number, headers, request.model, prompt_text, route, keys)
 
     def admit(self, config: SimConfig, request: GenerationRequest, prompts: list[list[int]],
@@ -80,4 +103,7 @@ class Admission:
         if key_limiter is not None:  # the key's own limits: a throttled key does not hold back the others
             rate_limit = key_limiter.admit(runtime.virtual_now(), charged_tokens(request, prompts, budgets),
                                            runtime.to_wall)
+        for limiter in request.scenario_limiters:  # a scenario's window of limits of its own
+            rate_limit = limiter.admit(runtime.virtual_now(), charged_tokens(request, prompts, budgets),
+                                       runtime.to_wall)
         return rate_limit

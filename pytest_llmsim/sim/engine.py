@@ -274,7 +274,7 @@ class Engine:
 
     def _schedule_prefill(self, seq: SimSequence, at: float, uncached: int, resumed: bool) -> None:
         """Plan the admitted ``seq``'s first token: its own prefill time from ``at`` (this mode's)."""
-        delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale)
+        delay = self.latency.prefill_time(uncached, len(self._running), seq.latency_scale, seq.latency_shape, at)
         if resumed:
             assert seq.last_token_at is not None
             seq.step_delay = max(at + delay, self.now) - seq.last_token_at  # the pause shows in the next gap
@@ -327,8 +327,8 @@ class Engine:
                 self._finish(seq, SeqState.FINISHED)
                 return
             delay = latency.constant_step
-            if delay is None:
-                delay = latency.decode_step(len(self._running), seq.latency_scale)
+            if delay is None or seq.latency_shape is not None:
+                delay = latency.decode_step(len(self._running), seq.latency_scale, seq.latency_shape, now)
             else:
                 delay *= seq.latency_scale
             seq.step_delay = delay

@@ -190,6 +190,8 @@ class _Armed:
     fault: Fault
     matched: int = 0
     pattern: Pattern | None = field(default=None)
+    window: tuple[float, float] | None = None  # a scenario's: active from..until, in engine time
+    owner: object = None  # what armed it (a scenario), to take its faults out together
 
 
 @dataclass(frozen=True)
@@ -204,23 +206,39 @@ class FaultState:
 class FaultInjector:
     """The faults added to one backend, and the choice of one per request."""
 
-    def __init__(self, seed: int, replica: int = 1) -> None:
+    def __init__(self, seed: int, replica: int = 1, clock: Callable[[], float] = lambda: 0.0) -> None:
         self._lock = threading.Lock()
+        self._clock = clock  # the engine's time, for faults armed for a span of it (a scenario's)
         self._armed: list[_Armed] = []
         self._route_hits: dict[str, int] = {}
         self.seed = seed
         self.replica = replica  # which replica of a fleet this backend is: faults aimed at another skip it
         self.injected: dict[str, int] = {}
 
-    def add(self, fault: Fault) -> Fault:
+    def add(self, fault: Fault, window: tuple[float, float] | None = None, owner: object = None) -> Fault:
+        """Arm ``fault`` (for ``window``, a span of engine time, if given; ``owner``: what
+        :meth:`remove_owned` takes out with it)."""
         with self._lock:
             pattern = compile_pattern(fault.prompt) if fault.prompt is not None else None
-            self._armed.append(_Armed(fault, pattern=pattern))
+            self._armed.append(_Armed(fault, pattern=pattern, window=window, owner=owner))
         return fault
 
-    def clear(self) -> None:
+    def remove_owned(self, owner: object) -> None:
+        """Take out the faults ``owner`` armed (a scenario replaced or cleared)."""
         with self._lock:
-            self._armed.clear()
+            self._armed = [armed for armed in self._armed if armed.owner is not owner]
+
+    def _out_of_window(self, armed: _Armed) -> bool:
+        window = armed.window
+        if window is None:
+            return False
+        now = self._clock()
+        return not window[0] <= now < window[1]
+
+    def clear(self) -> None:
+        """Disarm the faults added one by one (a scenario's stay with it)."""
+        with self._lock:
+            self._armed = [armed for armed in self._armed if armed.owner is not None]
 
     @property
     def faults(self) -> list[Fault]:
@@ -290,6 +308,8 @@ class FaultInjector:
                 continue
             if fault.replica not in (None, self.replica) or fault.nth not in (None, hit):
                 continue
+            if self._out_of_window(armed):
+                continue
             if fault.rate is not None and self._draw(index, hit) >= fault.rate:
                 continue
             armed.matched += 1
@@ -325,6 +345,8 @@ class FaultInjector:
             if fault.replica is not None and fault.replica != self.replica:
                 continue
             if armed.pattern is not None and not armed.pattern.search(prompt_text()):
+                continue
+            if self._out_of_window(armed):
                 continue
             if fault.rate is not None and self._draw(index, n) >= fault.rate:
                 continue

@@ -26,6 +26,7 @@ import random
 
 from .config import SimConfig
 from .percentiles import Percentiles
+from .scenario import LatencyShape
 
 __all__ = ["LatencyModel"]
 
@@ -53,15 +54,21 @@ class LatencyModel:
         busy = min(running, config.max_batch_size) - 1
         return 1.0 + (config.load_factor - 1.0) * busy / (config.max_batch_size - 1)
 
-    def prefill_time(self, uncached_tokens: int, running: int, scale: float = 1.0) -> float:
-        """Time from admission to the first token."""
+    def prefill_time(self, uncached_tokens: int, running: int, scale: float = 1.0,
+                     shape: LatencyShape | None = None, now: float = 0.0) -> float:
+        """Time from admission (at ``now``) to the first token; ``shape``: a scenario's phases for it."""
         config = self._config
-        base = self._drawn(config.ttft) + self._drawn(config.prefill_per_token) * uncached_tokens
+        ttft, per_token = config.ttft, config.prefill_per_token
+        if shape is not None:
+            ttft, per_token = shape.at("ttft", now, ttft), shape.at("prefill_per_token", now, per_token)
+        base = self._drawn(ttft) + self._drawn(per_token) * uncached_tokens
         return self._jittered(base * self.load_multiplier(running) * scale)
 
-    def decode_step(self, running: int, scale: float = 1.0) -> float:
-        """Time from one token of a sequence to its next."""
-        return self._jittered(self._drawn(self._config.itl) * self.load_multiplier(running) * scale)
+    def decode_step(self, running: int, scale: float = 1.0, shape: LatencyShape | None = None,
+                    now: float = 0.0) -> float:
+        """Time from one token of a sequence (emitted at ``now``) to its next."""
+        itl = self._config.itl if shape is None else shape.at("itl", now, self._config.itl)
+        return self._jittered(self._drawn(itl) * self.load_multiplier(running) * scale)
 
     def _drawn(self, latency: float) -> float:
         """A set latency, or one drawn from its percentiles."""

@@ -203,6 +203,10 @@ class GenerationRequest:
     tool_call_fault: str | None = None
     # a bad_usage fault's factor: the answer's usage reports this many times the tokens it sent
     usage_factor: float = 1.0
+    # a scenario's phases aimed at this request (set with its fault): its latency's shape over time, and the
+    # rate limiters of the phases active when it arrived
+    latency_shape: Any = None
+    scenario_limiters: tuple[Any, ...] = ()
     # parts of the prompt the client asked the server to clear (Anthropic's context editing), and once the
     # prompt is counted: its tokens before them, and what each did
     context_edits: tuple[ContextEdit, ...] = ()

@@ -136,7 +136,8 @@ class SimSequence:
     """One generation: a prompt, how many tokens to emit, and what happened.
 
     ``output_length`` tokens are emitted unless the sequence is cancelled.
-    ``latency_scale`` stretches this sequence's own steps (a slow fault).
+    ``latency_scale`` stretches this sequence's own steps (a slow fault); ``latency_shape`` moves its
+    latency over time (a scenario).
     ``owner`` and ``index`` are the caller's (the runtime keeps its feed in
     ``owner``; the server keeps the choice index in ``index``). ``adapter``
     names the LoRA adapter it runs with (None: the base model).
@@ -148,6 +149,7 @@ class SimSequence:
     index: int = 0
     owner: Any = None
     adapter: str | None = None
+    latency_shape: Any = None  # a scenario's phases aimed at it (.scenario.LatencyShape): its latency over time
     preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
     kv_private: int = 0  # KV blocks held that no other sequence shares
     kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)

@@ -34,6 +34,7 @@ from .request import ChatMessage, GenerationRequest, SimError, invalid
 from .request_limits import check_embedding, check_work, queue_full, token_budgets
 from .request_log import RequestLog, RequestRecord
 from .runtime import Runtime
+from .scenario import Phase
 from .session_log import SessionLog
 from .token_feed import hold
 from .tokens import PlannedOutput, Tokenizer, load_encoding
@@ -215,6 +216,20 @@ class Simulator:
         """Arm a fault (validated; raises ``FaultError`` naming a bad kind or parameter)."""
         return self.faults.add(Fault.build(kind, **params))
 
+    def set_scenario(self, phases: tuple[Phase, ...]) -> None:
+        """Replace the scenario by ``phases`` (none: no scenario), its time counted from now."""
+        self.admission.set_scenario(self.config, phases)
+
+    def scenario_state(self) -> dict[str, Any]:
+        """The scenario's phases, which are active, and the simulated seconds since it started (``{}``: none)."""
+        scenario = self.admission.scenario
+        return {} if scenario is None else scenario.describe(self.runtime.virtual_now())
+
+    def scenario_spans(self) -> list[tuple[str, float, float]]:
+        """The scenario's phases as (name, start, end) in simulated time, for the timeline (none: no scenario)."""
+        scenario = self.admission.scenario
+        return [] if scenario is None else scenario.spans()
+
     def check_credentials(self, headers: HeaderLookup, query_string: str = "") -> str | None:
         """With ``required_api_key`` or ``api_keys`` set: the key the request presents, or a refusal
         (:func:`.secrets.accepted_key`). None when any key will do."""
@@ -283,7 +298,8 @@ class Simulator:
                 outputs.append(output)
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
-                                             index=prompt_index * request.n + choice, adapter=adapter))
+                                             index=prompt_index * request.n + choice, adapter=adapter,
+                                             latency_shape=request.latency_shape))
         load_time = 0.0
         if request.keep_alive is not None:
             load_time = self.residency.acquire(request.model, self.runtime.virtual_now(), config.ollama_load_seconds,

@@ -3,7 +3,8 @@
 Requests are rows of bars coloured by phase (queued, prefill, decode) on a
 simulated-time axis from the first request drawn, in seconds; faults, errors and hang-ups are
 marked (never over a label or past the edge); under them, the batch's
-running and waiting counts as step charts with their own count axis. Plain
+running and waiting counts as step charts with their own count axis; a scenario's phases are shaded bands
+behind the rows, named at the top. Plain
 SVG text: no plotting library to install. At most ``MAX_ROWS`` requests are
 drawn (the newest); the picture says how many were left out.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from html import escape as _html_escape
 
 from .trace import TracedRequest, TraceRecorder, request_title
@@ -37,7 +39,7 @@ CHART = 90  # height of the batch chart
 FONT = 12  # the docs show the picture about 700 px wide: 12 px at 1,000 reads as ~9
 MARK = 10  # a marker's width (a triangle or a cross, at FONT)
 COLOURS = {"queued": "#b8b8b8", "prefill": "#f2a03d", "decode": "#3b7dd8", "running": "#3b7dd8",
-           "waiting": "#9a9a9a", "fault": "#d62728"}
+           "waiting": "#9a9a9a", "fault": "#d62728", "phase": "#fde9c4"}
 
 
 def _ticks(start: float, stop: float, count: int = 6) -> list[float]:
@@ -71,13 +73,16 @@ def _phases(request: TracedRequest, index: int) -> list[tuple[str, float, float]
     return phases
 
 
-def timeline_svg(recorder: TraceRecorder, label: str, title: str = "") -> str:
-    """The picture of ``recorder``'s requests and batch, as SVG text."""
-    return render_svg(*recorder.snapshot(), label=label, title=title)
+def timeline_svg(recorder: TraceRecorder, label: str, title: str = "",
+                 phases: Sequence[tuple[str, float, float]] = ()) -> str:
+    """The picture of ``recorder``'s requests and batch, as SVG text; ``phases``: a scenario's, as (name, start,
+    end) in simulated time (end: infinite for a phase with no end)."""
+    return render_svg(*recorder.snapshot(), label=label, title=title, phases=phases)
 
 
 def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, int]], hit_rates: object,
-               dropped: int, *, label: str, title: str = "") -> str:
+               dropped: int, *, label: str, title: str = "",
+               phases: Sequence[tuple[str, float, float]] = ()) -> str:
     """The picture of a trace's requests and batch samples (see :meth:`TraceRecorder.snapshot`)."""
     left_out = max(0, len(requests) - MAX_ROWS) + dropped
     requests = requests[-MAX_ROWS:]  # in order of arrival
@@ -118,6 +123,15 @@ def render_svg(requests: list[TracedRequest], samples: list[tuple[float, int, in
                    f'<text x="{legend_x + i * 80 + 16}" y="18">{name}</text>')
     out.append(f'<text x="{legend_x + 240}" y="18" fill="{COLOURS["fault"]}">'
                "&#9650; fault/error  &#10005; hang-up</text>")
+    for name, begin, end in phases:  # behind the rows: only the part of each phase the axis shows
+        begin, end = max(begin, start), min(end, stop)
+        if end <= begin:
+            continue
+        out.append(f'<rect class="phase" x="{x(begin):.2f}" y="{top - 4}" width="{max(x(end) - x(begin), 0.5):.2f}" '
+                   f'height="{rows_height + 8}" fill="{COLOURS["phase"]}" fill-opacity="0.6">'
+                   f"<title>{escape(name)}</title></rect>"
+                   f'<text x="{x(begin) + 2:.2f}" y="{top - 6}" font-size="{FONT - 2}" fill="#8a5a00">'
+                   f"{escape(name)}</text>")
     for row, request in enumerate(requests):
         y = top + row * ROW
         colour = COLOURS["fault"] if request.status >= 400 or request.status in (0, 499) else "#222"

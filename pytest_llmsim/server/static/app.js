@@ -170,6 +170,16 @@ function row(tbody, cells) {
   return tr;
 }
 
+/** The scenario's phases: how many act now, of how many, and which (in the tooltip). */
+function showScenario(scenario) {
+  const phases = scenario.phases || [];
+  const active = phases.filter((phase) => phase.active);
+  $("scenario").textContent = phases.length ? `${active.length} / ${phases.length}` : "none";
+  $("scenario").title = phases.length ? `${scenario.elapsed.toFixed(1)} s in: ` + active.map((phase) =>
+    Object.entries(phase).filter(([key]) => key !== "active").map(([key, value]) =>
+      `${key}=${JSON.stringify(value)}`).join(" ")).join("; ") : "";
+}
+
 function showFaults(faults) {
   const tbody = $("faults").tBodies[0];
   tbody.replaceChildren();
@@ -304,6 +314,7 @@ async function refresh() {
       histogramChart($("itl-histogram"), histograms.itl);
       histogramChart($("e2e-histogram"), histograms.e2e);
       showFaults(await control("GET", "faults"));
+      showScenario(await control("GET", "scenario"));
       showRules(await control("GET", "rules"));
       showLog(await control("GET", logQuery()));
       if (!settingsShown) showSettings(await control("GET", "config"));
