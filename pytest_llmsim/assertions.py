@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .sim.metrics import Distribution, MetricsSnapshot
 from .sim.request_log import RequestRecord
+from .verdicts import VERDICT_KINDS, Verdict, assert_behaved, judge
 
 __all__ = ["BackendAssertions"]
 
@@ -106,3 +107,14 @@ class BackendAssertions:
                              key=lambda r: getattr(r, name), reverse=True)
             raise AssertionError(f"expected {detail} ({dist!r})"
                                  + self._listing(slowest[:_SHOWN_REQUESTS], f"slowest requests by {name}"))
+
+    def verdicts(self, backoff_floor: float = 0.1) -> list[Verdict]:
+        """How the client behaved, judged from the request log: a :class:`~pytest_llmsim.verdicts.Verdict` per
+        kind (``ignored_retry_after``, ``retried_without_backoff``, ``retried_non_retryable``,
+        ``accepted_truncated_stream``), each ``ok`` or with the requests involved. ``backoff_floor``: wall
+        seconds a retry must wait at least after the failure's answer."""
+        return judge(self.requests, backoff_floor)
+
+    def assert_client_behaved(self, *kinds: str, backoff_floor: float = 0.1) -> None:
+        """Fail listing each offence of ``kinds`` (all verdicts by default) with the requests involved."""
+        assert_behaved(self.requests, kinds or VERDICT_KINDS, backoff_floor)

@@ -65,13 +65,21 @@ def summary_row(backend: LLMBackend | RemoteBackend) -> dict[str, Any]:
         "faults": " ".join(f"{k}x{v}" for k, v in sorted(m.faults.items())) or "-",
         "ttft_p50": "-" if m.ttft.count == 0 else f"{m.ttft.p50:.4g}s",
         "lag_p99": "-" if m.emit_lag.count == 0 else f"{m.emit_lag.p99 * 1000:.3g}ms",
+        "verdicts": _verdicts(backend) if m.requests_total else "-",
     }
+
+
+def _verdicts(backend: LLMBackend | RemoteBackend) -> str:
+    """The client's verdicts in a cell: ``ok``, or each kind it failed with how often."""
+    failed = [f"{verdict.kind}x{len(verdict.offences)}" for verdict in backend.verdicts() if not verdict.ok]
+    return " ".join(failed) or "ok"
 
 
 class Reporter:
     """Collects summary rows on the controller (from xdist workers too) and prints them."""
 
-    columns = ("backend", "requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50", "lag_p99")
+    columns = ("backend", "requests", "statuses", "tokens", "cache", "cancelled", "faults", "ttft_p50", "lag_p99",
+               "verdicts")
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, dict[str, Any]]] = []

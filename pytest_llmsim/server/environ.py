@@ -7,6 +7,7 @@ Also the environ keys this server adds for its application.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -14,10 +15,13 @@ from urllib.parse import unquote_to_bytes
 
 from werkzeug.http import parse_set_header
 
-__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "connection_environ", "request_environ"]
+__all__ = ["ACCEPTED_AT", "BODY_DEADLINE", "CONNECTION_ID", "connection_environ", "request_environ"]
 
 # time.monotonic() when the request reached the server (the kernel's receive stamp of its first bytes).
 ACCEPTED_AT = "llmsim.accepted_at"
+# The connection a request came on: a number, 1 for the server's first (the request log's ``connection``).
+CONNECTION_ID = "llmsim.connection"
+_connection_numbers = itertools.count(1)
 # The time.monotonic() by which the request's body must have arrived; a body read that ends short
 # after it is a 408, not a 400.
 BODY_DEADLINE = "llmsim.body_deadline"
@@ -62,6 +66,7 @@ def connection_environ(connection: Any, address: tuple[Any, ...], server_address
         "REMOTE_PORT": address[1],
         "SERVER_NAME": server_address[0],
         "SERVER_PORT": str(server_address[1]),
+        CONNECTION_ID: next(_connection_numbers),
     }
 
 

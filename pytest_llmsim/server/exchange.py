@@ -10,6 +10,7 @@ the shape of the route's API.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 from werkzeug.datastructures import Headers
@@ -21,6 +22,7 @@ from ..sim.fault_effects import Filter
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Simulator
 from ..sim.tokens import TokenizeError
+from .environ import ACCEPTED_AT, CONNECTION_ID
 from .request_body import read_json_body
 from .responses import json_response
 from .trusted_headers import TrustedHeaders
@@ -69,8 +71,10 @@ def headers_of(environ: dict[str, Any]) -> Headers:
 def new_record(request: Request) -> RequestRecord:
     """The request's entry in the request log, named by its route template (a client must not be able
     to create a metrics series per URL it makes up)."""
-    record = RequestRecord(method=request.method, path=request.path, headers=headers_of(request.environ),
-                           body=None, route=request.environ.get(ROUTE_KEY, UNKNOWN_ROUTE))
+    environ = request.environ
+    record = RequestRecord(method=request.method, path=request.path, headers=headers_of(environ),
+                           body=None, route=environ.get(ROUTE_KEY, UNKNOWN_ROUTE),
+                           arrived=environ.get(ACCEPTED_AT) or time.monotonic(), connection=environ.get(CONNECTION_ID))
     request.environ[RECORD_KEY] = record  # the server names it with the answer's request id
     return record
 
@@ -99,8 +103,28 @@ def answer_error(simulator: Simulator, request: Request, api: WireAPI, error: Si
     if record is not None:
         record.status = status
         record.error = error.fields()
+        record.retry_after = told_retry_after(headers)
         simulator.finish(record)
     return json_response(body, status, headers)
+
+
+def told_retry_after(headers: dict[str, str] | None) -> float | None:
+    """The wall seconds an error answer's headers tell the client to wait (``retry-after-ms``, else
+    ``Retry-After`` in seconds), for the verdicts on the client; None: not told."""
+    for name, value in (headers or {}).items():
+        if name.lower() == "retry-after-ms":
+            return _seconds(value, 1000.0)
+    for name, value in (headers or {}).items():
+        if name.lower() == "retry-after":
+            return _seconds(value, 1.0)
+    return None
+
+
+def _seconds(text: str, per_second: float) -> float | None:
+    try:
+        return float(text) / per_second
+    except ValueError:
+        return None  # an HTTP date: not one this server sends
 
 
 def untokenizable(error: TokenizeError, param: str | None) -> SimError:

@@ -3,6 +3,7 @@ page's history, and the readings taken from them (a snapshot, Prometheus text)."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from .config import SimConfig
@@ -86,6 +87,7 @@ class Accounting:
                 lags = generation.emit_lags
                 longest = generation.longest_sequence
             record.ended = ending(record, outcome)
+            record.finished = time.monotonic()
             self.metrics.observe(record, gaps, queried, lags, longest)
             self.history.request_ended()
             self.log.append(record)

@@ -56,6 +56,9 @@ class Outcome(Enum):
     CUT_BY_FAULT = "cut_by_fault"  # the server ended it on purpose (a fault)
 
 
+MAX_CUT_ANSWER = 4096  # characters of a cut-short answer kept in its record
+
+
 def ending(record: RequestRecord, outcome: Outcome) -> str:
     """How ``record``'s request ended for its client (see :attr:`RequestRecord.ended`)."""
     if record.status == 0:
@@ -173,6 +176,9 @@ class Generation:
             record.finish_reasons = [self.finish_reason(i) for i in range(len(seqs))]
         else:  # the client saw no ending, whatever the engine got to
             record.finish_reasons = [None] * len(seqs)
+            if delivered and self.request.stream:  # what it was sent, for the verdicts on the client
+                output = self.outputs[0]
+                record.cut_answer = "".join(output.pieces[output.answer_start:delivered])[:MAX_CUT_ANSWER]
         # The client waited for the model to load too: it is in TTFT and e2e (not in queue_time).
         load = self.load_time
         record.load_time = load or None

@@ -54,7 +54,11 @@ class RequestRecord:
     collector to scan), or, when it was larger than
     ``max_log_body_bytes`` (``body_truncated``), the start of its text
     followed by a marker; ``body_bytes`` is its size as received. ``headers`` are werkzeug's
-    case-insensitive ``Headers`` (``record.headers["x-request-id"]``).
+    case-insensitive ``Headers`` (``record.headers["x-request-id"]``). For the verdicts on the client, in wall
+    seconds of the server's monotonic clock: ``arrived`` (the kernel's receive time) and ``finished`` (its answer
+    over); ``connection`` numbers the connection it came on (1 for the server's first); ``retry_after`` the wait
+    an error answer told the client (``retry-after-ms`` or ``Retry-After``); ``cut_answer`` the text a stream that
+    ended short had sent (its first choice's, up to 4,096 characters).
     """
 
     method: str
@@ -88,6 +92,11 @@ class RequestRecord:
     ended: str = ""
     body_bytes: int = 0
     body_truncated: bool = False
+    arrived: float | None = None
+    finished: float | None = None
+    connection: int | None = None
+    retry_after: float | None = None
+    cut_answer: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.headers, Headers):
