@@ -170,19 +170,24 @@ class LLMBackend(BackendAssertions):
         self._operations.reply_with(replies)
 
     def on(self, prompt: str | None = None, *, model: str | None = None, tool: str | None = None,
-           api: str | None = None) -> RuleBuilder:
+           api: str | None = None, turn: int | None = None, tool_result: str | None = None,
+           previous: str | None = None, header: str | None = None) -> RuleBuilder:
         """A rule: requests that match every matcher given get the reply set with ``.reply(...)``.
 
         ``prompt`` is a regular expression searched in the last user message;
         ``model`` the request's model; ``tool`` a function the request offers;
         ``api`` ``chat``, ``completions``, ``responses``, ``messages`` or
-        ``embeddings``. ``backend.on(prompt=r"weather").reply(ToolCall("get_weather", {...}), times=1)``.
+        ``embeddings``; ``turn`` the conversation's turn (1 for the first user message); ``tool_result`` and
+        ``previous`` regular expressions searched in the latest tool result and assistant message; ``header``
+        ``"Name: regex"`` on a request header. ``backend.on(prompt=r"weather").reply(ToolCall("get_weather",
+        {...}), times=1)``.
         Rules are tried in the order added, before queued replies; the
         request log names the rule that answered (``record.rule``).
         ``.reply(fn)`` with one callable answers each matching request with what
         ``fn(request)`` returns (any reply form; None for the backend's own answer).
         """
-        return RuleBuilder(self._operations.add_rule, prompt=prompt, model=model, tool=tool, api=api)
+        return RuleBuilder(self._operations.add_rule, prompt=prompt, model=model, tool=tool, api=api, turn=turn,
+                           tool_result=tool_result, previous=previous, header=header)
 
     def add_rule(self, rule: Rule) -> Rule:
         """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""

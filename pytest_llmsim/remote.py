@@ -157,9 +157,11 @@ class RemoteBackend(BackendAssertions):
         self._call("POST", "replies", {"replies": [reply_to_json(normalize_reply(reply)) for reply in replies]})
 
     def on(self, prompt: str | None = None, *, model: str | None = None, tool: str | None = None,
-           api: str | None = None) -> RuleBuilder:
+           api: str | None = None, turn: int | None = None, tool_result: str | None = None,
+           previous: str | None = None, header: str | None = None) -> RuleBuilder:
         """A rule (see ``LLMBackend.on``); the returned :class:`Rule` is a copy: read ``rules`` for hit counts."""
-        return RuleBuilder(self.add_rule, prompt=prompt, model=model, tool=tool, api=api)
+        return RuleBuilder(self.add_rule, prompt=prompt, model=model, tool=tool, api=api, turn=turn,
+                           tool_result=tool_result, previous=previous, header=header)
 
     def add_rule(self, rule: Rule) -> Rule:
         """Add a rule on the remote backend; returns it as the backend stored it (named). A rule that answers

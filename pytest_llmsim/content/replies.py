@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..sim.patterns import PatternError, compile_pattern, escape_pattern
+from ..sim.patterns import Pattern, PatternError, compile_pattern, escape_pattern
 
 if TYPE_CHECKING:
     from ..sim import GenerationRequest
@@ -131,6 +131,10 @@ def reply_from_json(data: Any) -> Reply:
         raise ValueError(str(error)) from None
 
 
+#: What a rule can match on (its JSON and TOML keys too).
+MATCHERS = ("prompt", "model", "tool", "api", "turn", "tool_result", "previous", "header")
+
+
 @dataclass
 class Rule:
     """Answer requests that match with ``replies`` (in turn, cycling), for ever or ``times`` times.
@@ -140,7 +144,11 @@ class Rule:
     input, for embeddings); ``model`` equals the request's model; ``tool``
     is among the functions the request offers; ``api`` is the wire API
     (``chat``, ``completions``, ``responses``, ``messages``, ``embeddings``,
-    or the full name such as ``openai.chat``). ``hits`` counts the requests
+    or the full name such as ``openai.chat``); ``turn`` is the conversation's
+    turn (its user messages: 1 for the first); ``tool_result`` a regular expression
+    searched in the latest tool result; ``previous`` one searched in the latest
+    assistant message; ``header`` ``"Name: regex"``, searched in that request
+    header's value (``"x-tenant: ^acme$"``). ``hits`` counts the requests
     it answered. Instead of ``replies``, ``answer`` may be a callable that is
     given each matching request and returns its reply (``backend.on(...).reply(fn)``).
     """
@@ -153,6 +161,10 @@ class Rule:
     times: int | None = None
     name: str = ""
     hits: int = 0
+    turn: int | None = None
+    tool_result: str | None = None
+    previous: str | None = None
+    header: str | None = None
     # Instead of replies: called with each matching request (a GenerationRequest: model, messages, tools,
     # the API it came through) in the handler's thread; returns a reply of any form, or None for the
     # backend's own answer. In-process backends only: a function cannot cross the control API.
@@ -170,14 +182,25 @@ class Rule:
         if self.times is not None and (isinstance(self.times, bool) or not isinstance(self.times, int)
                                        or self.times < 1):
             raise TypeError(f"times must be a positive integer or None, not {self.times!r}")
-        for key in ("prompt", "model", "tool", "api"):
+        for key in ("prompt", "model", "tool", "api", "tool_result", "previous", "header"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"rule matcher {key!r} must be a string, not {value!r}")
-        try:  # a client's regex: linear time, never Python's backtracking re (see sim.patterns)
-            self._pattern = compile_pattern(self.prompt) if self.prompt is not None else None
-        except PatternError as error:
-            raise ValueError(f"rule {self.name or self.prompt!r}: prompt {error}") from None
+        if self.turn is not None and (isinstance(self.turn, bool) or not isinstance(self.turn, int) or self.turn < 1):
+            raise TypeError(f"rule matcher 'turn' must be a positive integer, not {self.turn!r}")
+        self._header_name, _, header_pattern = (self.header or ":").partition(":")
+        if self.header is not None and (":" not in self.header or not self._header_name.strip()):
+            raise ValueError(f"rule {self.name!r}: header is 'Name: regex', not {self.header!r}")
+        self._header_name = self._header_name.strip()
+        texts = {"prompt": self.prompt, "tool_result": self.tool_result, "previous": self.previous,
+                 "header": header_pattern.strip() if self.header is not None else None}
+        compiled = []
+        for key, text in texts.items():
+            try:  # a client's regex: linear time, never Python's backtracking re (see sim.patterns)
+                compiled.append(compile_pattern(text) if text is not None else None)
+            except PatternError as error:
+                raise ValueError(f"rule {self.name or self.prompt!r}: {key} {error}") from None
+        self._pattern, self._tool_result, self._previous, self._header = compiled
 
     @property
     def exhausted(self) -> bool:
@@ -192,6 +215,16 @@ class Rule:
             return False
         if self.tool is not None and (request.tool_use is None or request.tool_use.named(self.tool) is None):
             return False
+        if self.turn is not None and sum(m.role == "user" for m in request.messages) != self.turn:
+            return False
+        if self._tool_result is not None and not _latest_matches(request, "tool", self._tool_result):
+            return False
+        if self._previous is not None and not _latest_matches(request, "assistant", self._previous):
+            return False
+        if self._header is not None:
+            value = (request.headers or {}).get(self._header_name)
+            if value is None or self._header.search(value) is None:
+                return False
         return self._pattern is None or self._pattern.search(request.prompt_text()) is not None
 
     def take(self) -> Reply:
@@ -213,7 +246,7 @@ class Rule:
             raise TypeError(f"rule {self.name!r}: its callable returned no reply ({error})") from None
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {key: getattr(self, key) for key in ("name", "prompt", "model", "tool", "api", "times")
+        data: dict[str, Any] = {key: getattr(self, key) for key in ("name", *MATCHERS, "times")
                                 if getattr(self, key) not in (None, "")}
         data["replies"] = [reply_to_json(reply) for reply in self.replies]
         if self.answer is not None:
@@ -227,15 +260,15 @@ class Rule:
         (or the reply's own keys inline: ``text = "..."``); ValueError says what is wrong."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a rule is an object, not {data!r}")
-        known = {"name", "prompt", "model", "tool", "api", "times", "reply", "replies", "hits",
+        known = {"name", *MATCHERS, "times", "reply", "replies", "hits",
                  "text", "json", "tool_call", "tool_calls", "error", "callable"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown rule key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
         inline = {key: data[key] for key in ("text", "json", "tool_call", "tool_calls", "error") if key in data}
+        matchers: dict[str, Any] = {key: data.get(key) for key in MATCHERS}
         if data.get("callable") and not data.get("replies"):  # listed by a backend in another process
-            return cls((), prompt=data.get("prompt"), model=data.get("model"), tool=data.get("tool"),
-                       api=data.get("api"), times=data.get("times"), name=str(data.get("name") or ""),
+            return cls((), **matchers, times=data.get("times"), name=str(data.get("name") or ""),
                        hits=int(data.get("hits") or 0), answer=_CallableElsewhere(str(data["callable"])))
         if "replies" in data:
             raw = data["replies"]
@@ -248,11 +281,16 @@ class Rule:
         else:
             raise ValueError("a rule needs a reply: 'reply', 'replies', or one of text/json/tool_call(s)/error")
         try:
-            return cls(tuple(reply_from_json(item) for item in raw), prompt=data.get("prompt"),
-                       model=data.get("model"), tool=data.get("tool"), api=data.get("api"),
-                       times=data.get("times"), name=str(data.get("name") or ""))
+            return cls(tuple(reply_from_json(item) for item in raw), **matchers, times=data.get("times"),
+                       name=str(data.get("name") or ""))
         except TypeError as error:
             raise ValueError(str(error)) from None
+
+
+def _latest_matches(request: GenerationRequest, role: str, pattern: Pattern) -> bool:
+    """Whether the conversation's latest ``role`` message (a tool result, the assistant's) matches ``pattern``."""
+    latest = next((message for message in reversed(request.messages) if message.role == role), None)
+    return latest is not None and pattern.search(latest.content) is not None
 
 
 def _callable_name(function: Callable[..., Any]) -> str:
@@ -276,20 +314,16 @@ class _CallableElsewhere:
 class RuleBuilder:
     """``backend.on(prompt=..., ...)``: say what to answer with :meth:`reply`."""
 
-    def __init__(self, add: Callable[[Rule], Rule], prompt: str | None = None, model: str | None = None,
-                 tool: str | None = None, api: str | None = None) -> None:
+    def __init__(self, add: Callable[[Rule], Rule], **matchers: Any) -> None:
         self._add = add
-        self._matchers = (prompt, model, tool, api)
+        self._matchers = {key: value for key, value in matchers.items() if value is not None}
 
     def reply(self, *replies: Any, times: int | None = None, name: str = "") -> Rule:
         """Answer matching requests with ``replies`` (in turn), for ever or ``times`` times; or, given one
         callable, with what it returns for each request (see :attr:`Rule.answer`)."""
-        prompt, model, tool, api = self._matchers
         if len(replies) == 1 and callable(replies[0]):
-            return self._add(Rule((), prompt=prompt, model=model, tool=tool, api=api, times=times, name=name,
-                                  answer=replies[0]))
-        return self._add(Rule(tuple(replies), prompt=prompt, model=model, tool=tool, api=api, times=times,
-                              name=name))
+            return self._add(Rule((), **self._matchers, times=times, name=name, answer=replies[0]))
+        return self._add(Rule(tuple(replies), **self._matchers, times=times, name=name))
 
 
 class ScriptFull(ValueError):

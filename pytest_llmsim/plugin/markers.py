@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from ..content.replies import Reply, Rule, normalize_reply
+from ..content.replies import MATCHERS, Reply, Rule, normalize_reply
 from ..sim.config import SETTING_NAMES, ConfigError, SimConfig
 from ..sim.faults import Fault, FaultError
 
@@ -39,7 +39,8 @@ MARKERS = {
     "llm_fault": "llm_fault(kind, **params): arm a fault on the llm_backend (repeatable; closest first), "
                  "e.g. llm_fault('rate_limit', times=2, retry_after=0.1)",
     "llm_realtime": "llm_realtime: run this test's llm_backend at speed 1 whatever --llmsim-speed says",
-    "llm_reply": "llm_reply(*replies, prompt=, model=, tool=, api=, times=): scripted replies (text, dict, "
+    "llm_reply": "llm_reply(*replies, prompt=, model=, tool=, api=, turn=, tool_result=, previous=, header=, "
+                 "times=): scripted replies (text, dict, "
                  "ToolCall, ErrorReply); with a matcher or times, a rule, else queued in order (repeatable)",
 }
 
@@ -86,7 +87,7 @@ def faults_from_markers(item: pytest.Item) -> list[tuple[str, dict[str, Any]]]:
     return faults
 
 
-_RULE_KEYS = ("prompt", "model", "tool", "api", "times")
+_RULE_KEYS = (*MATCHERS, "times")
 
 
 def replies_from_markers(item: pytest.Item) -> list[Rule | tuple[Any, ...]]:
@@ -115,7 +116,7 @@ def arm(backend: Armable, faults: list[tuple[str, dict[str, Any]]],
         backend.add_fault(kind, **params)
     for item in scripted:
         if isinstance(item, Rule):
-            backend.add_rule(Rule(item.replies, item.prompt, item.model, item.tool, item.api, item.times))
+            backend.add_rule(Rule(item.replies, **{key: getattr(item, key) for key in MATCHERS}, times=item.times))
         else:
             backend.reply_with(*item)
 

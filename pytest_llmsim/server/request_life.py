@@ -130,6 +130,7 @@ class GenerationLife:
             record.model = match.params.get("model", record.model)  # an API with the model in its URL
             parsed = api.parse(body, request_target(request.environ, match.params))
             parsed.credential = credential
+            parsed.headers = record.headers
             if not self.admit(parsed, number, query, request.environ.get(ACCEPTED_AT)):
                 return dropped(simulator, request, record)
         except SimError as error:

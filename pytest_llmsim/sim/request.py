@@ -207,6 +207,8 @@ class GenerationRequest:
     # rate limiters of the phases active when it arrived
     latency_shape: Any = None
     scenario_limiters: tuple[Any, ...] = ()
+    # the request's headers (case-insensitive), for rules that match on one; None where it had none (a batch's)
+    headers: Any = None
     # parts of the prompt the client asked the server to clear (Anthropic's context editing), and once the
     # prompt is counted: its tokens before them, and what each did
     context_edits: tuple[ContextEdit, ...] = ()
