@@ -338,7 +338,7 @@ def test_report_summary(pytester: pytest.Pytester, helpers: None) -> None:
             pass
 
         def test_retried_at_once(llm_backend):
-            llm_backend.add_fault("server_error", times=1)
+            llm_backend.add_fault("context_length", times=1)  # retried: named whatever the timing
             ask(llm_backend)
             ask(llm_backend)
     """)
@@ -346,7 +346,7 @@ def test_report_summary(pytester: pytest.Pytester, helpers: None) -> None:
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*llmsim backend summary*", "test*requests*statuses*tokens*cache*verdicts",
                                  "*test_served*2*200x1 400x1*8+3*0%*0*-* ok",
-                                 "*test_retried_at_once*2*200x1 500x1*retried_without_backoffx1"])
+                                 "*test_retried_at_once*2*200x1 400x1*retried_non_retryablex1"])
 
 
 def test_factory_backends_are_independent(pytester: pytest.Pytester, helpers: None) -> None:
