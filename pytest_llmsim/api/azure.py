@@ -9,6 +9,8 @@ Routes::
     GET  /openai/models?api-version=V
     POST /openai/v1/chat/completions | responses | embeddings; GET /openai/v1/models   the v1 surface
 
+(``/openai/v1/chat/completions`` is declared with Groq's, which shares it: :mod:`.chat_providers`.)
+
 The bodies are OpenAI's (the adapters are OpenAI's); a deployment is a
 served model name (a body without ``model`` gets the deployment's). A
 missing or unknown ``api-version`` answers as Azure does: 404
@@ -180,7 +182,6 @@ ROUTES = (
     ApiRoute("/openai/deployments/{deployment}/completions", AZURE_COMPLETIONS),
     ApiRoute("/openai/deployments/{deployment}/embeddings", AZURE_EMBEDDINGS),
     ApiRoute("/openai/responses", AZURE_RESPONSES),
-    ApiRoute("/openai/v1/chat/completions", AZURE_V1_CHAT),
     ApiRoute("/openai/v1/responses", AZURE_V1_RESPONSES),
     ApiRoute("/openai/v1/embeddings", AZURE_V1_EMBEDDINGS),
     ApiRoute("/openai/models", AZURE_CHAT, ("GET",), list_models),

@@ -178,6 +178,12 @@ class WireAPI:
         """A new id in the API's format for :attr:`request_id_header` ("" for an API without one)."""
         return ""
 
+    def speaker(self, request: GenerationRequest) -> WireAPI:
+        """The API that answers ``request`` (as parsed by this one): itself, unless several APIs share its path
+        and the body says which it speaks (Mistral's and DeepSeek's on ``/v1/chat/completions``); the server
+        renders the answer, its errors and headers with that one and logs the request under its name."""
+        return self
+
     def answer_headers(self) -> dict[str, str]:
         """Headers the API puts on every answer besides its rate limits (none by default)."""
         return {}

@@ -11,11 +11,11 @@ from . import (
     anthropic_messages,
     azure,
     bedrock,
+    chat_providers,
     cohere_v2,
     gemini_live,
     gemini_routes,
     ollama_routes,
-    openai_chat,
     openai_completions,
     openai_embeddings,
     openai_models,
@@ -33,7 +33,7 @@ from .routing import ApiRoute
 __all__ = ["API_ROUTES", "DEFAULT_API"]
 
 API_ROUTES: tuple[ApiRoute, ...] = (
-    *openai_chat.ROUTES, *openai_completions.ROUTES, *anthropic_messages.ROUTES, *openai_responses.ROUTES,
+    *chat_providers.ROUTES, *openai_completions.ROUTES, *anthropic_messages.ROUTES, *openai_responses.ROUTES,
     *openai_responses_socket.ROUTES, *openai_realtime.ROUTES, *openai_embeddings.ROUTES, *openai_moderations.ROUTES,
     *gemini_routes.ROUTES, *gemini_live.ROUTES,
     *vertex.ROUTES, *bedrock.ROUTES, *azure.ROUTES, *ollama_routes.ROUTES, *cohere_v2.ROUTES, *rerank.ROUTES,

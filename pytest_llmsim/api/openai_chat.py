@@ -27,7 +27,6 @@ from .openai_common import (
     envelope,
     generation_usage,
 )
-from .routing import ApiRoute
 from .tool_fields import openai_output_format, openai_tool_use
 from .tools_text import tools_text
 from .validation import expect_object
@@ -35,7 +34,7 @@ from .validation import expect_object
 if TYPE_CHECKING:
     from ..sim.generation import Generation
 
-__all__ = ["OPENAI_CHAT", "ROUTES", "OpenAIChat", "parse_chat"]
+__all__ = ["CHAT_FIELDS", "OPENAI_CHAT", "ChatStream", "OpenAIChat", "call_id", "parse_chat", "tool_calls"]
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -104,8 +103,9 @@ CHAT_FIELDS = FieldPolicy.of(
              "moderation": "moderation of the input and output is not simulated"})
 
 
-def parse_chat(body: Any) -> GenerationRequest:
-    """Validate a ``POST /v1/chat/completions`` body."""
+def parse_chat(body: Any, fields: FieldPolicy = CHAT_FIELDS) -> GenerationRequest:
+    """Validate a ``POST /v1/chat/completions`` body (``fields``: what the serving provider does with each field;
+    an OpenAI-compatible provider's own, :mod:`.compatible_chat`)."""
     body = expect_object(body)
     if "messages" not in body:
         raise invalid("Missing required parameter: 'messages'.", "messages", "missing_required_parameter")
@@ -121,7 +121,7 @@ def parse_chat(body: Any) -> GenerationRequest:
     common = common_fields(body, "chat")
     tools = body.get("tools")
     return GenerationRequest(kind="chat", messages=parsed_messages, tools_text=tools_text(tools),
-                             tool_use=tool_use, output_format=output_format, ignored_fields=CHAT_FIELDS.check(body),
+                             tool_use=tool_use, output_format=output_format, ignored_fields=fields.check(body),
                              run_to_limit=body.get("ignore_eos") is True, reasoning=_reasoning_effort(body), **common)
 
 
@@ -154,7 +154,7 @@ def tool_calls(output: PlannedOutput) -> list[dict[str, Any]]:
             for call in output.calls]
 
 
-class _ChatStream(OpenAIStream):
+class ChatStream(OpenAIStream):
     def opening(self, index: int) -> bytes:
         """The role event every choice starts with (no content yet when the answer calls tools)."""
         content = None if self._generation.outputs[index].calls else ""
@@ -206,10 +206,10 @@ class OpenAIChat(OpenAIContentFilter, OpenAIErrors):
         body["service_tier"] = "default"
         return body
 
-    def stream(self, generation: Generation, response_id: str) -> _ChatStream:
-        return _ChatStream(generation, response_id, "chat.completion.chunk", _choice)
+    def stream(self, generation: Generation, response_id: str) -> ChatStream:
+        return ChatStream(generation, response_id, "chat.completion.chunk", _choice)
 
 
 OPENAI_CHAT = OpenAIChat()
 
-ROUTES = (ApiRoute("/v1/chat/completions", OPENAI_CHAT),)
+# Its route, /v1/chat/completions, is shared with the OpenAI-compatible providers: see .chat_providers.

@@ -129,6 +129,8 @@ class GenerationLife:
                 record.model = body["model"]
             record.model = match.params.get("model", record.model)  # an API with the model in its URL
             parsed = api.parse(body, request_target(request.environ, match.params))
+            api = self.api = api.speaker(parsed)  # a shared path's provider answers from here on
+            record.api = api.name
             parsed.credential = credential
             parsed.headers = record.headers
             if not self.admit(parsed, number, query, request.environ.get(ACCEPTED_AT)):
