@@ -1,10 +1,11 @@
-"""AWS Bedrock Runtime: Converse, ConverseStream, InvokeModel (Anthropic bodies), their streams, CountTokens.
+"""AWS Bedrock Runtime: Converse, ConverseStream, InvokeModel (Anthropic's and other families' bodies), CountTokens.
 
 Routes::
 
     POST /model/{modelId}/converse                          BEDROCK_CONVERSE ("bedrock.converse")
     POST /model/{modelId}/converse-stream                   the same, as an event stream
-    POST /model/{modelId}/invoke                            BEDROCK_INVOKE ("bedrock.invoke"): Anthropic's body
+    POST /model/{modelId}/invoke                            BEDROCK_INVOKE ("bedrock.invoke"): Anthropic's body,
+                                                            or Titan's, Llama's, Mistral's, Cohere's by model id
     POST /model/{modelId}/invoke-with-response-stream       the same, each Anthropic event a ``chunk``
     POST /model/{modelId}/count-tokens                      BEDROCK_COUNTER ("bedrock.count_tokens")
 
@@ -30,6 +31,7 @@ from . import aws_eventstream
 from .anthropic_messages import ANTHROPIC_MESSAGES, MessagesStream, parse_messages, usage
 from .base import NO_TARGET, RequestTarget, WireAPI, request_uuid
 from .bedrock_fields import parse_converse
+from .bedrock_invoke import INVOKE_FAMILIES, FamilyInvoke, family_of, latency_ms
 from .routing import ApiRoute, counting_route
 from .validation import expect_object
 
@@ -107,13 +109,6 @@ def converse_usage(generation: Generation) -> dict[str, Any]:
     return body
 
 
-def _latency_ms(generation: Generation) -> int:
-    """Simulated milliseconds from arrival to the last token (what ``metrics.latencyMs`` reports)."""
-    seq = generation.sequences[0]
-    end = seq.finished_at if seq.finished_at is not None else seq.last_token_at
-    return 0 if end is None or math.isnan(seq.arrival) else max(0, round((end - seq.arrival) * 1000))
-
-
 def _stop_reason(generation: Generation) -> str:
     output = generation.outputs[0]
     if output.finish_reason in STOP_REASONS:
@@ -153,7 +148,7 @@ class BedrockConverse(BedrockErrors):
                    else [{"text": generation.texts()[0]}])
         return {"output": {"message": {"role": "assistant", "content": content}},
                 "stopReason": _stop_reason(generation), "usage": converse_usage(generation),
-                "metrics": {"latencyMs": _latency_ms(generation)}}
+                "metrics": {"latencyMs": latency_ms(generation)}}
 
     def stream(self, generation: Generation, response_id: str) -> ConverseStream:
         return ConverseStream(generation)
@@ -198,7 +193,7 @@ class ConverseStream:
 
     def closing(self) -> bytes:
         return aws_eventstream.event("metadata", {"usage": converse_usage(self._generation),
-                                                  "metrics": {"latencyMs": _latency_ms(self._generation)}})
+                                                  "metrics": {"latencyMs": latency_ms(self._generation)}})
 
     def error(self, error: SimError) -> bytes:
         return _stream_exception(error)
@@ -223,18 +218,31 @@ def _invoke_body(body: Any, model: str) -> dict[str, Any]:
 
 
 class BedrockInvoke(BedrockErrors):
-    """``/model/{modelId}/invoke`` and ``/invoke-with-response-stream`` with Anthropic's Messages body."""
+    """``/model/{modelId}/invoke`` and ``/invoke-with-response-stream``: Anthropic's Messages body, or the body of
+    the model id's family (:mod:`.bedrock_invoke`: Titan, Llama, Mistral, Cohere), which then answers it."""
 
     name = "bedrock.invoke"
     id_prefix = "msg_bdrk_"
 
     def __init__(self, streamed: bool) -> None:
         self.streamed = streamed
+        self._families = {family.name: FamilyInvoke(family, streamed, self, _stream_exception)
+                          for family in INVOKE_FAMILIES}
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
-        parsed = parse_messages(_invoke_body(body, target.params.get("model", "")))
+        model = target.params.get("model", "")
+        family = family_of(model)
+        if family is not None:
+            parsed = self._families[family.name].parse(body, target)
+            parsed.wire["family"] = family.name
+            return parsed
+        parsed = parse_messages(_invoke_body(body, model))
         parsed.stream = self.streamed  # the route says; a body's "stream" is not Bedrock's
         return parsed
+
+    def speaker(self, request: GenerationRequest) -> WireAPI:
+        family = request.wire.get("family") if request.wire else None
+        return self._families[family] if family is not None else self
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         return ANTHROPIC_MESSAGES.response_body(generation, response_id)
