@@ -30,6 +30,7 @@ from ..sim.fault_effects import (
     ErrorEvent,
     Fail,
     Filter,
+    Garble,
     Malformed,
     RequestChange,
     Slow,
@@ -282,6 +283,12 @@ class GenerationLife:
         action = self.plan.at_cut if self.plan is not None else None
         if isinstance(action, Malformed):
             out.append(events.malformed())
+            return False
+        if isinstance(action, Garble):  # the events due go out garbled, and the stream goes on
+            if action.mode == "repeat" and out:
+                out.append(out[-1])
+            elif action.mode == "reorder" and len(out) >= 2:
+                out[-2], out[-1] = out[-1], out[-2]
             return False
         if isinstance(action, ErrorEvent):
             out.append(events.error(action.error))

@@ -12,9 +12,28 @@ from dataclasses import dataclass
 
 from .request import GenerationRequest, SimError
 
-__all__ = ["ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BreakToolCalls", "Close",
-           "Drop", "Empty", "ErrorEvent", "Fail", "Filter", "Malformed", "Misreport", "RequestChange",
-           "SessionLimit", "Slow", "Stall", "Truncate"]
+__all__ = [
+    "ENCODING_CUT",
+    "ENCODING_LIE",
+    "TOOL_CALL_BREAKS",
+    "Action",
+    "BadEncoding",
+    "BreakToolCalls",
+    "Close",
+    "Drop",
+    "Empty",
+    "ErrorEvent",
+    "Fail",
+    "Filter",
+    "Garble",
+    "Malformed",
+    "Misreport",
+    "RequestChange",
+    "SessionLimit",
+    "Slow",
+    "Stall",
+    "Truncate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +76,15 @@ class ErrorEvent:
 class Truncate:
     """A stream: its clean ending now, with no finish reason and no usage (the API's ``[DONE]`` where it has
     one), as a proxy that loses the tail of an answer leaves it: nothing tells the client it was cut."""
+
+
+@dataclass(frozen=True, slots=True)
+class Garble:
+    """A stream: the events due at the cut go out garbled, and the stream goes on to its end as if nothing had
+    happened: ``repeat`` sends the last token event twice, ``reorder`` swaps the last two (a proxy's retry or a
+    reordering queue between the model and the client)."""
+
+    mode: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,5 +160,5 @@ class SessionLimit:
     seconds: float
 
 
-Action = (Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Slow | Filter | BadEncoding
+Action = (Fail | Drop | Stall | Empty | Malformed | ErrorEvent | Truncate | Garble | Slow | Filter | BadEncoding
           | BreakToolCalls | Misreport | Close | SessionLimit)

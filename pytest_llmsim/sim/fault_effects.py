@@ -41,6 +41,7 @@ from .fault_actions import (
     ErrorEvent,
     Fail,
     Filter,
+    Garble,
     Malformed,
     Misreport,
     RequestChange,
@@ -53,7 +54,7 @@ from .request import SimError
 
 __all__ = ["EFFECTS", "ENCODING_CUT", "ENCODING_LIE", "TOOL_CALL_BREAKS", "Action", "BadEncoding", "BaseEffect",
            "BreakToolCalls", "Close", "Drop", "Empty", "ErrorEvent", "Fail", "FaultEffect", "FaultParams", "Filter",
-           "Malformed", "Misreport", "RequestChange", "SessionLimit", "Slow", "Stall", "Truncate"]
+           "Garble", "Malformed", "Misreport", "RequestChange", "SessionLimit", "Slow", "Stall", "Truncate"]
 
 
 class FaultParams(Protocol):
@@ -103,7 +104,7 @@ class FaultEffect(Protocol):
     def cut_at(self, fault: FaultParams) -> int | None:
         """A stream: after how many token events ``at_cut`` acts (None: never)."""
 
-    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | Close | None:
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | Garble | Close | None:
         """A stream, at the cut (or at its end, when it had fewer tokens)."""
 
     def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | Close | None:
@@ -133,7 +134,7 @@ class BaseEffect:
     def cut_at(self, fault: FaultParams) -> int | None:
         return None
 
-    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | Close | None:
+    def at_cut(self, fault: FaultParams) -> Malformed | ErrorEvent | Stall | Drop | Truncate | Garble | Close | None:
         return None
 
     def at_end(self, fault: FaultParams) -> Fail | Drop | Empty | Malformed | Close | None:
@@ -228,6 +229,17 @@ class TruncateEffect(_CutAfterTokens):
 
     def at_cut(self, fault: FaultParams) -> Truncate:
         return Truncate()
+
+
+class GarbleEffect(_CutAfterTokens):
+    """A stream: after ``after_tokens`` token events the last one is sent again (``repeat``) or the last two
+    swap places (``reorder``), and the stream goes on to its end; a non-streamed answer is not touched."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def at_cut(self, fault: FaultParams) -> Garble:
+        return Garble(self.mode)
 
 
 class DropBeforeHeadersEffect(BaseEffect):
@@ -420,6 +432,8 @@ EFFECTS: dict[str, FaultEffect] = {
     "error_event": ErrorEventEffect(),
     "drop": DropEffect(),
     "truncate": TruncateEffect(),
+    "repeat_event": GarbleEffect("repeat"),
+    "reorder_events": GarbleEffect("reorder"),
     "drop_before_headers": DropBeforeHeadersEffect(),
     "empty": EmptyEffect(),
     "malformed": MalformedEffect(),

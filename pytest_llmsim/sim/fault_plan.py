@@ -16,6 +16,7 @@ from .fault_actions import (
     ErrorEvent,
     Fail,
     Filter,
+    Garble,
     Malformed,
     RequestChange,
     Slow,
@@ -36,7 +37,7 @@ class FaultPlan:
     on_request: Fail | Drop | Slow | Filter | BadEncoding | RequestChange | None
     before_headers: Stall | Empty | None
     cut_at: int | None
-    at_cut: Malformed | ErrorEvent | Stall | Drop | Truncate | Close | None
+    at_cut: Malformed | ErrorEvent | Stall | Drop | Truncate | Garble | Close | None
     at_end: Fail | Drop | Empty | Malformed | Close | None
 
     @classmethod
