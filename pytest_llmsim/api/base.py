@@ -74,6 +74,7 @@ class RequestTarget:
 
     params: Mapping[str, str] = field(default_factory=dict)
     query: Mapping[str, str] = field(default_factory=dict)
+    origin: str = ""  # scheme://host[:port] as the client addressed the server, for an API that asks (links_here)
 
 
 #: The target of a request to a route without parameters and without a query.
@@ -149,6 +150,8 @@ class WireAPI:
     request_id_header: str | None = None
     #: Whether a request may ask for ``background`` answers (the Responses API): :meth:`pending_body`.
     answers_in_background: bool = False
+    #: Whether its answers link back to this server (an image's URL): its parse is given the request's origin.
+    links_here: bool = False
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
         """Validate a JSON body (and what the URL says, ``target``) into the shared request model

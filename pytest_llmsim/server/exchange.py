@@ -17,7 +17,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.wrappers import Request, Response
 
 from ..api.base import WireAPI
-from ..sim import SimError
+from ..sim import SimError, fast_json
 from ..sim.fault_effects import Filter
 from ..sim.request_log import RequestRecord
 from ..sim.simulator import Simulator
@@ -89,6 +89,11 @@ def read_json(request: Request, simulator: Simulator) -> tuple[Any, bytes]:
 def read_logged_json(request: Request, simulator: Simulator, record: RequestRecord) -> Any:
     """:func:`read_json`, the body kept in ``record`` (within ``max_log_body_bytes``)."""
     body, data = read_json(request, simulator)
+    if isinstance(body, dict) and request.environ.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
+        # a form is logged as its fields and, for each file, its name and size
+        record.keep_body(body, fast_json.dumps({key: value if isinstance(value, (str, list)) else repr(value)
+                                                for key, value in body.items()}), simulator.config.max_log_body_bytes)
+        return body
     record.keep_body(body, data, simulator.config.max_log_body_bytes)
     return body
 

@@ -129,7 +129,7 @@ class GenerationLife:
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
             record.model = match.params.get("model", record.model)  # an API with the model in its URL
-            parsed = api.parse(body, request_target(request.environ, match.params))
+            parsed = api.parse(body, request_target(request.environ, match.params, api.links_here))
             api = self.api = api.speaker(parsed)  # a shared path's provider answers from here on
             record.api = api.name
             parsed.credential = credential

@@ -181,10 +181,14 @@ class RouteTable:
             yield route
 
 
-def request_target(environ: dict[str, Any], params: Mapping[str, str]) -> RequestTarget:
-    """What an adapter's ``parse`` reads besides the body: the path parameters and the query."""
+def request_target(environ: dict[str, Any], params: Mapping[str, str], with_origin: bool = False) -> RequestTarget:
+    """What an adapter's ``parse`` reads besides the body: the path parameters and the query (and, when
+    ``with_origin``, ``scheme://host`` as the client addressed the server)."""
     query_string = environ.get("QUERY_STRING")
-    if not query_string and not params:
+    if not query_string and not params and not with_origin:
         return NO_TARGET  # the usual request: nothing to read from the URL, nothing to build
     query = dict(urllib.parse.parse_qsl(query_string, keep_blank_values=True)) if query_string else {}
-    return RequestTarget(params, query)
+    if not with_origin:
+        return RequestTarget(params, query)
+    host = environ.get("HTTP_HOST") or f"{environ.get('SERVER_NAME', '127.0.0.1')}:{environ.get('SERVER_PORT', '')}"
+    return RequestTarget(params, query, f"{environ.get('wsgi.url_scheme', 'http')}://{host}")
