@@ -18,12 +18,15 @@ from .sim.request_log import RequestRecord  # noqa: E402
 from .sim.scenario import Phase, ScenarioError, ramp, spike, step, window  # noqa: E402
 from .sim.secrets import key_fingerprint  # noqa: E402
 from .sim.session_log import SessionRecord  # noqa: E402
+from .verdicts import FAILOVER_KINDS, VERDICT_KINDS, Verdict, assert_failed_over, judge_failover  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FAILOVER_KINDS",
     "FAULT_KINDS",
     "GENERATION_FAULT_KINDS",
+    "VERDICT_KINDS",
     "BackendPool",
     "ConfigError",
     "Distribution",
@@ -44,7 +47,10 @@ __all__ = [
     "SessionRecord",
     "SimConfig",
     "ToolCall",
+    "Verdict",
     "__version__",
+    "assert_failed_over",
+    "judge_failover",
     "key_fingerprint",
     "load_conversation",
     "ramp",

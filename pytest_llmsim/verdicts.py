@@ -11,7 +11,19 @@ attempt, so it can say what the client did wrong:
   413, 422);
 - ``accepted_truncated_stream``: a conversation continued from a stream that ended short (cut by a fault, with
   text sent): a later request's conversation is the cut one's followed by an assistant turn whose text is what the
-  cut stream had sent, as if the answer had been whole.
+  cut stream had sent, as if the answer had been whole;
+- ``exceeded_told_rate_limit``: a request sent by the same client before the limit reset that a successful
+  answer's rate-limit headers said was used up (``x-ratelimit-remaining-requests: 0`` or no tokens left).
+
+Over several backends (a primary and its fallbacks, :func:`judge_failover`):
+
+- ``failed_over_too_early``: a call that moved to another backend after fewer failed attempts on the one it
+  started on than the gateway's policy retries first (``retries``, the gateway's own setting: 0 never judges);
+- ``never_failed_over``: a call whose every attempt went to one backend and failed (a retryable failure) while
+  another backend was there to take it.
+
+A connection the client kept using after the backend closed it cannot be judged here: the server never reads
+from a closed connection, so the attempt never reaches a log (the client sees a connection error).
 
 Attempts of one call are requests to the same route with the same body; where the client numbers its retries
 (``x-stainless-retry-count``, sent by the OpenAI and Anthropic SDKs) a request numbered 0 is a new call, not a
@@ -23,18 +35,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .sim.request_log import RequestRecord
 from .sim.secrets import presented_credentials
 
-__all__ = ["NON_RETRYABLE_STATUSES", "VERDICT_KINDS", "Verdict", "assert_behaved", "judge"]
+__all__ = ["FAILOVER_KINDS", "NON_RETRYABLE_STATUSES", "VERDICT_KINDS", "Verdict", "assert_behaved",
+           "assert_failed_over", "judge", "judge_failover"]
 
 #: Every verdict, in the order they are given.
 VERDICT_KINDS = ("ignored_retry_after", "retried_without_backoff", "retried_non_retryable",
-                 "accepted_truncated_stream")
+                 "accepted_truncated_stream", "exceeded_told_rate_limit")
+#: The verdicts over several backends (:func:`judge_failover`).
+FAILOVER_KINDS = ("failed_over_too_early", "never_failed_over")
 #: Answers a retry cannot change: the request itself is wrong.
 NON_RETRYABLE_STATUSES = frozenset({400, 401, 403, 404, 413, 422})
 RETRY_HEADER = "x-stainless-retry-count"
@@ -64,7 +79,8 @@ def judge(records: Sequence[RequestRecord], backoff_floor: float = 0.1) -> list[
     for kind, finder in (("ignored_retry_after", _ignored_retry_after),
                          ("retried_without_backoff", lambda rs: _fast_retries(rs, backoff_floor)),
                          ("retried_non_retryable", _non_retryable_retries),
-                         ("accepted_truncated_stream", _accepted_truncations)):
+                         ("accepted_truncated_stream", _accepted_truncations),
+                         ("exceeded_told_rate_limit", _exceeded_told_limits)):
         found = list(finder(timed))
         involved = [record for pair, _ in found for record in pair]
         out.append(Verdict(kind, not found, involved, [line for _, line in found]))
@@ -79,6 +95,58 @@ def assert_behaved(records: Sequence[RequestRecord], kinds: Iterable[str] = VERD
     if unknown:
         raise ValueError(f"unknown verdict {unknown[0]!r}; known: {', '.join(VERDICT_KINDS)}")
     failed = [verdict for verdict in judge(records, backoff_floor) if verdict.kind in kinds and not verdict.ok]
+    if failed:
+        raise AssertionError("the client misbehaved:\n" + "\n".join(str(verdict) for verdict in failed))
+
+
+def judge_failover(logs: Mapping[str, Any], retries: int = 0) -> list[Verdict]:
+    """A :class:`~pytest_llmsim.verdicts.Verdict` per kind of ``FAILOVER_KINDS`` over several backends: name ->
+    the backend (an ``LLMBackend`` or ``RemoteBackend``) or its request log.
+
+    Attempts of one call are requests whose conversation ends in the same turn (the question a gateway forwards,
+    whichever API it speaks to each backend), in arrival order; a call ends at its first success. ``retries``:
+    how many times the gateway is set to retry a backend before it fails over (0: ``failed_over_too_early`` is
+    never judged)."""
+    logs = {name: getattr(log, "requests", log) for name, log in logs.items()}  # a backend, or its log
+    attempts = sorted(((name, record) for name, log in logs.items() for record in log if record.arrived is not None),
+                      key=lambda pair: pair[1].arrived or 0.0)
+    calls: dict[str, list[tuple[str, RequestRecord]]] = {}
+    early: list[tuple[tuple[RequestRecord, RequestRecord], str]] = []
+    never: list[tuple[tuple[RequestRecord, RequestRecord], str]] = []
+
+    def close(call: list[tuple[str, RequestRecord]]) -> None:
+        first_backend = call[0][0]
+        moved = next((i for i, (name, _) in enumerate(call) if name != first_backend), None)
+        if moved is not None and retries and moved < retries + 1:
+            earlier, later = call[moved - 1][1], call[moved][1]
+            early.append(((earlier, later), f"{later.summary()} on {call[moved][0]} after {moved} failed attempt(s) "
+                                            f"on {first_backend} (the policy retries {retries} time(s) first)"))
+        last = call[-1][1]
+        if moved is None and len(logs) > 1 and not last.ok and last.status not in NON_RETRYABLE_STATUSES:
+            others = ", ".join(name for name in logs if name != first_backend)
+            never.append(((call[0][1], last), f"{len(call)} attempt(s), all on {first_backend}, the last "
+                                              f"{last.summary()}: never tried {others}"))
+
+    for name, record in attempts:
+        key = _question(record)
+        call = calls.setdefault(key, [])
+        call.append((name, record))
+        if record.ok:
+            close(calls.pop(key))
+    for call in calls.values():
+        close(call)
+    return [Verdict(kind, not found, [r for pair, _ in found for r in pair], [line for _, line in found])
+            for kind, found in (("failed_over_too_early", early), ("never_failed_over", never))]
+
+
+def assert_failed_over(logs: Mapping[str, Any], retries: int = 0,
+                       kinds: Iterable[str] = FAILOVER_KINDS) -> None:
+    """Raise AssertionError listing each failover offence of ``kinds`` over ``logs`` (name -> a backend's log)."""
+    kinds = tuple(kinds)
+    unknown = sorted(set(kinds) - set(FAILOVER_KINDS))
+    if unknown:
+        raise ValueError(f"unknown verdict {unknown[0]!r}; known: {', '.join(FAILOVER_KINDS)}")
+    failed = [verdict for verdict in judge_failover(logs, retries) if verdict.kind in kinds and not verdict.ok]
     if failed:
         raise AssertionError("the client misbehaved:\n" + "\n".join(str(verdict) for verdict in failed))
 
@@ -104,6 +172,18 @@ def _ignored_retry_after(records: list[RequestRecord]) -> Found:
             until = record.finished + record.retry_after
             if earlier is None or until > earlier[1]:
                 told[client] = (record, until)
+
+
+def _exceeded_told_limits(records: list[RequestRecord]) -> Found:
+    told: dict[str, tuple[RequestRecord, float]] = {}  # client -> the answer that said none left, and until when
+    for record in records:
+        client = _client(record)
+        earlier = told.get(client)
+        if earlier is not None and record.arrived is not None and record.arrived < earlier[1]:
+            yield (earlier[0], record), _line(earlier[0], record, f"its rate-limit headers said none left for "
+                                                                  f"{earlier[0].limit_reset:g} s")
+        if record.limit_reset is not None and record.finished is not None:
+            told[client] = (record, record.finished + record.limit_reset)
 
 
 def _fast_retries(records: list[RequestRecord], floor: float) -> Found:
@@ -175,6 +255,14 @@ def _conversation(record: RequestRecord) -> list[Any]:
         if isinstance(turns, list):
             return turns
     return []
+
+
+def _question(record: RequestRecord) -> str:
+    """What a call asks, whichever API carried it: its conversation's last turn's text (else its body)."""
+    turns = _conversation(record)
+    if turns:
+        return "turn:" + _text(turns[-1])
+    return f"body:{_fingerprint(record)}"
 
 
 def _role(turn: Any) -> Any:

@@ -182,7 +182,11 @@ class GenerationLife:
         generation, api, record = self.generation, self.api, self.record
         assert generation is not None
         record.status = 200
-        limits = {} if generation.rate_limit is None else api.rate_limit_headers(generation.rate_limit)
+        status = generation.rate_limit
+        limits = {} if status is None else api.rate_limit_headers(status)
+        if limits and status is not None and ((status.rpm is not None and status.requests_remaining <= 0)
+                                              or (status.tpm is not None and status.tokens_remaining <= 0)):
+            record.limit_reset = status.reset  # told: nothing left until then (for the verdicts on the client)
         extra = api.answer_headers()  # headers an API puts on every answer (a request id)
         if extra:
             limits = {**limits, **extra}

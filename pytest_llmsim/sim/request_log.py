@@ -57,8 +57,9 @@ class RequestRecord:
     case-insensitive ``Headers`` (``record.headers["x-request-id"]``). For the verdicts on the client, in wall
     seconds of the server's monotonic clock: ``arrived`` (the kernel's receive time) and ``finished`` (its answer
     over); ``connection`` numbers the connection it came on (1 for the server's first); ``retry_after`` the wait
-    an error answer told the client (``retry-after-ms`` or ``Retry-After``); ``cut_answer`` the text a stream that
-    ended short had sent (its first choice's, up to 4,096 characters).
+    an error answer told the client (``retry-after-ms`` or ``Retry-After``); ``limit_reset`` the seconds until its
+    limit resets, when a successful answer's rate-limit headers told the client it had no requests or tokens left;
+    ``cut_answer`` the text a stream that ended short had sent (its first choice's, up to 4,096 characters).
     """
 
     method: str
@@ -96,6 +97,7 @@ class RequestRecord:
     finished: float | None = None
     connection: int | None = None
     retry_after: float | None = None
+    limit_reset: float | None = None
     cut_answer: str | None = None
 
     def __post_init__(self) -> None:
