@@ -31,7 +31,8 @@ SERVER_SEES_OF_API = {"pytest_llmsim.api", "pytest_llmsim.api.base", "pytest_llm
 TOP = {"__init__", "plugin", "backend", "remote", "cli", "isolation", "pool", "assertions", "gc_pacing",
        "verdicts",  # the handles' verdicts on the client, read from their request logs (as assertions are)
        "calibration", "sdk_environment",  # the handles' env(): the SDKs' variables, beside the handles
-       "gevent_serve"}  # `llmsim serve --io gevent`: the command line, run after gevent's patching
+       "gevent_serve",  # `llmsim serve --io gevent`: the command line, run after gevent's patching
+       "recording"}  # `llmsim record` and `llmsim replay`: a proxy to a real provider and its cassettes' replay
 # Modules still on top that belong in a room. This set may only shrink: a module added on top fails the test.
 NOT_YET_IN_A_ROOM: set[str] = set()
 

@@ -40,6 +40,7 @@ from ..sim.scenario import Phase
 from .calibration_commands import add_calibration_commands, run_calibrate, run_predict
 from .config_file import load_config, load_config_file, load_config_rules
 from .config_watch import ConfigWatcher
+from .recording_commands import add_recording_commands, run_record, run_replay
 from .replicas import heal, say, start_replicas, stop_replicas
 from .vllm_arguments import (
     add_vllm_arguments,
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 f"{also}environment: {environment_name(name)})")
     add_vllm_arguments(serve)
     add_calibration_commands(commands)
+    add_recording_commands(commands)
     return parser
 
 
@@ -209,6 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_calibrate(args, parser)
     if args.command == "predict":
         return run_predict(args, parser)
+    if args.command == "record":
+        return run_record(args, parser)
+    if args.command == "replay":
+        return run_replay(args, parser)
     if args.io in IO_REQUIREMENTS and not gevent_patched():
         _exec_under_gevent(argv, parser, args.io)
     yaml_config = args.config is not None and is_yaml_config(args.config)

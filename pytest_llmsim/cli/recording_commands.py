@@ -1,0 +1,71 @@
+"""``llmsim record`` and ``llmsim replay``: record a real provider through a proxy, replay the cassette."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..recording.cassette import Cassette, read_cassette
+from ..recording.proxy import RecordingProxy, serve_in_thread
+from ..recording.replay import ReplayApp
+
+__all__ = ["add_recording_commands", "run_record", "run_replay"]
+
+
+def add_recording_commands(commands: Any) -> None:
+    """Add the ``record`` and ``replay`` subcommands."""
+    record = commands.add_parser(
+        "record", help="Record a real provider: a proxy that passes requests through and writes a cassette",
+        description="Listens on loopback and forwards every request to --upstream unchanged (the one address "
+                    "this package contacts besides loopback), writing each exchange, chunk by chunk with its "
+                    "arrival time, to a cassette with credentials replaced by fingerprints.")
+    record.add_argument("--upstream", required=True, help="The provider's base URL, e.g. https://api.openai.com")
+    record.add_argument("--out", required=True, help="A directory for the cassette (created if missing)")
+    record.add_argument("--cassette", default="cassette.jsonl", help="The cassette's file name in --out")
+    record.add_argument("--host", default="127.0.0.1")
+    record.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    replay = commands.add_parser("replay", help="Answer from a cassette, byte for byte at its recorded times")
+    replay.add_argument("cassette", help="A cassette written by llmsim record")
+    replay.add_argument("--mode", choices=("exact",), default="exact",
+                        help="exact: the recorded bytes and timing (the only mode yet)")
+    replay.add_argument("--speed", type=float, default=1.0, help="Divide every recorded time by this")
+    replay.add_argument("--host", default="127.0.0.1")
+    replay.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+
+
+def _wait(server: Any, url: str, what: str) -> int:
+    print(f"llmsim {what} on {url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    return 0
+
+
+def run_record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if not args.upstream.startswith(("http://", "https://")):
+        parser.error("--upstream is an http:// or https:// URL")
+    cassette = Cassette(Path(args.out) / args.cassette, args.upstream)
+    proxy = RecordingProxy(args.upstream, cassette)
+    server, url = serve_in_thread(proxy, args.host, args.port)
+    print(f"recording {args.upstream} into {cassette.path}", file=sys.stderr)
+    try:
+        return _wait(server, url, "record")
+    finally:
+        proxy.close()
+
+
+def run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.speed <= 0:
+        parser.error("--speed must be positive")
+    try:
+        exchanges = list(read_cassette(args.cassette))
+    except (OSError, ValueError) as error:
+        parser.error(f"{args.cassette}: {error}")
+    server, url = serve_in_thread(ReplayApp(exchanges, args.speed), args.host, args.port)
+    return _wait(server, url, "replay")

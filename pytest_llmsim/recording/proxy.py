@@ -1,0 +1,91 @@
+"""``llmsim record``: a proxy in front of a real provider that passes every request through unchanged and writes
+each exchange, chunk by chunk with its arrival time, to a cassette (:mod:`.cassette`).
+
+The one place this package talks to anything but loopback: the ``upstream`` the user names, and nothing else.
+Answers are passed on as they arrive (a stream stays a stream: each read from the upstream is written to the
+client at once and recorded with its time). The upstream is asked for uncompressed answers, so what is recorded
+is what the client reads. WebSocket sessions are not recorded yet: an upgrade is answered 501.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import httpx
+from werkzeug.wrappers import Request, Response
+
+from ..server.listener import ConnectionServer
+from .cassette import Cassette, Chunk, Exchange
+
+__all__ = ["RecordingProxy", "Served", "serve_in_thread"]
+
+# Headers a proxy does not pass on: hop-by-hop, and the ones it sets itself
+_REQUEST_DROPPED = frozenset({"host", "content-length", "connection", "keep-alive", "accept-encoding",
+                              "proxy-connection", "te", "upgrade", "transfer-encoding"})
+_RESPONSE_DROPPED = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"})
+
+
+class RecordingProxy:
+    """A WSGI app that forwards to ``upstream`` and appends each exchange to ``cassette``."""
+
+    def __init__(self, upstream: str, cassette: Cassette, timeout: float = 600.0) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.cassette = cassette
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            response = Response(b'{"error": {"message": "llmsim record does not record WebSocket sessions yet."}}',
+                                status=501, content_type="application/json")
+            return response(environ, start_response)
+        body = request.get_data()
+        headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _REQUEST_DROPPED]
+        query = environ.get("QUERY_STRING", "")
+        url = self.upstream + request.path + (f"?{query}" if query else "")
+        sent = time.monotonic()
+        upstream = self._client.send(self._client.build_request(
+            request.method, url, headers=[*headers, ("Accept-Encoding", "identity")], content=body), stream=True)
+        answer_headers = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in _RESPONSE_DROPPED]
+        start_response(f"{upstream.status_code} {upstream.reason_phrase}", answer_headers)
+        return self._relay(upstream, sent, request.method, request.path, query, list(request.headers.items()), body,
+                           answer_headers)
+
+    def _relay(self, upstream: httpx.Response, sent: float, method: str, path: str, query: str,
+               headers: list[tuple[str, str]], body: bytes, answer_headers: list[tuple[str, str]]) -> Iterator[bytes]:
+        chunks: list[Chunk] = []
+        try:
+            for data in upstream.iter_raw():
+                chunks.append(Chunk(time.monotonic() - sent, data))
+                yield data
+        finally:  # written even when the client left mid-answer: what the upstream sent until then
+            upstream.close()
+            self.cassette.append(Exchange.recorded(method, path, query, headers, body, upstream.status_code,
+                                                   answer_headers, chunks, time.monotonic() - sent))
+
+
+class Served:
+    """A WSGI app served on its own thread by the package's server: its ``url``; ``shutdown()`` stops it."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = ConnectionServer(host, port, app, request_timeout=lambda: 600.0)
+        self.url = f"http://{host}:{self._server.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="llmsim-recording", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> tuple[Served, str]:
+    """Serve ``app`` (WSGI) with the package's own server, a thread per connection: the server and its URL."""
+    served = Served(app, host, port)
+    return served, served.url

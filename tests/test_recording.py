@@ -1,0 +1,160 @@
+"""Recording a provider through ``llmsim record``'s proxy and replaying the cassette exactly (issue 59, first part):
+a backend stands in for the real provider; the official SDKs go through the recorder unchanged, and get the same
+answers, chunk for chunk, from the replay; credentials in every place an API takes them never reach the cassette."""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_llmsim import LLMBackend
+from pytest_llmsim.recording.cassette import Cassette, read_cassette
+from pytest_llmsim.recording.proxy import RecordingProxy, serve_in_thread
+from pytest_llmsim.recording.replay import ReplayApp, plan
+
+ASK = [{"role": "user", "content": "Name three colours."}]
+
+
+@pytest.fixture
+def recorder(llm_backend: LLMBackend, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A recording proxy in front of the backend: its URL and its cassette's path."""
+    path = tmp_path / "cassettes" / "cassette.jsonl"
+    proxy = RecordingProxy(llm_backend.root_url, Cassette(path, llm_backend.root_url))
+    server, url = serve_in_thread(proxy)
+    yield url, path
+    server.shutdown()
+    proxy.close()
+
+
+def ask_all(root: str) -> list[Any]:
+    """The same calls through the OpenAI and Anthropic SDKs, whole and streamed: what each client read."""
+    chat = openai.OpenAI(base_url=root + "/v1", api_key="sk-recorded-secret-0001", max_retries=0)
+    whole = chat.chat.completions.create(model="gpt-4o", messages=ASK, max_tokens=12)  # type: ignore[arg-type]
+    streamed = [chunk.choices[0].delta.content for chunk in chat.chat.completions.create(
+        model="gpt-4o", messages=ASK, max_tokens=12, stream=True) if chunk.choices]  # type: ignore[arg-type]
+    claude = anthropic.Anthropic(base_url=root, api_key="sk-ant-recorded-secret-0002", max_retries=0)
+    with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=12, messages=ASK) as stream:  # type: ignore
+        text = "".join(stream.text_stream)
+    chat.close()
+    claude.close()
+    return [whole.id, whole.choices[0].message.content, whole.usage, streamed, text]
+
+
+def test_a_recording_replays_the_same_answers_chunk_for_chunk(llm_backend: LLMBackend,
+                                                              recorder: tuple[str, Path]) -> None:
+    url, path = recorder
+    llm_backend.configure(itl=0.01)
+    original = ask_all(url)
+    exchanges = list(read_cassette(path))
+    assert [(e.method, e.path, e.status) for e in exchanges] == [
+        ("POST", "/v1/chat/completions", 200), ("POST", "/v1/chat/completions", 200), ("POST", "/v1/messages", 200)]
+    streamed = exchanges[1]
+    assert len(streamed.chunks) > 3 and streamed.chunks[-1].data.endswith(b"data: [DONE]\n\n")
+    assert [c.at for c in streamed.chunks] == sorted(c.at for c in streamed.chunks)
+    assert dict(streamed.response_headers)["content-type"].startswith("text/event-stream")
+    llm_backend.reset()  # the provider is gone: the replay answers alone
+    app = ReplayApp(exchanges, speed=100.0)
+    server, replay_url = serve_in_thread(app)
+    try:
+        assert ask_all(replay_url) == original  # ids, text, usage, every streamed piece
+    finally:
+        server.shutdown()
+    assert app.unmatched == []
+    assert llm_backend.requests == []
+    # each chunk is planned at its recorded time, scaled by speed
+    assert [at for at, _ in plan(streamed, speed=2.0)] == [c.at / 2.0 for c in streamed.chunks]
+    assert b"".join(data for _, data in plan(streamed)) == streamed.answer
+
+
+def test_an_unrecorded_request_is_named(llm_backend: LLMBackend, recorder: tuple[str, Path]) -> None:
+    url, path = recorder
+    httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": ASK})
+    server, replay_url = serve_in_thread(ReplayApp(list(read_cassette(path))))
+    try:
+        missed = httpx.post(replay_url + "/v1/chat/completions", json={"model": "m", "messages": [
+            {"role": "user", "content": "something never asked"}]})
+        again = httpx.post(replay_url + "/v1/chat/completions", json={"model": "m", "messages": ASK},
+                           headers={"Authorization": "Bearer another-key"})  # keys do not take part in matching
+    finally:
+        server.shutdown()
+    assert missed.status_code == 404 and missed.json()["error"]["type"] == "llmsim_unmatched"
+    assert "something never asked" in missed.json()["error"]["request"]
+    assert again.status_code == 200
+
+
+KEY = st.text(alphabet=string.ascii_letters + string.digits, min_size=24, max_size=40)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=KEY)
+def test_no_credential_reaches_a_cassette(llm_backend: LLMBackend, tmp_path: Path, key: str) -> None:
+    """A key in every place an API takes one: headers, query, a WebSocket subprotocol, AWS's signature and token,
+    cookies and body members; the cassette holds fingerprints only."""
+    path = tmp_path / f"{key[:8]}.jsonl"
+    proxy = RecordingProxy(llm_backend.root_url, Cassette(path, llm_backend.root_url))
+    server, url = serve_in_thread(proxy)
+    body = {"model": "m", "messages": ASK, "max_tokens": 2, "api_key": key, "metadata": {"apiKey": key}}
+    places: list[dict[str, Any]] = [
+        {"headers": {"Authorization": f"Bearer {key}"}},
+        {"headers": {"x-api-key": key, "anthropic-version": "2023-06-01"}},
+        {"headers": {"api-key": key}},
+        {"headers": {"x-goog-api-key": key}},
+        {"headers": {"Cookie": f"session={key}"}},
+        {"headers": {"Proxy-Authorization": f"Basic {key}"}},
+        {"headers": {"Authorization": f"AWS4-HMAC-SHA256 Credential=AKID{key[:8]}/20261206/us-east-1/bedrock/"
+                                      f"aws4_request, SignedHeaders=host, Signature={key}",
+                     "X-Amz-Security-Token": key}},
+        {"headers": {"Sec-WebSocket-Protocol": f"realtime, openai-insecure-api-key.{key}"}},
+        {"params": {"key": key}},
+        {"params": {"X-Amz-Credential": key, "X-Amz-Signature": key, "X-Amz-Security-Token": key}},
+        {"params": {"api-key": key, "api-version": "2024-10-21"}},
+    ]
+    try:
+        with httpx.Client(base_url=url) as client:
+            for place in places:
+                client.post("/v1/chat/completions", json=body, **place)
+    finally:
+        server.shutdown()
+        proxy.close()
+    text = path.read_text()
+    assert key not in text and key[4:-4] not in text
+    assert len(list(read_cassette(path))) == len(places)
+    assert all("redacted:" in json.dumps(line) for line in text.splitlines()[1:])
+
+
+def test_the_record_and_replay_commands(llm_backend: LLMBackend, tmp_path: Path) -> None:
+    """``llmsim record`` prints where it listens, writes the cassette; ``llmsim replay`` answers from it."""
+    import subprocess
+    import sys
+
+    def started(*argv: str) -> tuple[subprocess.Popen[str], str]:
+        process = subprocess.Popen([sys.executable, "-m", "pytest_llmsim.cli", *argv], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True)
+        assert process.stdout is not None
+        return process, process.stdout.readline().split(" on ")[-1].strip()
+
+    recorder, url = started("record", "--upstream", llm_backend.root_url, "--out", str(tmp_path))
+    try:
+        first = httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": ASK, "max_tokens": 3})
+    finally:
+        recorder.terminate()
+        recorder.wait(timeout=30)
+        recorder.stdout.close()  # type: ignore[union-attr]
+    replayer, replay_url = started("replay", str(tmp_path / "cassette.jsonl"), "--speed", "10")
+    try:
+        again = httpx.post(replay_url + "/v1/chat/completions", json={"model": "m", "messages": ASK, "max_tokens": 3})
+    finally:
+        replayer.terminate()
+        replayer.wait(timeout=30)
+        replayer.stdout.close()  # type: ignore[union-attr]
+    assert again.json() == first.json()
