@@ -39,6 +39,7 @@ __all__ = ["PROVIDER_HEADER", "ChatByProvider", "ProviderChat", "ProviderStream"
 PROVIDER_HEADER = "x-llmsim-provider"
 _PROVIDER_ENVIRON = "HTTP_" + PROVIDER_HEADER.upper().replace("-", "_")
 _SPOKEN_BY = "llmsim_provider"  # a SimError's detail: the provider whose parse refused the request
+MODELS_REMEMBERED = 1024  # model names whose provider a shared path remembers (a test's few, a fuzzer's many)
 
 #: Where a reasoning model's thinking goes: a message (and delta) field of that name, ``<think>`` tags at the
 #: start of the content, or nowhere (it only takes its time, as on OpenAI's chat).
@@ -250,6 +251,8 @@ class ChatByProvider(WireAPI):
         self._providers = tuple(providers)
         self._by_name = {api.name: api for api in providers}
         self._marks = tuple((mark, api) for api in providers for mark in api.marks)
+        self._any_mark = frozenset(mark for mark, _ in self._marks)
+        self._by_model: dict[str, WireAPI] = {}  # model name -> whose it is (bounded: MODELS_REMEMBERED)
         self.name = default.name
         self.id_prefix = default.id_prefix
         self.request_id_header = default.request_id_header
@@ -260,13 +263,18 @@ class ChatByProvider(WireAPI):
             return self._default
         model = body.get("model")
         if type(model) is str:
-            lowered = model.lower()
-            for api in self._providers:
-                if api.claims(lowered):
+            known = self._by_model.get(model)
+            if known is None:
+                lowered = model.lower()
+                known = next((api for api in self._providers if api.claims(lowered)), self._default)
+                if len(self._by_model) < MODELS_REMEMBERED:
+                    self._by_model[model] = known
+            if known is not self._default:
+                return known
+        if not self._any_mark.isdisjoint(body):  # most bodies carry none of the providers' own fields
+            for mark, api in self._marks:
+                if mark in body:
                     return api
-        for mark, api in self._marks:
-            if mark in body:
-                return api
         return self._default
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
