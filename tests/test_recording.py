@@ -158,3 +158,45 @@ def test_the_record_and_replay_commands(llm_backend: LLMBackend, tmp_path: Path)
         replayer.wait(timeout=30)
         replayer.stdout.close()  # type: ignore[union-attr]
     assert again.json() == first.json()
+
+
+INNER = """
+    import openai
+
+    def test_ask(llm_cassette):
+        client = openai.OpenAI(base_url=llm_cassette.base_url, api_key="sk-inner-secret-9999", max_retries=0)
+        answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "%s"}],
+                                                max_tokens=4)
+        print("ANSWER", answer.id, answer.choices[0].message.content, llm_cassette.recorded)
+"""
+
+
+def test_llm_cassette_records_on_miss_then_plays_offline(pytester: pytest.Pytester, llm_backend: LLMBackend,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-recording's modes: new_episodes records from the upstream, none plays with nothing contacted and
+    fails a test on a request it never recorded, and CI=true refuses a recording mode."""
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makepyfile(test_inner=INNER % "hi")
+    upstream = ("--llmsim-upstream", llm_backend.root_url)
+    recorded = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--llmsim-record=new_episodes",
+                                             *upstream)
+    recorded.assert_outcomes(passed=1)
+    recorded.stdout.fnmatch_lines(["*--llmsim-record=new_episodes: requests not in a test's cassette go to*",
+                                   "*ANSWER chatcmpl-* 1"])
+    cassette = pytester.path / "cassettes" / "test_inner" / "test_ask.jsonl"
+    assert "sk-inner-secret-9999" not in cassette.read_text() and len(list(read_cassette(cassette))) == 1
+    assert len(llm_backend.requests) == 1
+    played = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")  # none: the default
+    played.assert_outcomes(passed=1)
+    answer = next(line[line.index("ANSWER"):] for line in recorded.outlines if "ANSWER" in line)
+    played.stdout.fnmatch_lines(["*" + answer[:-1] + "0"])  # the same answer, nothing recorded
+    assert len(llm_backend.requests) == 1  # the upstream was not contacted
+    pytester.makepyfile(test_inner=INNER % "something else")
+    missed = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    missed.assert_outcomes(failed=1, errors=1)  # the client saw a 404; the teardown names the request
+    missed.stdout.fnmatch_lines(["*1 request(s) not in*test_ask.jsonl*", "*something else*"])
+    monkeypatch.setenv("CI", "true")
+    refused = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-record=new_episodes", *upstream)
+    refused.assert_outcomes(errors=1)
+    refused.stdout.fnmatch_lines(["*would contact*CI=true*--llmsim-record-in-ci*"])
+    assert len(llm_backend.requests) == 1

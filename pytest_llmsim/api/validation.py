@@ -68,10 +68,10 @@ def json_depth_exceeds(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
         return False
     brackets = outside_strings(data).translate(_AS_PARENS, _NOT_BRACKETS)
     for _ in range(limit):
-        brackets = brackets.replace(b"()", b"")
         if not brackets:
             return False
-    return True
+        brackets = brackets.replace(b"()", b"")
+    return bool(brackets)  # (at limit 0, any bracket outside a string is too deep; one inside a string is not)
 
 
 def outside_strings(data: bytes) -> bytes:

@@ -27,6 +27,7 @@ from ..pool import BackendPool
 from ..sdk_environment import environment_set
 from ..server.cores import missing_for_io
 from ..sim.config import SimConfig
+from .cassettes import CassetteHandle, open_cassette, record_warning
 from .markers import MARKERS, faults_from_markers, replies_from_markers, settings_from_markers
 from .markers import arm as _arm
 from .options import OPTIONS, OptionSettings, ini_value, parse_isolation, resolve_options
@@ -125,7 +126,16 @@ def pytest_report_header(config: pytest.Config) -> str:
     s = config.stash[_SETTINGS_KEY]
     isolation = "" if s.isolation == "thread" else f", isolation={s.isolation}"
     frozen = ", gc-freeze" if s.gc_freeze else ""
-    return f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}{isolation}{frozen}"
+    header = f"llmsim: speed={s.speed:g}, seed={s.seed}, model={s.model}, host={s.host}{isolation}{frozen}"
+    warning = record_warning(s)
+    return header if warning is None else f"{header}\n{warning}"
+
+
+@pytest.fixture
+def llm_cassette(request: pytest.FixtureRequest) -> Iterator[CassetteHandle]:
+    """This test's cassette of a real provider's answers, served on loopback (see :mod:`.cassettes`): point the
+    client at ``llm_cassette.url``; ``--llmsim-record`` says whether it is played only (the default) or recorded."""
+    yield from open_cassette(request, request.config.stash[_SETTINGS_KEY])
 
 
 # --- fixtures ---

@@ -42,6 +42,8 @@ MARKERS = {
     "llm_reply": "llm_reply(*replies, prompt=, model=, tool=, api=, turn=, tool_result=, previous=, header=, "
                  "times=): scripted replies (text, dict, "
                  "ToolCall, ErrorReply); with a matcher or times, a rule, else queued in order (repeatable)",
+    "llm_upstream": "llm_upstream(url): the provider llm_cassette records from in a recording mode "
+                    "(--llmsim-record), over --llmsim-upstream",
 }
 
 

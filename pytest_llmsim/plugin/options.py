@@ -38,6 +38,12 @@ GC_FREEZE_HELP = ("After collection, move every object alive (what the test modu
                   "collect the young generations as llmsim serve does, paced by the in-process backends' "
                   "requests")
 
+RECORD_HELP = ("How llm_cassette plays and records each test's cassette, as pytest-recording's modes: none (the "
+               "default: play only, nothing is contacted), once, new_episodes, all, rewrite")
+RECORD_MODES = ("none", "once", "new_episodes", "all", "rewrite")
+UPSTREAM_HELP = "The provider's base URL llm_cassette records from in a recording mode (llm_upstream marks win)"
+RECORD_IN_CI_HELP = "Allow a recording mode under CI=true (refused there by default: a CI run must not call a provider)"
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -82,6 +88,13 @@ def _parse_trace_on(text: str) -> str:
     return value
 
 
+def _parse_record(text: str) -> str:
+    mode = text.strip().lower().replace("-", "_")
+    if mode not in RECORD_MODES:
+        raise ValueError(f"expected one of {', '.join(RECORD_MODES)}")
+    return mode
+
+
 def _parse_port(text: str) -> int:
     port = int(text.strip())
     if not 0 <= port <= 65535:
@@ -118,6 +131,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("trace", TRACE_HELP, _parse_text, None),
     Option("trace_on", TRACE_ON_HELP, _parse_trace_on, "all"),
     Option("gc_freeze", GC_FREEZE_HELP, _parse_flag, False, is_flag=True),
+    Option("record", RECORD_HELP, _parse_record, "none"),
+    Option("upstream", UPSTREAM_HELP, _parse_text, None),
+    Option("record_in_ci", RECORD_IN_CI_HELP, _parse_flag, False, is_flag=True),
 )
 
 
@@ -135,6 +151,9 @@ class OptionSettings:
     trace: str | None = None
     trace_on: str = "all"
     gc_freeze: bool = False
+    record: str = "none"
+    upstream: str | None = None
+    record_in_ci: bool = False
 
 
 def resolve_options(cli: Mapping[str, Any], env: Mapping[str, str],

@@ -12,15 +12,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from werkzeug.wrappers import Request, Response
 
 from ..server.listener import ConnectionServer
-from .cassette import Cassette, Chunk, Exchange
+from .cassette import Chunk, Exchange
 
-__all__ = ["RecordingProxy", "Served", "serve_in_thread"]
+__all__ = ["ExchangeSink", "RecordingProxy", "Served", "serve_in_thread"]
 
 # Headers a proxy does not pass on: hop-by-hop, and the ones it sets itself
 _REQUEST_DROPPED = frozenset({"host", "content-length", "connection", "keep-alive", "accept-encoding",
@@ -28,10 +28,16 @@ _REQUEST_DROPPED = frozenset({"host", "content-length", "connection", "keep-aliv
 _RESPONSE_DROPPED = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"})
 
 
+class ExchangeSink(Protocol):
+    """Where a recording proxy puts each exchange (a :class:`~.cassette.Cassette`)."""
+
+    def append(self, exchange: Exchange) -> None: ...
+
+
 class RecordingProxy:
     """A WSGI app that forwards to ``upstream`` and appends each exchange to ``cassette``."""
 
-    def __init__(self, upstream: str, cassette: Cassette, timeout: float = 600.0) -> None:
+    def __init__(self, upstream: str, cassette: ExchangeSink, timeout: float = 600.0) -> None:
         self.upstream = upstream.rstrip("/")
         self.cassette = cassette
         self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False)
@@ -41,11 +47,15 @@ class RecordingProxy:
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
+        return self.forward(request, request.get_data(), start_response)
+
+    def forward(self, request: Request, body: bytes, start_response: Any) -> Iterable[bytes]:
+        """Pass ``request`` (its ``body`` already read) to the upstream; answer with what comes back, recording it."""
+        environ = request.environ
         if request.headers.get("Upgrade", "").lower() == "websocket":
             response = Response(b'{"error": {"message": "llmsim record does not record WebSocket sessions yet."}}',
                                 status=501, content_type="application/json")
             return response(environ, start_response)
-        body = request.get_data()
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _REQUEST_DROPPED]
         query = environ.get("QUERY_STRING", "")
         url = self.upstream + request.path + (f"?{query}" if query else "")

@@ -54,11 +54,16 @@ class ReplayApp:
         self._played: dict[str, int] = {}
         self.unmatched: list[str] = []
 
-    def _next(self, key: str) -> Exchange | None:
+    def find(self, method: str, path: str, query: str, body: bytes) -> Exchange | None:
+        """The recorded exchange that answers this request (the next not played, then the last), or None."""
+        return self._next(exchange_key(method, path, query, body), remember_miss=False)
+
+    def _next(self, key: str, remember_miss: bool = True) -> Exchange | None:
         with self._lock:
             recorded = self._by_key.get(key)
             if not recorded:
-                self.unmatched.append(key)
+                if remember_miss:
+                    self.unmatched.append(key)
                 return None
             index = self._played.get(key, 0)
             self._played[key] = index + 1
@@ -68,16 +73,27 @@ class ReplayApp:
         arrived = time.monotonic()
         request = Request(environ)
         key = exchange_key(request.method, request.path, environ.get("QUERY_STRING", ""), request.get_data())
-        exchange = self._next(key)
+        exchange = self._next(key, remember_miss=False)
         if exchange is None:
-            body = json.dumps({"error": {"message": f"No recorded exchange matches {request.method} {request.path} "
-                                                    f"with this body (llmsim replay, exact mode).",
-                                         "type": "llmsim_unmatched", "request": key[:2000]}})
-            return Response(body, status=404, content_type="application/json")(environ, start_response)
-        start_response(f"{exchange.status} {_reason(exchange.status)}", list(exchange.response_headers))
-        return self._play(exchange, arrived)
+            return self.unmatched_answer(key, environ, start_response)
+        return self.play(exchange, arrived, start_response)
 
-    def _play(self, exchange: Exchange, arrived: float) -> Iterator[bytes]:
+    def play(self, exchange: Exchange, arrived: float, start_response: Any) -> Iterator[bytes]:
+        """Answer with ``exchange``: its status and headers, then each chunk at its time after ``arrived``."""
+        start_response(f"{exchange.status} {_reason(exchange.status)}", list(exchange.response_headers))
+        return self._chunks(exchange, arrived)
+
+    def unmatched_answer(self, key: str, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        """The 404 of a request nothing recorded matches (it is kept in :attr:`unmatched`)."""
+        with self._lock:
+            self.unmatched.append(key)
+        request = Request(environ)
+        body = json.dumps({"error": {"message": f"No recorded exchange matches {request.method} {request.path} "
+                                                f"with this body (llmsim replay, exact mode).",
+                                     "type": "llmsim_unmatched", "request": key[:2000]}})
+        return Response(body, status=404, content_type="application/json")(environ, start_response)
+
+    def _chunks(self, exchange: Exchange, arrived: float) -> Iterator[bytes]:
         for at, data in plan(exchange, self.speed):
             wait = arrived + at - time.monotonic()
             if wait > 0:
