@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from .assertions import BackendAssertions
 from .content.model import MODEL_CONTENT
 from .content.replies import Reply, Rule, RuleBuilder
+from .recording.content import rules_from_cassette
 from .sdk_environment import DEFAULT_KEY, sdk_environment
 from .server.app import SimulatorServer
 from .server.backend_operations import BackendOperations
@@ -193,6 +195,12 @@ class LLMBackend(BackendAssertions):
         """Add a :class:`~pytest_llmsim.Rule` built elsewhere (e.g. :func:`~pytest_llmsim.load_conversation`)."""
         self._operations.add_rule(rule)  # names it, if it has no name
         return rule
+
+    def play_cassette(self, path: str | Path, mode: str = "simulate") -> list[Rule]:
+        """Answer as a cassette ``llmsim record`` wrote did: a rule per recorded answer, timed by this backend's
+        engine (``mode``: ``simulate``, any request with the recorded prompt, or ``content``, only the recorded
+        request; see ``pytest_llmsim.recording.content``). Returns the rules as added."""
+        return [self.add_rule(rule) for rule in rules_from_cassette(path, mode)]
 
     def trace(self) -> dict[str, Any]:
         """What the backend did since the last reset, as Chrome trace-event JSON (Perfetto, chrome://tracing).

@@ -14,10 +14,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .assertions import BackendAssertions
 from .content.replies import Reply, Rule, RuleBuilder, normalize_reply, reply_to_json
+from .recording.content import rules_from_cassette
 from .sdk_environment import DEFAULT_KEY, sdk_environment
 from .server.loopback import DIRECT, is_loopback
 from .sim.config import ConfigError, SimConfig
@@ -171,6 +173,12 @@ class RemoteBackend(BackendAssertions):
                             "backend runs in another (RemoteBackend, --llmsim-isolation=process): give it fixed "
                             "replies, matched by prompt, model, tool or api")
         return Rule.from_json(self._call("POST", "rules", rule.to_json()))
+
+    def play_cassette(self, path: str | Path, mode: str = "simulate") -> list[Rule]:
+        """Answer as a cassette ``llmsim record`` wrote did: a rule per recorded answer, timed by this backend's
+        engine (``mode``: ``simulate``, any request with the recorded prompt, or ``content``, only the recorded
+        request; see ``pytest_llmsim.recording.content``). Returns the rules as added."""
+        return [self.add_rule(rule) for rule in rules_from_cassette(path, mode)]
 
     def trace(self) -> dict[str, Any]:
         """The remote backend's trace as Chrome trace-event JSON (see ``LLMBackend.trace``)."""

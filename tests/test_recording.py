@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_llmsim import LLMBackend
+from pytest_llmsim import LLMBackend, ToolCall
 from pytest_llmsim.recording.cassette import Cassette, read_cassette
 from pytest_llmsim.recording.proxy import RecordingProxy, serve_in_thread
 from pytest_llmsim.recording.replay import ReplayApp, plan
@@ -196,7 +196,45 @@ def test_llm_cassette_records_on_miss_then_plays_offline(pytester: pytest.Pytest
     missed.assert_outcomes(failed=1, errors=1)  # the client saw a 404; the teardown names the request
     missed.stdout.fnmatch_lines(["*1 request(s) not in*test_ask.jsonl*", "*something else*"])
     monkeypatch.setenv("CI", "true")
-    refused = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-record=new_episodes", *upstream)
+    refused = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-record=new_episodes", *upstream)
     refused.assert_outcomes(errors=1)
     refused.stdout.fnmatch_lines(["*would contact*CI=true*--llmsim-record-in-ci*"])
     assert len(llm_backend.requests) == 1
+
+
+def test_a_cassette_replayed_as_content_or_simulated(llm_backend: LLMBackend, recorder: tuple[str, Path],
+                                                     llm_backend_factory: Any) -> None:
+    """``content`` and ``simulate``: the recorded answers (text and tool calls, whole and streamed, OpenAI's and
+    Anthropic's) come back from another backend, timed by its engine; ``content`` only for the recorded request."""
+    url, path = recorder
+    llm_backend.on(prompt="colours").reply("red, green and blue")
+    llm_backend.on(tool="get_weather").reply(ToolCall("get_weather", {"city": "Oslo"}))
+    chat = openai.OpenAI(base_url=url + "/v1", api_key="sk-x", max_retries=0)
+    chat.chat.completions.create(model="gpt-4o", messages=ASK, max_tokens=20, stream=True)  # type: ignore
+    weather = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    weather_ask = [{"role": "user", "content": "Weather in Oslo?"}]
+    list(chat.chat.completions.create(model="gpt-4o", messages=weather_ask, tools=weather,  # type: ignore
+                                      stream=True))
+    claude = anthropic.Anthropic(base_url=url, api_key="sk-ant-x", max_retries=0)
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=[  # type: ignore[list-item]
+        {"role": "user", "content": "Name three colours, please."}])
+    chat.close()
+    claude.close()
+    played = llm_backend_factory()
+    rules = played.play_cassette(path, "content")
+    assert len(rules) == 3
+    client = openai.OpenAI(base_url=played.base_url, api_key="k")
+    again = client.chat.completions.create(model="gpt-4o", messages=ASK)  # type: ignore[arg-type]
+    assert again.choices[0].message.content == "red, green and blue"
+    call = client.chat.completions.create(model="gpt-4o", messages=weather_ask, tools=weather)  # type: ignore
+    (tool_call,) = call.choices[0].message.tool_calls or []
+    assert (tool_call.function.name, json.loads(tool_call.function.arguments)) == ("get_weather", {"city": "Oslo"})
+    other_model = client.chat.completions.create(model="gpt-4o-mini", messages=ASK)  # type: ignore[arg-type]
+    assert other_model.choices[0].message.content != "red, green and blue"  # content: only the recorded request
+    simulated = llm_backend_factory()
+    simulated.play_cassette(path)  # simulate: any model
+    claude_again = anthropic.Anthropic(base_url=simulated.root_url, api_key="k")
+    answer = claude_again.messages.create(model="claude-haiku-4-5", max_tokens=50, messages=[  # type: ignore
+        {"role": "user", "content": "Name three colours, please."}])
+    assert answer.content[0].text == "red, green and blue"  # type: ignore[union-attr]
+    claude_again.close()

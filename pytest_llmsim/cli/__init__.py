@@ -22,6 +22,8 @@ from typing import Any
 from ..backend import LLMBackend
 from ..content.replies import Rule, load_conversation
 from ..gc_pacing import CollectionPacer, freeze_startup
+from ..recording.cassette import is_cassette
+from ..recording.content import CASSETTE_MODES, rules_from_cassette
 from ..server.cores import IO_REQUIREMENTS, missing_for_io
 from ..server.listener import gevent_patched
 from ..server.loopback import is_loopback
@@ -143,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "own schedule ('off')")
     serve.add_argument("--replay", dest="replays", action="append", default=[], metavar="FILE.jsonl",
                        help="Answer as a recorded conversation did: one rule per JSONL line "
-                            "({'messages': [...], 'reply': ...}) (repeatable)")
+                            "({'messages': [...], 'reply': ...}), or per exchange of an llmsim record cassette "
+                            "(repeatable)")
+    serve.add_argument("--cassette-mode", choices=CASSETTE_MODES, default="simulate",
+                       help="How a cassette given to --replay answers: 'simulate' (the default: a request with the "
+                            "recorded last user message gets the recorded answer, whatever its model) or 'content' "
+                            "(only the recorded request: its message, model and turn); the engine times both")
     serve.add_argument("--control-token", default=None, metavar="TOKEN",
                        help="Require 'Authorization: Bearer TOKEN' on the control API (/llmsim/v1/...)")
     serve.add_argument("--allowed-hosts", default="", metavar="NAME[,NAME...]",
@@ -213,8 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_predict(args, parser)
     if args.command == "record":
         return run_record(args, parser)
-    if args.command == "replay":
+    if args.command == "replay" and args.mode == "exact":
         return run_replay(args, parser)
+    if args.command == "replay":  # content and simulate: the simulator serves the cassette's answers as rules
+        return main(["serve", "--replay", args.cassette, "--cassette-mode", args.mode, "--host", args.host,
+                     "--port", str(args.port), "--speed", str(args.speed)])
     if args.io in IO_REQUIREMENTS and not gevent_patched():
         _exec_under_gevent(argv, parser, args.io)
     yaml_config = args.config is not None and is_yaml_config(args.config)
@@ -243,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     file_rules = len(rules)  # the file's come first; the --replay ones are the command line's
     for replay in args.replays:
         try:
-            rules.extend(load_conversation(replay))
+            rules.extend(rules_from_cassette(replay, args.cassette_mode) if is_cassette(replay)
+                         else load_conversation(replay))
         except (OSError, ValueError) as error:
             parser.error(f"--replay {replay}: {error}")
     flags = {**vllm, **{name: getattr(args, name) for name in SETTING_NAMES if getattr(args, name) is not None}}

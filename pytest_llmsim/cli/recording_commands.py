@@ -29,9 +29,12 @@ def add_recording_commands(commands: Any) -> None:
     record.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     replay = commands.add_parser("replay", help="Answer from a cassette, byte for byte at its recorded times")
     replay.add_argument("cassette", help="A cassette written by llmsim record")
-    replay.add_argument("--mode", choices=("exact",), default="exact",
-                        help="exact: the recorded bytes and timing (the only mode yet)")
-    replay.add_argument("--speed", type=float, default=1.0, help="Divide every recorded time by this")
+    replay.add_argument("--mode", choices=("exact", "content", "simulate"), default="exact",
+                        help="exact (the default): the recorded bytes at the recorded times; content: the recorded "
+                             "requests' answers, timed by the simulator; simulate: the recorded answers for any "
+                             "request with the recorded prompt, the simulator for the rest (llmsim serve --replay)")
+    replay.add_argument("--speed", type=float, default=1.0,
+                        help="Divide every recorded time by this (content, simulate: the simulator's speed)")
     replay.add_argument("--host", default="127.0.0.1")
     replay.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
 

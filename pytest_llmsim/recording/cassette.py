@@ -30,7 +30,7 @@ from typing import Any
 
 from .redaction import redact_body, redact_headers, redact_query
 
-__all__ = ["CASSETTE_VERSION", "Cassette", "Chunk", "Exchange", "read_cassette"]
+__all__ = ["CASSETTE_VERSION", "Cassette", "Chunk", "Exchange", "is_cassette", "read_cassette"]
 
 CASSETTE_VERSION = 1
 # Hop-by-hop and framing headers: a replay frames its own answer
@@ -163,3 +163,13 @@ def read_cassette(path: str | Path) -> Iterator[Exchange]:
                 yield Exchange.from_json(json.loads(line))
             except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}, line {number}: not a recorded exchange ({error})") from None
+
+
+def is_cassette(path: str | Path) -> bool:
+    """Whether the file at ``path`` is an llmsim cassette (its first line says so)."""
+    try:
+        with Path(path).open(encoding="utf-8") as source:
+            head = json.loads(source.readline() or "null")
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(head, dict) and "llmsim_cassette" in head
