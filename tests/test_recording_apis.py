@@ -76,6 +76,24 @@ def responses(root: str) -> list[Any]:
     return [whole.id, whole.output_text, kinds]
 
 
+def litellm_calls(root: str) -> list[Any]:
+    """A gateway's own clients through the recorder: LiteLLM to OpenAI's and Anthropic's APIs, whole and streamed."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    ask = [{"role": "user", "content": PROMPT}]
+    out: list[Any] = []
+    for model, base in (("openai/gpt-4o", root + "/v1"), ("anthropic/claude-sonnet-4-5", root)):
+        whole = litellm.completion(model=model, messages=ask, max_tokens=8, api_base=base, api_key="sk-recorded")
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in litellm.completion(  # type: ignore
+            model=model, messages=ask, max_tokens=8, api_base=base, api_key="sk-recorded", stream=True))
+        # (LiteLLM gives an Anthropic answer an id of its own: the text is what came from upstream)
+        out += [whole.choices[0].message.content, text, whole.usage.completion_tokens]  # type: ignore[union-attr]
+    return out
+
+
 @pytest.fixture
 def round_trip(llm_backend: LLMBackend, tmp_path: Path) -> Iterator[Callable[[Callable[[str], list[Any]]], None]]:
     def run(calls: Callable[[str], list[Any]]) -> None:
@@ -101,8 +119,8 @@ def round_trip(llm_backend: LLMBackend, tmp_path: Path) -> Iterator[Callable[[Ca
     yield run
 
 
-@pytest.mark.parametrize("calls", [gemini, bedrock, ollama_calls, cohere_calls, responses],
-                         ids=["gemini", "bedrock", "ollama", "cohere", "responses"])
+@pytest.mark.parametrize("calls", [gemini, bedrock, ollama_calls, cohere_calls, responses, litellm_calls],
+                         ids=["gemini", "bedrock", "ollama", "cohere", "responses", "litellm"])
 def test_every_api_round_trips_through_the_recorder(round_trip: Callable[..., None],
                                                    calls: Callable[[str], list[Any]]) -> None:
     round_trip(calls)

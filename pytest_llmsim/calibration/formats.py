@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..recording.cassette import is_cassette
+from .cassettes import MIN_REQUESTS, cassette_rows
 from .sweep import SweepRow, spread_of
 
 __all__ = ["SWEEP_SUFFIXES", "read_sweep", "read_sweeps"]
@@ -120,6 +122,12 @@ def read_sweep(*paths: str | Path) -> list[SweepRow]:
 
 
 def _read_file(path: Path) -> tuple[list[SweepRow], str]:
+    if is_cassette(path):  # an llmsim record cassette: its streamed answers' load levels
+        rows = cassette_rows(path)
+        if not rows:
+            raise ValueError(f"{path}: no load level in this cassette (streamed chat answers with 'started' stamps, "
+                             f"at least {MIN_REQUESTS} at a level)")
+        return rows, f"{path}: {len(rows)} load level(s) from a recording (llmsim record)"
     text = path.read_text()
     notes = _Notes()
     if path.suffix in (".json", ".jsonl") or text.lstrip().startswith(("{", "[")):

@@ -10,11 +10,12 @@ then one line per exchange::
                  "body": {...} | "body_text": "..." | "body_base64": "..."},
      "response": {"status": 200, "headers": [[name, value]...],
                   "chunks": [{"at": 0.183, "text": "data: {...}\\n\\n"} | {"at": 0.2, "base64": "..."}...]},
-     "duration": 0.912}
+     "duration": 0.912, "started": 1796560115.25}
 
 ``at`` is seconds from when the request was sent upstream to when the chunk arrived; a whole answer is one
-chunk. Credentials never reach it (:mod:`.redaction`): a request's are replaced by fingerprints before it is
-written.
+chunk; ``started`` is the wall clock (Unix seconds) when it was sent, so the requests' overlap (the load they
+were recorded at) can be read back (:mod:`pytest_llmsim.calibration.cassettes`). Credentials never reach it
+(:mod:`.redaction`): a request's are replaced by fingerprints before it is written.
 """
 
 from __future__ import annotations
@@ -70,13 +71,15 @@ class Exchange:
     response_headers: list[tuple[str, str]]
     chunks: list[Chunk] = field(default_factory=list)
     duration: float = 0.0
+    started: float | None = None  # the wall clock (Unix seconds) when the request went upstream
 
     @classmethod
     def recorded(cls, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes, status: int,
-                 response_headers: list[tuple[str, str]], chunks: list[Chunk], duration: float) -> Exchange:
+                 response_headers: list[tuple[str, str]], chunks: list[Chunk], duration: float,
+                 started: float | None = None) -> Exchange:
         """An exchange as it went over the wire, its credentials replaced by fingerprints."""
         return cls(method, path, redact_query(query), redact_headers(headers), _redacted_body(body), status,
-                   [(k, v) for k, v in redact_headers(response_headers)], chunks, duration)
+                   [(k, v) for k, v in redact_headers(response_headers)], chunks, duration, started)
 
     @property
     def json_body(self) -> Any:
@@ -106,7 +109,8 @@ class Exchange:
                 "response": {"status": self.status, "headers": [list(pair) for pair in self.response_headers
                                                                 if pair[0].lower() not in _FRAMING],
                              "chunks": [chunk.to_json() for chunk in self.chunks]},
-                "duration": round(self.duration, 6)}
+                "duration": round(self.duration, 6),
+                **({"started": round(self.started, 6)} if self.started is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Exchange:
@@ -120,7 +124,8 @@ class Exchange:
         return cls(request["method"], request["path"], request.get("query", ""),
                    [(k, v) for k, v in request.get("headers", [])], body, int(response["status"]),
                    [(k, v) for k, v in response.get("headers", [])],
-                   [Chunk.from_json(chunk) for chunk in response.get("chunks", [])], float(data.get("duration", 0.0)))
+                   [Chunk.from_json(chunk) for chunk in response.get("chunks", [])], float(data.get("duration", 0.0)),
+                   float(data["started"]) if data.get("started") is not None else None)
 
 
 def _redacted_body(body: bytes) -> bytes:

@@ -59,16 +59,17 @@ class RecordingProxy:
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _REQUEST_DROPPED]
         query = environ.get("QUERY_STRING", "")
         url = self.upstream + request.path + (f"?{query}" if query else "")
-        sent = time.monotonic()
+        sent, started = time.monotonic(), time.time()
         upstream = self._client.send(self._client.build_request(
             request.method, url, headers=[*headers, ("Accept-Encoding", "identity")], content=body), stream=True)
         answer_headers = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in _RESPONSE_DROPPED]
         start_response(f"{upstream.status_code} {upstream.reason_phrase}", answer_headers)
         return self._relay(upstream, sent, request.method, request.path, query, list(request.headers.items()), body,
-                           answer_headers)
+                           answer_headers, started)
 
     def _relay(self, upstream: httpx.Response, sent: float, method: str, path: str, query: str,
-               headers: list[tuple[str, str]], body: bytes, answer_headers: list[tuple[str, str]]) -> Iterator[bytes]:
+               headers: list[tuple[str, str]], body: bytes, answer_headers: list[tuple[str, str]],
+               started: float) -> Iterator[bytes]:
         chunks: list[Chunk] = []
         try:
             for data in upstream.iter_raw():
@@ -77,7 +78,7 @@ class RecordingProxy:
         finally:  # written even when the client left mid-answer: what the upstream sent until then
             upstream.close()
             self.cassette.append(Exchange.recorded(method, path, query, headers, body, upstream.status_code,
-                                                   answer_headers, chunks, time.monotonic() - sent))
+                                                   answer_headers, chunks, time.monotonic() - sent, started))
 
 
 class Served:
