@@ -12,7 +12,9 @@ then one line per exchange::
                   "chunks": [{"at": 0.183, "text": "data: {...}\\n\\n"} | {"at": 0.2, "base64": "..."}...]},
      "duration": 0.912, "started": 1796560115.25}
 
-``at`` is seconds from when the request was sent upstream to when the chunk arrived; a whole answer is one
+A WebSocket session (status 101) keeps its messages instead of chunks: ``"session": {"messages": [{"at", "from":
+"client" | "server", "text" | "base64"}...], "close_code"}``. ``at`` is seconds from when the request was sent
+upstream to when the chunk (or message) arrived; a whole answer is one
 chunk; ``started`` is the wall clock (Unix seconds) when it was sent, so the requests' overlap (the load they
 were recorded at) can be read back (:mod:`pytest_llmsim.calibration.cassettes`). Credentials never reach it
 (:mod:`.redaction`): a request's are replaced by fingerprints before it is written.
@@ -31,7 +33,7 @@ from typing import Any
 
 from .redaction import redact_body, redact_headers, redact_query
 
-__all__ = ["CASSETTE_VERSION", "Cassette", "Chunk", "Exchange", "is_cassette", "read_cassette"]
+__all__ = ["CASSETTE_VERSION", "Cassette", "Chunk", "Exchange", "SessionMessage", "is_cassette", "read_cassette"]
 
 CASSETTE_VERSION = 1
 # Hop-by-hop and framing headers: a replay frames its own answer
@@ -59,6 +61,26 @@ class Chunk:
 
 
 @dataclass
+class SessionMessage:
+    """A WebSocket message of a recorded session: ``side`` ``client`` or ``server``, ``at`` seconds after the
+    upgrade was sent."""
+
+    at: float
+    side: str
+    data: str | bytes
+
+    def to_json(self) -> dict[str, Any]:
+        if isinstance(self.data, str):
+            return {"at": round(self.at, 6), "from": self.side, "text": self.data}
+        return {"at": round(self.at, 6), "from": self.side, "base64": base64.b64encode(self.data).decode()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SessionMessage:
+        raw: str | bytes = data["text"] if "text" in data else base64.b64decode(data["base64"])
+        return cls(float(data["at"]), data["from"], raw)
+
+
+@dataclass
 class Exchange:
     """One request and its answer, credentials already removed."""
 
@@ -72,6 +94,8 @@ class Exchange:
     chunks: list[Chunk] = field(default_factory=list)
     duration: float = 0.0
     started: float | None = None  # the wall clock (Unix seconds) when the request went upstream
+    messages: list[SessionMessage] = field(default_factory=list)  # a WebSocket session's (status 101)
+    close_code: int | None = None  # how the upstream closed a session
 
     @classmethod
     def recorded(cls, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes, status: int,
@@ -110,7 +134,9 @@ class Exchange:
                                                                 if pair[0].lower() not in _FRAMING],
                              "chunks": [chunk.to_json() for chunk in self.chunks]},
                 "duration": round(self.duration, 6),
-                **({"started": round(self.started, 6)} if self.started is not None else {})}
+                **({"started": round(self.started, 6)} if self.started is not None else {}),
+                **({"session": {"messages": [m.to_json() for m in self.messages], "close_code": self.close_code}}
+                   if self.status == 101 else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Exchange:
@@ -121,11 +147,13 @@ class Exchange:
             body = request["body_text"].encode()
         else:
             body = base64.b64decode(request.get("body_base64", ""))
+        session = data.get("session") or {}
         return cls(request["method"], request["path"], request.get("query", ""),
                    [(k, v) for k, v in request.get("headers", [])], body, int(response["status"]),
                    [(k, v) for k, v in response.get("headers", [])],
                    [Chunk.from_json(chunk) for chunk in response.get("chunks", [])], float(data.get("duration", 0.0)),
-                   float(data["started"]) if data.get("started") is not None else None)
+                   float(data["started"]) if data.get("started") is not None else None,
+                   [SessionMessage.from_json(m) for m in session.get("messages", [])], session.get("close_code"))
 
 
 def _redacted_body(body: bytes) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request
 
+from . import sessions
 from .cassette import Cassette, Exchange, read_cassette
 from .proxy import RecordingProxy
 from .replay import ReplayApp, exchange_key
@@ -68,6 +69,8 @@ class CassetteApp:
         query = environ.get("QUERY_STRING", "")
         if self.plays:
             exchange = self.replay.find(request.method, request.path, query, body)
+            if exchange is not None and exchange.status == 101:
+                return sessions.replay(exchange, request, self.replay.speed, start_response)
             if exchange is not None:
                 return self.replay.play(exchange, arrived, start_response)
         if self._proxy is None or (self.plays and not self.records):

@@ -4,7 +4,7 @@ each exchange, chunk by chunk with its arrival time, to a cassette (:mod:`.casse
 The one place this package talks to anything but loopback: the ``upstream`` the user names, and nothing else.
 Answers are passed on as they arrive (a stream stays a stream: each read from the upstream is written to the
 client at once and recorded with its time). The upstream is asked for uncompressed answers, so what is recorded
-is what the client reads. WebSocket sessions are not recorded yet: an upgrade is answered 501.
+is what the client reads. A WebSocket upgrade is relayed as a session (:mod:`.sessions`), each message recorded.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import httpx
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
 from ..server.listener import ConnectionServer
+from . import sessions
 from .cassette import Chunk, Exchange
 
 __all__ = ["ExchangeSink", "RecordingProxy", "Served", "serve_in_thread"]
@@ -51,13 +52,10 @@ class RecordingProxy:
 
     def forward(self, request: Request, body: bytes, start_response: Any) -> Iterable[bytes]:
         """Pass ``request`` (its ``body`` already read) to the upstream; answer with what comes back, recording it."""
-        environ = request.environ
         if request.headers.get("Upgrade", "").lower() == "websocket":
-            response = Response(b'{"error": {"message": "llmsim record does not record WebSocket sessions yet."}}',
-                                status=501, content_type="application/json")
-            return response(environ, start_response)
+            return sessions.relay(self.upstream, request, self.cassette.append, start_response)
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _REQUEST_DROPPED]
-        query = environ.get("QUERY_STRING", "")
+        query = request.environ.get("QUERY_STRING", "")
         url = self.upstream + request.path + (f"?{query}" if query else "")
         sent, started = time.monotonic(), time.time()
         upstream = self._client.send(self._client.build_request(

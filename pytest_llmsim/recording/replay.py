@@ -18,6 +18,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
+from . import sessions
 from .cassette import Exchange
 from .redaction import redact_body, redact_query
 
@@ -76,6 +77,8 @@ class ReplayApp:
         exchange = self._next(key, remember_miss=False)
         if exchange is None:
             return self.unmatched_answer(key, environ, start_response)
+        if exchange.status == 101:
+            return sessions.replay(exchange, request, self.speed, start_response)
         return self.play(exchange, arrived, start_response)
 
     def play(self, exchange: Exchange, arrived: float, start_response: Any) -> Iterator[bytes]:

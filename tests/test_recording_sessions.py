@@ -1,0 +1,74 @@
+"""WebSocket sessions through ``llmsim record`` and back from the replay: OpenAI Realtime and the Responses API's
+WebSocket mode, driven by the openai SDK; the keys in the upgrade never reach the cassette."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from pytest_llmsim import LLMBackend
+from pytest_llmsim.recording.cassette import Cassette, read_cassette
+from pytest_llmsim.recording.proxy import RecordingProxy, serve_in_thread
+from pytest_llmsim.recording.replay import ReplayApp
+
+
+def realtime_turns(root: str) -> list[Any]:
+    client = openai.OpenAI(base_url=root + "/v1", api_key="sk-session-secret-4242", max_retries=0)
+    texts = []
+    with client.realtime.connect(model="gpt-realtime") as connection:
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+        for ask in ("hi", "and again"):
+            connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                      "content": [{"type": "input_text", "text": ask}]})
+            connection.response.create()
+            for event in connection:
+                if event.type == "response.output_text.done":
+                    texts.append(event.text)
+                if event.type in ("response.done", "error"):
+                    break
+    client.close()
+    return texts
+
+
+def responses_socket(root: str) -> list[Any]:
+    client = openai.OpenAI(base_url=root + "/v1", api_key="sk-session-secret-4242", max_retries=0)
+    kinds = []
+    with client.responses.connect() as connection:
+        connection.response.create(model="gpt-4o", input="Say something.", max_output_tokens=8)
+        for event in connection:
+            kinds.append(event.type)
+            if event.type in ("response.completed", "error"):
+                break
+    client.close()
+    return kinds
+
+
+def test_sessions_round_trip_through_the_recorder(llm_backend: LLMBackend, tmp_path: Path) -> None:
+    llm_backend.on().reply("hello there friend")
+    path = tmp_path / "sessions.jsonl"
+    proxy = RecordingProxy(llm_backend.root_url, Cassette(path, llm_backend.root_url))
+    recorder, url = serve_in_thread(proxy)
+    try:
+        realtime, responses = realtime_turns(url), responses_socket(url)
+    finally:
+        recorder.shutdown()
+        proxy.close()
+    assert realtime == ["hello there friend"] * 2 and responses[-1] == "response.completed"
+    text = path.read_text()
+    assert "sk-session-secret-4242" not in text
+    sessions = [e for e in read_cassette(path) if e.status == 101]
+    assert len(sessions) == 2
+    sides = [m.side for m in sessions[0].messages]
+    assert sides[0] == "server" and "client" in sides  # session.created first, then the client's events
+    assert json.loads(sessions[0].messages[0].data)["type"] == "session.created"
+    llm_backend.reset()
+    app = ReplayApp(list(read_cassette(path)), speed=20.0)
+    replayer, replay_url = serve_in_thread(app)
+    try:
+        assert realtime_turns(replay_url) == realtime and responses_socket(replay_url) == responses
+    finally:
+        replayer.shutdown()
+    assert app.unmatched == [] and llm_backend.requests == []
