@@ -124,3 +124,34 @@ def round_trip(llm_backend: LLMBackend, tmp_path: Path) -> Iterator[Callable[[Ca
 def test_every_api_round_trips_through_the_recorder(round_trip: Callable[..., None],
                                                    calls: Callable[[str], list[Any]]) -> None:
     round_trip(calls)
+
+
+def test_aws_requests_are_signed_again_for_the_upstream(llm_backend: LLMBackend, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--resign-aws``: boto3 signs for the recorder's address; the upstream gets a signature for its own, made
+    with the recorder's credentials (which AWS would check), in the region and service the client named."""
+    import boto3
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "AKIDRESIGNER"), ("AWS_SECRET_ACCESS_KEY", "resigner-secret")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    path = tmp_path / "bedrock.jsonl"
+    proxy = RecordingProxy(llm_backend.root_url, Cassette(path, llm_backend.root_url), resign_aws=True)
+    recorder, url = serve_in_thread(proxy)
+    try:
+        client = boto3.client("bedrock-runtime", endpoint_url=url, region_name="eu-west-3",
+                              aws_access_key_id="AKIDCLIENTSIDE", aws_secret_access_key="client-secret")
+        client.converse(modelId="anthropic.claude-3-haiku-20240307-v1:0", inferenceConfig={"maxTokens": 4},
+                        messages=[{"role": "user", "content": [{"text": PROMPT}]}])
+        client.close()
+    finally:
+        recorder.shutdown()
+        proxy.close()
+    (seen,) = llm_backend.requests
+    authorization = seen.headers["Authorization"]
+    assert "Credential=AKIDRESIGNER/" in authorization and "/eu-west-3/bedrock/aws4_request" in authorization
+    assert seen.headers["Host"] == llm_backend.root_url.split("//")[1]
+    signed = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert "host" in signed and "x-amz-date" in signed  # botocore's signature, over the upstream's Host
+    assert "AKIDCLIENTSIDE" not in path.read_text() and "AKIDRESIGNER" not in path.read_text()

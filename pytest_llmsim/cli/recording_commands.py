@@ -27,6 +27,9 @@ def add_recording_commands(commands: Any) -> None:
     record.add_argument("--cassette", default="cassette.jsonl", help="The cassette's file name in --out")
     record.add_argument("--host", default="127.0.0.1")
     record.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    record.add_argument("--resign-aws", action="store_true",
+                        help="Sign AWS SigV4 requests (Bedrock) again for the upstream, with the credentials botocore "
+                             "finds (a client signs for the recorder's address, which AWS refuses)")
     replay = commands.add_parser("replay", help="Answer from a cassette, byte for byte at its recorded times")
     replay.add_argument("cassette", help="A cassette written by llmsim record")
     replay.add_argument("--mode", choices=("exact", "content", "simulate"), default="exact",
@@ -54,7 +57,7 @@ def run_record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if not args.upstream.startswith(("http://", "https://")):
         parser.error("--upstream is an http:// or https:// URL")
     cassette = Cassette(Path(args.out) / args.cassette, args.upstream)
-    proxy = RecordingProxy(args.upstream, cassette)
+    proxy = RecordingProxy(args.upstream, cassette, resign_aws=args.resign_aws)
     server, url = serve_in_thread(proxy, args.host, args.port)
     print(f"recording {args.upstream} into {cassette.path}", file=sys.stderr)
     try:

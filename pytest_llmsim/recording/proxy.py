@@ -19,6 +19,7 @@ from werkzeug.wrappers import Request
 
 from ..server.listener import ConnectionServer
 from . import sessions
+from .aws_signing import resign
 from .cassette import Chunk, Exchange
 
 __all__ = ["ExchangeSink", "RecordingProxy", "Served", "serve_in_thread"]
@@ -38,9 +39,10 @@ class ExchangeSink(Protocol):
 class RecordingProxy:
     """A WSGI app that forwards to ``upstream`` and appends each exchange to ``cassette``."""
 
-    def __init__(self, upstream: str, cassette: ExchangeSink, timeout: float = 600.0) -> None:
+    def __init__(self, upstream: str, cassette: ExchangeSink, timeout: float = 600.0, resign_aws: bool = False) -> None:
         self.upstream = upstream.rstrip("/")
         self.cassette = cassette
+        self.resign_aws = resign_aws  # sign SigV4 requests again for the upstream (see .aws_signing)
         self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False)
 
     def close(self) -> None:
@@ -57,9 +59,10 @@ class RecordingProxy:
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _REQUEST_DROPPED]
         query = request.environ.get("QUERY_STRING", "")
         url = self.upstream + request.path + (f"?{query}" if query else "")
+        forwarded = resign(request.method, url, headers, body) if self.resign_aws else headers
         sent, started = time.monotonic(), time.time()
         upstream = self._client.send(self._client.build_request(
-            request.method, url, headers=[*headers, ("Accept-Encoding", "identity")], content=body), stream=True)
+            request.method, url, headers=[*forwarded, ("Accept-Encoding", "identity")], content=body), stream=True)
         answer_headers = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in _RESPONSE_DROPPED]
         start_response(f"{upstream.status_code} {upstream.reason_phrase}", answer_headers)
         return self._relay(upstream, sent, request.method, request.path, query, list(request.headers.items()), body,
