@@ -21,8 +21,11 @@ from ..calibration import (
     with_client_gap,
 )
 from ..calibration import predict as predict_sweep
+from ..calibration.cassette_fit import fit_cassettes
+from ..calibration.cassettes import cassette_rows
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
 from ..calibration.report import render_csv, render_json
+from ..recording.cassette import is_cassette
 from ..sim.config import ConfigError, SimConfig
 
 __all__ = ["add_calibration_commands", "run_calibrate", "run_predict"]
@@ -124,6 +127,8 @@ def add_calibration_commands(commands: Any) -> None:
 def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """The profile on stdout (the fit's table as TOML comments: ``> profile.toml`` is a valid profile);
     what each file's fields became, the errors and the budget note on stderr."""
+    if args.sweep and all(is_cassette(path) for path in args.sweep):
+        return _calibrate_recording(args, parser)
     try:
         rows, notes = read_sweeps(args.sweep)
     except (OSError, ValueError, KeyError) as error:
@@ -162,6 +167,28 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
               file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
           f"{fit.budget_note()}", file=sys.stderr)
+    if args.output:
+        with open(args.output, "w") as handle:
+            handle.write(profile)
+    return 0
+
+
+def _calibrate_recording(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``llmsim calibrate CASSETTE...``: step costs from the recording's token gaps (see
+    :mod:`pytest_llmsim.calibration.cassette_fit`), its load levels predicted beside what was recorded."""
+    try:
+        fit = fit_cassettes(args.sweep, args.budget)
+        rows = [row for path in args.sweep for row in cassette_rows(path)]
+    except (OSError, ValueError) as error:
+        parser.error(f"{' '.join(args.sweep)}: {error}")
+    priors = ", ".join(f"{name} {value}" for name, value in fit.priors.items())
+    notes = [f"from {fit.gaps} token gaps and {fit.lone_answers} answers that ran alone (median |residual| "
+             f"{fit.residual_ms:.3g} ms a step); priors: {priors}"]
+    budget = "given" if args.budget else "prior (vLLM's online default); give --budget for the provider's own"
+    profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} (a recording)", budget,
+                             predict_sweep(fit.config, rows) if rows else (), rows, notes)
+    print(profile, end="")
+    print(f"llmsim calibrate: {notes[0]}", file=sys.stderr)
     if args.output:
         with open(args.output, "w") as handle:
             handle.write(profile)
