@@ -95,7 +95,7 @@ def test_an_unrecorded_request_is_named(llm_backend: LLMBackend, recorder: tuple
 KEY = st.text(alphabet=string.ascii_letters + string.digits, min_size=24, max_size=40)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=KEY)
 def test_no_credential_reaches_a_cassette(llm_backend: LLMBackend, tmp_path: Path, key: str) -> None:
     """A key in every place an API takes one: headers, query, a WebSocket subprotocol, AWS's signature and token,
@@ -186,13 +186,13 @@ def test_llm_cassette_records_on_miss_then_plays_offline(pytester: pytest.Pytest
     cassette = pytester.path / "cassettes" / "test_inner" / "test_ask.jsonl"
     assert "sk-inner-secret-9999" not in cassette.read_text() and len(list(read_cassette(cassette))) == 1
     assert len(llm_backend.requests) == 1
-    played = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")  # none: the default
+    played = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-s")  # none: the default
     played.assert_outcomes(passed=1)
     answer = next(line[line.index("ANSWER"):] for line in recorded.outlines if "ANSWER" in line)
     played.stdout.fnmatch_lines(["*" + answer[:-1] + "0"])  # the same answer, nothing recorded
     assert len(llm_backend.requests) == 1  # the upstream was not contacted
     pytester.makepyfile(test_inner=INNER % "something else")
-    missed = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    missed = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     missed.assert_outcomes(failed=1, errors=1)  # the client saw a 404; the teardown names the request
     missed.stdout.fnmatch_lines(["*1 request(s) not in*test_ask.jsonl*", "*something else*"])
     monkeypatch.setenv("CI", "true")
