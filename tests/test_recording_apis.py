@@ -77,18 +77,26 @@ def responses(root: str) -> list[Any]:
 
 
 def litellm_calls(root: str) -> list[Any]:
-    """A gateway's own clients through the recorder: LiteLLM to OpenAI's and Anthropic's APIs, whole and streamed."""
+    """A gateway's own clients through the recorder: LiteLLM to OpenAI's, Anthropic's, Gemini's, Ollama's and
+    Bedrock's APIs, whole and streamed (its ids of its own aside: the texts and counts are the upstream's)."""
     import os
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     ask = [{"role": "user", "content": PROMPT}]
+    aws = {"aws_bedrock_runtime_endpoint": root, "aws_region_name": "us-east-1", "aws_access_key_id": "AKIDRECORDED",
+           "aws_secret_access_key": "recorded-secret"}
     out: list[Any] = []
-    for model, base in (("openai/gpt-4o", root + "/v1"), ("anthropic/claude-sonnet-4-5", root)):
-        whole = litellm.completion(model=model, messages=ask, max_tokens=8, api_base=base, api_key="sk-recorded")
+    for model, extra in (("openai/gpt-4o", {"api_base": root + "/v1"}),
+                         ("anthropic/claude-sonnet-4-5", {"api_base": root}),
+                         ("gemini/gemini-2.5-flash", {"api_base": root + "/v1beta"}),
+                         ("ollama_chat/llama3", {"api_base": root}),
+                         ("bedrock/converse/anthropic.claude-3-haiku-20240307-v1:0", aws)):
+        keys = {} if model.startswith("bedrock") else {"api_key": "sk-recorded"}
+        whole = litellm.completion(model=model, messages=ask, max_tokens=8, **extra, **keys)
         text = "".join(chunk.choices[0].delta.content or "" for chunk in litellm.completion(  # type: ignore
-            model=model, messages=ask, max_tokens=8, api_base=base, api_key="sk-recorded", stream=True))
+            model=model, messages=ask, max_tokens=8, stream=True, **extra, **keys))
         # (LiteLLM gives an Anthropic answer an id of its own: the text is what came from upstream)
         out += [whole.choices[0].message.content, text, whole.usage.completion_tokens]  # type: ignore[union-attr]
     return out
