@@ -72,3 +72,48 @@ def test_sessions_round_trip_through_the_recorder(llm_backend: LLMBackend, tmp_p
     finally:
         replayer.shutdown()
     assert app.unmatched == [] and llm_backend.requests == []
+
+
+def test_gemini_live_over_tls_round_trips(llm_backend: LLMBackend, tmp_path: Path) -> None:
+    """google-genai opens Gemini Live over wss:// only: the recorder serves TLS (its own throwaway authority) and
+    trusts the backend's; the key in the upgrade's query never reaches the cassette."""
+    import asyncio
+    import ssl
+
+    from google import genai
+
+    llm_backend.configure(tls=True)
+    llm_backend.on().reply("hello from live")
+
+    def live(root: str, ca_file: str) -> list[Any]:
+        options = genai.types.HttpOptions(base_url=root,
+                                          async_client_args={"ssl": ssl.create_default_context(cafile=ca_file)})
+        client = genai.Client(api_key="AIza-live-secret-77", http_options=options)
+
+        async def run() -> list[Any]:
+            async with client.aio.live.connect(model="gemini-live-2.5-flash",
+                                               config={"response_modalities": ["TEXT"]}) as session:
+                await session.send_client_content(turns={"role": "user", "parts": [{"text": "hi"}]},
+                                                  turn_complete=True)
+                return [message.text async for message in session.receive() if message.text]
+
+        return asyncio.run(run())
+
+    path = tmp_path / "live.jsonl"
+    proxy = RecordingProxy(llm_backend.root_url, Cassette(path, llm_backend.root_url),
+                           upstream_ca=llm_backend.ca_file)
+    recorder, url = serve_in_thread(proxy, tls=True)
+    try:
+        original = live(url, recorder.ca_file or "")
+    finally:
+        recorder.shutdown()
+        proxy.close()
+    assert "".join(original) == "hello from live"
+    assert "AIza-live-secret-77" not in path.read_text()
+    llm_backend.reset()
+    replayer, replay_url = serve_in_thread(ReplayApp(list(read_cassette(path)), speed=20.0), tls=True)
+    try:
+        assert live(replay_url, replayer.ca_file or "") == original
+    finally:
+        replayer.shutdown()
+    assert llm_backend.requests == []

@@ -27,6 +27,11 @@ def add_recording_commands(commands: Any) -> None:
     record.add_argument("--cassette", default="cassette.jsonl", help="The cassette's file name in --out")
     record.add_argument("--host", default="127.0.0.1")
     record.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    record.add_argument("--tls", action="store_true",
+                        help="Serve the recorder over HTTPS with a throwaway certificate authority (its file is "
+                             "printed): for clients that speak only TLS (google-genai's Gemini Live)")
+    record.add_argument("--upstream-ca", default=None, metavar="FILE",
+                        help="Trust this certificate authority for the upstream (another llmsim's, a proxy's)")
     record.add_argument("--resign-aws", action="store_true",
                         help="Sign AWS SigV4 requests (Bedrock) again for the upstream, with the credentials botocore "
                              "finds (a client signs for the recorder's address, which AWS refuses)")
@@ -38,6 +43,9 @@ def add_recording_commands(commands: Any) -> None:
                              "request with the recorded prompt, the simulator for the rest (llmsim serve --replay)")
     replay.add_argument("--speed", type=float, default=1.0,
                         help="Divide every recorded time by this (content, simulate: the simulator's speed)")
+    replay.add_argument("--tls", action="store_true",
+                        help="exact mode: serve over HTTPS with a throwaway certificate authority (its file is "
+                             "printed)")
     replay.add_argument("--host", default="127.0.0.1")
     replay.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
 
@@ -57,8 +65,10 @@ def run_record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if not args.upstream.startswith(("http://", "https://")):
         parser.error("--upstream is an http:// or https:// URL")
     cassette = Cassette(Path(args.out) / args.cassette, args.upstream)
-    proxy = RecordingProxy(args.upstream, cassette, resign_aws=args.resign_aws)
-    server, url = serve_in_thread(proxy, args.host, args.port)
+    proxy = RecordingProxy(args.upstream, cassette, resign_aws=args.resign_aws, upstream_ca=args.upstream_ca)
+    server, url = serve_in_thread(proxy, args.host, args.port, args.tls)
+    if server.ca_file:
+        print(f"the recorder's certificate authority: {server.ca_file}", file=sys.stderr)
     print(f"recording {args.upstream} into {cassette.path}", file=sys.stderr)
     try:
         return _wait(server, url, "record")
@@ -73,5 +83,7 @@ def run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         exchanges = list(read_cassette(args.cassette))
     except (OSError, ValueError) as error:
         parser.error(f"{args.cassette}: {error}")
-    server, url = serve_in_thread(ReplayApp(exchanges, args.speed), args.host, args.port)
+    server, url = serve_in_thread(ReplayApp(exchanges, args.speed), args.host, args.port, args.tls)
+    if server.ca_file:
+        print(f"the replay's certificate authority: {server.ca_file}", file=sys.stderr)
     return _wait(server, url, "replay")

@@ -9,6 +9,7 @@ is what the client reads. A WebSocket upgrade is relayed as a session (:mod:`.se
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,7 @@ import httpx
 from werkzeug.wrappers import Request
 
 from ..server.listener import ConnectionServer
+from ..server.tls import TLSMaterial
 from . import sessions
 from .aws_signing import resign
 from .cassette import Chunk, Exchange
@@ -39,11 +41,15 @@ class ExchangeSink(Protocol):
 class RecordingProxy:
     """A WSGI app that forwards to ``upstream`` and appends each exchange to ``cassette``."""
 
-    def __init__(self, upstream: str, cassette: ExchangeSink, timeout: float = 600.0, resign_aws: bool = False) -> None:
+    def __init__(self, upstream: str, cassette: ExchangeSink, timeout: float = 600.0, resign_aws: bool = False,
+                 upstream_ca: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.cassette = cassette
         self.resign_aws = resign_aws  # sign SigV4 requests again for the upstream (see .aws_signing)
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False)
+        # the upstream's certificate authority, when it is not one the system trusts (another llmsim's, a proxy's)
+        self.ssl_context = ssl.create_default_context(cafile=upstream_ca) if upstream_ca else None
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False,
+                                    verify=self.ssl_context or True)
 
     def close(self) -> None:
         self._client.close()
@@ -55,7 +61,7 @@ class RecordingProxy:
     def forward(self, request: Request, body: bytes, start_response: Any) -> Iterable[bytes]:
         """Pass ``request`` (its ``body`` already read) to the upstream; answer with what comes back, recording it."""
         if request.headers.get("Upgrade", "").lower() == "websocket":
-            return sessions.relay(self.upstream, request, self.cassette.append, start_response)
+            return sessions.relay(self.upstream, request, self.cassette.append, start_response, self.ssl_context)
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _REQUEST_DROPPED]
         query = request.environ.get("QUERY_STRING", "")
         url = self.upstream + request.path + (f"?{query}" if query else "")
@@ -83,11 +89,16 @@ class RecordingProxy:
 
 
 class Served:
-    """A WSGI app served on its own thread by the package's server: its ``url``; ``shutdown()`` stops it."""
+    """A WSGI app served on its own thread by the package's server: its ``url``; ``shutdown()`` stops it. With
+    ``tls``, over HTTPS with a throwaway certificate authority (clients trust :attr:`ca_file`), as clients that
+    speak only TLS need (google-genai opens Gemini Live over wss:// only)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._server = ConnectionServer(host, port, app, request_timeout=lambda: 600.0)
-        self.url = f"http://{host}:{self._server.port}"
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, tls: bool = False) -> None:
+        self._material = TLSMaterial(host) if tls else None
+        context = self._material.context if self._material is not None else None
+        self._server = ConnectionServer(host, port, app, request_timeout=lambda: 600.0, tls_context=lambda: context)
+        self.url = f"{'https' if tls else 'http'}://{host}:{self._server.port}"
+        self.ca_file = self._material.ca_file if self._material is not None else None
         self._thread = threading.Thread(target=self._server.serve_forever, name="llmsim-recording", daemon=True)
         self._thread.start()
 
@@ -95,9 +106,11 @@ class Served:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+        if self._material is not None:
+            self._material.close()
 
 
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> tuple[Served, str]:
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, tls: bool = False) -> tuple[Served, str]:
     """Serve ``app`` (WSGI) with the package's own server, a thread per connection: the server and its URL."""
-    served = Served(app, host, port)
+    served = Served(app, host, port, tls)
     return served, served.url

@@ -11,6 +11,7 @@ client to the upstream (the tests' extra installs it); without it a session is a
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterable
@@ -31,9 +32,11 @@ def _refused(status: int, text: str, environ: dict[str, Any], start_response: An
     return Response(text, status=status, content_type="application/json")(environ, start_response)
 
 
-def relay(upstream: str, request: Request, record: Any, start_response: Any) -> Iterable[bytes]:
+def relay(upstream: str, request: Request, record: Any, start_response: Any,
+          context: ssl.SSLContext | None = None) -> Iterable[bytes]:
     """Relay ``request``'s WebSocket session to ``upstream`` (http(s) base URL), recording it with ``record``
-    (called with the finished :class:`~.cassette.Exchange`)."""
+    (called with the finished :class:`~.cassette.Exchange`); ``context``: the TLS context for a wss:// upstream
+    (None: the system's)."""
     environ = request.environ
     upgrade: WebSocketUpgrade | None = environ.get(UPGRADE_KEY)
     try:
@@ -58,7 +61,8 @@ def relay(upstream: str, request: Request, record: Any, start_response: Any) -> 
     try:
         offered = [Subprotocol(name) for name in offer.subprotocols] or None
         upstream_ws = connect(url, additional_headers=headers, subprotocols=offered, open_timeout=30,
-                              max_size=16 * 1024 * 1024, compression=None)
+                              max_size=16 * 1024 * 1024, compression=None,
+                              ssl=context if url.startswith("wss:") else None)
     except InvalidStatus as refusal:
         answer = refusal.response
         record(Exchange.recorded("GET", request.path, query, list(request.headers.items()), b"", answer.status_code,
