@@ -1,4 +1,6 @@
-"""The pytest surface, through real pytest runs in subprocesses."""
+"""The pytest surface, through real pytest runs: in this process (pytester's in-process run: a fresh session and
+plugin manager, ~1.5 s less a run than a subprocess) where the run sees only its own session, in a subprocess where
+it looks at the process (its threads, its garbage collector, lag warnings, process isolation, xdist workers)."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def test_fixture_is_reset_before_each_test(pytester: pytest.Pytester, helpers: N
             body = ask(llm_backend, max_tokens=50).json()
             assert body["choices"][0]["message"]["content"] != "left over"
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 def test_markers_change_behaviour(pytester: pytest.Pytester, helpers: None) -> None:
@@ -97,7 +99,7 @@ def test_markers_change_behaviour(pytester: pytest.Pytester, helpers: None) -> N
             ask(llm_backend, content="twelve tokens of prompt here to be cached")
             assert llm_backend.metrics.cache_hit_rate == pytest.approx(0.5, abs=0.05)
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=4)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=4)
 
 
 def test_closest_marker_wins_key_by_key(pytester: pytest.Pytester) -> None:
@@ -116,7 +118,7 @@ def test_closest_marker_wins_key_by_key(pytester: pytest.Pytester) -> None:
         def test_module_level(llm_backend):
             assert (llm_backend.config.ttft, llm_backend.config.itl) == (1.0, 0.5)
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 @pytest.mark.parametrize(("marker", "message"), [
@@ -136,7 +138,7 @@ def test_bad_marker_fails_setup_naming_it(pytester: pytest.Pytester, marker: str
         def test_x(llm_backend):
             pass
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([message])
 
@@ -162,18 +164,18 @@ def test_fault_markers(pytester: pytest.Pytester, helpers: None) -> None:
             assert [f.kind for f in llm_backend.faults] == ["server_error"]
             assert ask(llm_backend).status_code == 200
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 def test_markers_are_documented(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--markers")
+    result = pytester.runpytest_inprocess("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.llm_latency(ttft=, itl=*", "@pytest.mark.llm_cache(*",
                                  "@pytest.mark.llm_batch(*", "@pytest.mark.llm_config(*",
                                  "@pytest.mark.llm_fault(kind, [*][*]params)*", "@pytest.mark.llm_realtime*"])
 
 
 def test_fixtures_are_documented(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--fixtures")
+    result = pytester.runpytest_inprocess("--fixtures")
     result.stdout.fnmatch_lines(["llmsim_config [[]session scope[]] -- *",
                                  "llm_backend -- *", "*OpenAI-compatible simulated LLM backend*",
                                  "llm_backend_factory -- *",
@@ -203,7 +205,7 @@ def test_speed_option_sources(pytester: pytest.Pytester, monkeypatch: pytest.Mon
         pytester.makepyprojecttoml('[tool.pytest.ini_options]\nllmsim_speed = "20"\n')
     if source in ("env", "flag-over-env", "env-over-ini"):
         monkeypatch.setenv("PYTEST_LLMSIM_SPEED", "40")
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(*args).assert_outcomes(passed=1)
 
 
 OPTION_TEST = """
@@ -230,7 +232,7 @@ def test_seed_model_host_report_from_every_source(pytester: pytest.Pytester,
     else:
         for key, value in values.items():
             monkeypatch.setenv(f"PYTEST_LLMSIM_{key.upper()}", value)
-    result = pytester.runpytest_subprocess(*args)
+    result = pytester.runpytest_inprocess(*args)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["llmsim: speed=1, seed=7, model=src-model, host=127.0.0.1",
                                  "*llmsim backend summary*"])
@@ -261,7 +263,7 @@ def test_invalid_option_is_a_usage_error_naming_its_source(
         pytester.makepyprojecttoml(f'[tool.pytest.ini_options]\nllmsim_{option} = "{value}"\n')
     else:
         monkeypatch.setenv(f"PYTEST_LLMSIM_{option.upper()}", value)
-    result = pytester.runpytest_subprocess(*args)
+    result = pytester.runpytest_inprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 
@@ -291,7 +293,7 @@ def test_the_session_backend_listens_on_the_port_asked_for(pytester: pytest.Pyte
         pytester.makeini(f"[pytest]\nllmsim_port = {port}\n")
     else:
         monkeypatch.setenv("PYTEST_LLMSIM_PORT", str(port))
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(*args).assert_outcomes(passed=1)
 
 
 def test_each_xdist_worker_adds_its_number_to_a_fixed_port() -> None:
@@ -320,7 +322,7 @@ def test_report_header_seed_model_and_realtime(pytester: pytest.Pytester) -> Non
             assert llm_backend.config.seed == 42
             assert llm_backend.config.model == "tiny-sim"
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=1000",
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-speed=1000",
                                            "--llmsim-seed=42", "--llmsim-model=tiny-sim")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["llmsim: speed=1000, seed=42, model=tiny-sim, host=127.0.0.1"])
@@ -342,7 +344,7 @@ def test_report_summary(pytester: pytest.Pytester, helpers: None) -> None:
             ask(llm_backend)
             ask(llm_backend)
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-report")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*llmsim backend summary*", "test*requests*statuses*tokens*cache*verdicts",
                                  "*test_served*2*200x1 400x1*8+3*0%*0*-* ok",
@@ -370,7 +372,7 @@ def test_factory_backends_are_independent(pytester: pytest.Pytester, helpers: No
         def test_stopped_afterwards():
             assert not any(b.is_running for b in test_two_backends.backends)
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 def test_assertion_helper_messages(pytester: pytest.Pytester, helpers: None) -> None:
@@ -404,7 +406,7 @@ def test_assertion_helper_messages(pytester: pytest.Pytester, helpers: None) -> 
             ask(llm_backend)
             assert llm_backend.metrics.requests_total == 3
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines([
         "*expected 3 request(s) with path='/v1/chat/completions', saw 2",
@@ -451,6 +453,7 @@ def test_no_leaked_threads_or_sockets(pytester: pytest.Pytester, helpers: None) 
             ask(llm_backend, stream=True)
             ask(llm_backend_factory())
     """)
+    # in a process of its own: the threads it counts are the process's (an in-process run would see the outer's)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::ResourceWarning",
                                            "-s")
     result.assert_outcomes(passed=1)
@@ -476,7 +479,7 @@ def test_markers_set_every_backend_and_factory_arguments_win(pytester: pytest.Py
             assert (llm_backend.config.ttft, primary.config.ttft) == (0.25, 0.25)
             assert fallback.config.ttft == 0.5       # an explicit factory argument wins
     """)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=1)
 
 
 def test_documented_llmsim_config_override_keeps_the_options(pytester: pytest.Pytester) -> None:
@@ -494,7 +497,7 @@ def test_documented_llmsim_config_override_keeps_the_options(pytester: pytest.Py
                 assert (backend.speed, backend.config.seed) == (3.0, 7)
                 assert (backend.config.ttft, backend.config.model) == (0.05, "my-model")
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=3", "--llmsim-seed=7")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-speed=3", "--llmsim-seed=7")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["llmsim: speed=3, seed=7, *"])
 
@@ -518,7 +521,7 @@ def test_report_rows_name_each_backend(pytester: pytest.Pytester, helpers: None)
             ask(a)
             ask(b)
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-report")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-report")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*backend*", "*test_two*alpha:*", "*test_two*beta:*"])
 
@@ -559,7 +562,7 @@ def test_module_backends_outlive_tests_and_are_reset_before_each(pytester: pytes
             with pytest.raises(ValueError, match="configure"):
                 llmsim_module_backends.get("primary", model="other")
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf", "--llmsim-report")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-speed=inf", "--llmsim-report")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*test_one*alpha:*429x1*", "*test_one*beta:*200x1*"])
 
@@ -585,7 +588,7 @@ def test_llm_reply_markers_reach_pool_backends(pytester: pytest.Pytester, helper
             assert ask(primary).json()["choices"][0]["message"]["content"] not in ("scripted for the pool",
                                                                                    "only here")
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-speed=inf")
     result.assert_outcomes(passed=3)
 
 
@@ -610,7 +613,7 @@ def test_session_backends_keep_their_port_across_modules(pytester: pytest.Pytest
                 seen = {{p.read_text() for p in ports.iterdir()}}
                 assert len(seen) == 1                        # one server for the whole session
         """})
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-speed=inf").assert_outcomes(passed=2)
 
 
 def _disrupted_stream_test(name: str, imports: str, every: int, at: int, disrupt: str) -> str:
@@ -677,7 +680,7 @@ def test_process_isolation_runs_backends_as_subprocesses(pytester: pytest.Pytest
 
 def test_bad_isolation_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmsim-isolation=vm")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--llmsim-isolation=vm")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*invalid --llmsim-isolation 'vm': expected one of thread, process*"])
 

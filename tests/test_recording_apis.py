@@ -4,6 +4,7 @@ official SDK, whole and streamed, with the provider (a backend) gone by the time
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,6 +100,10 @@ def litellm_calls(root: str) -> list[Any]:
             model=model, messages=ask, max_tokens=8, stream=True, **extra, **keys))
         # (LiteLLM gives an Anthropic answer an id of its own: the text is what came from upstream)
         out += [whole.choices[0].message.content, text, whole.usage.completion_tokens]  # type: ignore[union-attr]
+    for client in list(litellm.in_memory_llm_clients_cache.cache_dict.values()):  # its cached clients' sockets
+        close = getattr(client, "close", None)
+        if callable(close) and not inspect.iscoroutinefunction(close):
+            close()
     return out
 
 
