@@ -5,7 +5,9 @@ imports). A ``test_*`` function a block defines is then called, as pytest
 would: its ``llm_*`` markers applied to a fresh ``llm_backend``, its
 parameters taken from the fixtures below. TOML blocks are loaded as
 ``llmsim serve --config`` files. A block that cannot run on its own (a
-fragment quoting a longer test file) is marked ``<!-- skip: next -->``.
+fragment quoting a longer test file) is fenced as ``py``, not ``python``: shown,
+never run (a ``<!-- skip: next -->`` directive is state the page's examples
+share, which pytest-xdist may split across workers: the block then runs).
 """
 
 from __future__ import annotations
