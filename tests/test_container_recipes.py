@@ -47,7 +47,7 @@ def test_the_workflow_runs_the_backend_as_a_service_container() -> None:
 def test_the_testcontainers_example_defines_its_container_without_a_daemon() -> None:
     pytest.importorskip("testcontainers")
     namespace: dict[str, Any] = {}
-    exec(compile(_blocks("python")[0], "docs/howto.md", "exec"), namespace)  # our own docs' block
+    exec(compile(_blocks("py")[0], "docs/howto.md", "exec"), namespace)  # our own docs' block (a fragment: py)
     container = namespace["llmsim_container"](version="1.44")  # a fixed API version: docker-py asks no daemon
     assert container.image == namespace["IMAGE"]
     assert container.env == {"LLMSIM_TTFT": "0.05", "LLMSIM_ITL": "0.01"}
