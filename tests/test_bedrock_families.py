@@ -75,6 +75,14 @@ def test_a_family_body_with_errors_is_refused_in_bedrocks_shape(llm_backend: LLM
     with pytest.raises(botocore.exceptions.ClientError) as streamed_embedding:
         chunks(bedrock, "amazon.titan-embed-text-v2:0", {"inputText": "x"})
     assert streamed_embedding.value.response["Error"]["Code"] == "ValidationException"
+    with pytest.raises(botocore.exceptions.ClientError, match=r"extraneous key \[top_k\] is not permitted"):
+        invoke(bedrock, "meta.llama3-8b-instruct-v1:0", {"prompt": "Hi", "top_k": 5})  # Llama defines no top_k
+    with pytest.raises(botocore.exceptions.ClientError, match=r"extraneous key \[topK\]"):
+        invoke(bedrock, "amazon.titan-text-lite-v1", {"inputText": "Hi", "textGenerationConfig": {"topK": 5}})
+    with pytest.raises(botocore.exceptions.ClientError, match="document grounding is not simulated"):
+        invoke(bedrock, "cohere.command-r-v1:0", {"message": "Hi", "documents": [{"text": "x"}]})
+    sampled = invoke(bedrock, "mistral.mistral-7b-instruct-v0:2", {"prompt": "Hi", "temperature": 0.2, "top_k": 5})
+    assert sampled["outputs"][0]["stop_reason"] in ("stop", "length")  # sampling fields: accepted, no effect
     llm_backend.add_fault("rate_limit", times=1)
     with pytest.raises(botocore.exceptions.ClientError) as throttled:
         bedrock.invoke_model(modelId="amazon.titan-text-lite-v1", body=json.dumps({"inputText": "x"}))

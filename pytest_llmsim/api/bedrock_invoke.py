@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim import ChatMessage, GenerationRequest, SimError, invalid
 from . import aws_eventstream
 from .base import NO_TARGET, RequestTarget, WireAPI
+from .field_policy import FieldPolicy
 from .validation import expect_object
 
 if TYPE_CHECKING:
@@ -78,6 +79,14 @@ def _stops(value: Any, name: str) -> list[str]:
     return list(value)
 
 
+def _known(body: dict[str, Any], fields: FieldPolicy, where: str = "#") -> None:
+    """Refuse a refused key (naming why) or one the family does not define, in Bedrock's words."""
+    unknown = fields.check(body)
+    if unknown:
+        raise invalid(f"Malformed input request: {where}: extraneous key [{unknown[0]}] is not permitted, please "
+                      "reformat your input and try again.", unknown[0], "unknown_parameter")
+
+
 def _completion(model: str, prompt: str, max_tokens: int | None, stops: list[str], seed: int | None = None,
                 max_param: str = "max_tokens") -> GenerationRequest:
     return GenerationRequest(kind="completion", model=model, stream=False, include_usage=False, max_tokens=max_tokens,
@@ -96,6 +105,9 @@ class InvokeFamily:
     name: str  # the log's API name, e.g. "bedrock.invoke.titan"
     prefixes: tuple[str, ...]  # model ids (after any region prefix) that are this family's
     embeds = False
+    #: The body's keys: honoured, accepted with no effect (sampling), refused (a feature not simulated); any
+    #: other is refused as Bedrock refuses it ("extraneous key [x] is not permitted").
+    fields = FieldPolicy.of(())
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
         raise NotImplementedError
@@ -121,15 +133,20 @@ def _finished(generation: Generation, length: str, stop: str, filtered: str | No
     return stop
 
 
+TITAN_CONFIG = FieldPolicy.of(("maxTokenCount", "stopSequences"), ("temperature", "topP"))
+
+
 class TitanText(InvokeFamily):
     name = "bedrock.invoke.titan"
     prefixes = ("amazon.titan-text", "amazon.titan-tg1")
+    fields = FieldPolicy.of(("inputText", "textGenerationConfig"))
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
         config = body.get("textGenerationConfig") or {}
         if not isinstance(config, dict):
             raise invalid("Malformed input request: #/textGenerationConfig: expected type: JSONObject, please "
                           "reformat your input and try again.", "textGenerationConfig", "invalid_type")
+        _known(config, TITAN_CONFIG, "#/textGenerationConfig")
         return _completion(model, _text(body, "inputText"), _integer(config, "maxTokenCount", 0, 8192),
                            _stops(config.get("stopSequences"), "stopSequences"), max_param="maxTokenCount")
 
@@ -159,6 +176,7 @@ class TitanEmbed(InvokeFamily):
     name = "bedrock.invoke.titan_embed"
     prefixes = ("amazon.titan-embed-text", "amazon.titan-embed-g1-text")
     embeds = True
+    fields = FieldPolicy.of(("inputText", "dimensions", "embeddingTypes"), ("normalize",))
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
         dimensions = body.get("dimensions")
@@ -179,6 +197,8 @@ class TitanEmbed(InvokeFamily):
 class Llama(InvokeFamily):
     name = "bedrock.invoke.llama"
     prefixes = ("meta.llama",)
+    fields = FieldPolicy.of(("prompt", "max_gen_len"), ("temperature", "top_p"),
+                            {"images": "images are not simulated"})
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
         return _completion(model, _text(body, "prompt"), _integer(body, "max_gen_len", 1, 8192), [],
@@ -204,6 +224,10 @@ class MistralInvoke(InvokeFamily):
 
     name = "bedrock.invoke.mistral"
     prefixes = ("mistral.",)
+    fields = FieldPolicy.of(("prompt", "messages", "max_tokens", "stop"), ("temperature", "top_p", "top_k"),
+                            {"tools": "tool calls are not simulated for Mistral on InvokeModel (use Converse)",
+                             "tool_choice": "tool calls are not simulated for Mistral on InvokeModel (use Converse)",
+                             "response_format": "structured output is not simulated for Mistral on InvokeModel"})
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
         max_tokens = _integer(body, "max_tokens", 1)
@@ -244,6 +268,13 @@ class MistralInvoke(InvokeFamily):
 class CohereCommand(InvokeFamily):
     name = "bedrock.invoke.cohere"
     prefixes = ("cohere.command",)
+    fields = FieldPolicy.of(("message", "chat_history", "preamble", "max_tokens", "stop_sequences", "seed"),
+                            ("temperature", "p", "k", "prompt_truncation", "frequency_penalty", "presence_penalty",
+                             "return_prompt", "raw_prompting"),
+                            {"documents": "document grounding is not simulated", "tools": "tool calls are not "
+                             "simulated for Cohere on InvokeModel (use Converse)", "tool_results": "tool calls are not "
+                             "simulated for Cohere on InvokeModel (use Converse)", "search_queries_only": "search "
+                             "queries are not simulated"})
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
         messages = []
@@ -293,6 +324,8 @@ class CohereEmbed(InvokeFamily):
     name = "bedrock.invoke.cohere_embed"
     prefixes = ("cohere.embed",)
     embeds = True
+    fields = FieldPolicy.of(("texts", "input_type", "embedding_types"), ("truncate",),
+                            {"images": "image embeddings are not simulated"})
     INPUT_TYPES = ("search_document", "search_query", "classification", "clustering")
 
     def parse(self, body: dict[str, Any], model: str) -> GenerationRequest:
@@ -389,7 +422,9 @@ class FamilyInvoke(WireAPI):
         self._exception = exception
 
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
-        request = self.family.parse(expect_object(body), target.params.get("model", ""))
+        body = expect_object(body)
+        _known(body, self.family.fields)
+        request = self.family.parse(body, target.params.get("model", ""))
         if self.streamed and self.family.embeds:
             raise invalid("The model is unsupported for streaming.", None, "unsupported_operation")
         request.stream = self.streamed
