@@ -21,8 +21,11 @@ from pytest_llmsim.api.gemini_fields import _CONFIG_FIELDS as GEMINI_CONFIG_FIEL
 from pytest_llmsim.api.openai_chat import CHAT_FIELDS
 from pytest_llmsim.api.openai_completions import COMPLETION_FIELDS
 from pytest_llmsim.api.openai_embeddings import EMBEDDING_FIELDS
+from pytest_llmsim.api.openai_images import FIELDS as IMAGE_FIELDS
 from pytest_llmsim.api.openai_moderations import MODERATION_FIELDS
 from pytest_llmsim.api.openai_responses_fields import RESPONSE_FIELDS
+from pytest_llmsim.api.openai_speech import FIELDS as SPEECH_FIELDS
+from pytest_llmsim.api.openai_transcription import FIELDS as TRANSCRIPTION_FIELDS
 
 ASK: Any = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": ASK, "max_tokens": 4}
@@ -39,9 +42,15 @@ def _fields(typed_dict: Any) -> set[str]:
 
 def _sdk_request_types() -> list[tuple[str, FieldPolicy, set[str]]]:
     from anthropic.types.message_create_params import MessageCreateParamsBase
+    from openai.types.audio.speech_create_params import SpeechCreateParams
+    from openai.types.audio.transcription_create_params import TranscriptionCreateParamsBase
+    from openai.types.audio.translation_create_params import TranslationCreateParams
     from openai.types.chat.completion_create_params import CompletionCreateParamsBase
     from openai.types.completion_create_params import CompletionCreateParamsBase as LegacyParams
     from openai.types.embedding_create_params import EmbeddingCreateParams
+    from openai.types.image_create_variation_params import ImageCreateVariationParams
+    from openai.types.image_edit_params import ImageEditParamsBase
+    from openai.types.image_generate_params import ImageGenerateParamsBase
     from openai.types.moderation_create_params import ModerationCreateParams
     from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
@@ -50,7 +59,12 @@ def _sdk_request_types() -> list[tuple[str, FieldPolicy, set[str]]]:
             ("openai responses", RESPONSE_FIELDS, _fields(ResponseCreateParamsBase) | {"stream"}),
             ("openai embeddings", EMBEDDING_FIELDS, _fields(EmbeddingCreateParams)),
             ("openai moderations", MODERATION_FIELDS, _fields(ModerationCreateParams)),
-            ("anthropic messages", MESSAGE_FIELDS, _fields(MessageCreateParamsBase) | {"stream"})]
+            ("anthropic messages", MESSAGE_FIELDS, _fields(MessageCreateParamsBase) | {"stream"}),
+            ("openai images", IMAGE_FIELDS, _fields(ImageGenerateParamsBase) | _fields(ImageEditParamsBase)
+             | _fields(ImageCreateVariationParams) | {"stream"}),
+            ("openai speech", SPEECH_FIELDS, _fields(SpeechCreateParams)),
+            ("openai transcriptions", TRANSCRIPTION_FIELDS, _fields(TranscriptionCreateParamsBase) | {"stream"}),
+            ("openai translations", TRANSCRIPTION_FIELDS, _fields(TranslationCreateParams))]
 
 
 @pytest.mark.parametrize(("name", "policy", "fields"), _sdk_request_types(),

@@ -45,8 +45,10 @@ FIELDS = FieldPolicy.of(
     honoured=("model", "prompt", "n", "size", "quality", "response_format", "output_format", "image", "mask",
               "stream"),
     no_effect=("style", "user", "background", "moderation", "output_compression", "input_fidelity",
-               "safety_identifier"),
-    refused={"partial_images": "streamed partial images are not simulated"})
+               "safety_identifier", "complexity"),
+    refused={"partial_images": "streamed partial images are not simulated",
+             "frame_count": "GIF output is not simulated", "frame_duration_ms": "GIF output is not simulated",
+             "svg": "SVG output is not simulated", "markup": "SVG output is not simulated"})
 
 
 def _family(model: str) -> str:

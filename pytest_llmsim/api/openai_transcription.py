@@ -38,9 +38,10 @@ TEXT_FORMATS = {"text": "text/plain; charset=utf-8", "srt": "application/x-subri
                 "vtt": "text/vtt; charset=utf-8"}
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 FIELDS = FieldPolicy.of(honoured=("file", "model", "response_format", "timestamp_granularities", "stream",
-                                  "language", "prompt", "include"),
-                        no_effect=("temperature", "chunking_strategy"),
-                        refused={"known_speaker_names": "speaker diarization is not simulated",
+                                  "language", "prompt"),
+                        no_effect=("temperature", "chunking_strategy", "keywords", "languages"),
+                        refused={"include": "a transcript's logprobs are not simulated",
+                                 "known_speaker_names": "speaker diarization is not simulated",
                                  "known_speaker_references": "speaker diarization is not simulated"})
 
 
