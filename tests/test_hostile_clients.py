@@ -191,3 +191,38 @@ def test_an_idle_connection_closed_by_its_deadline_prints_nothing(served: Served
             except OSError:
                 pass
     # the module's teardown checks stderr for a traceback
+
+
+# --- multipart uploads (issue 58's transcription and image edits read them on generation routes) ---
+
+def _multipart(boundary: bytes = b"llmsimboundary") -> bytes:
+    wav = (b"RIFF" + (36 + 32000).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
+           + b"\x01\x00\x01\x00" + (16000).to_bytes(4, "little") + (32000).to_bytes(4, "little") + b"\x02\x00\x10\x00"
+           + b"data" + (32000).to_bytes(4, "little") + b"\x00" * 32000)
+    return (b"--" + boundary + b'\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n--' + boundary
+            + b'\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n'
+            + wav + b"\r\n--" + boundary + b"--\r\n")
+
+
+def _upload_head(length: int, boundary: bytes = b"llmsimboundary") -> bytes:
+    return (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary="
+            + boundary + b"\r\nContent-Length: %d\r\n\r\n" % length)
+
+
+def test_a_multipart_upload_that_drips_stops_or_lies_leaves_the_server_serving(served: Served) -> None:
+    body = _multipart()
+    # stops mid-body: a 408 at the body's deadline (0.5 s here), the connection closed
+    answer = _exchange(served, _upload_head(len(body)) + body[:len(body) // 2])
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"<still open>" not in answer, answer[:200]
+    # hangs up mid-body: nothing to answer, nothing printed (the module's teardown checks for a traceback)
+    with socket.create_connection(("127.0.0.1", served.port)) as sock:
+        sock.sendall(_upload_head(len(body)) + body[:1000])
+    # a body whose parts do not end as its boundary says: a 400 in OpenAI's shape, the connection still usable
+    broken = body.replace(b"--llmsimboundary--", b"--somethingelse--")
+    refused = httpx.post(served.url + "/v1/audio/transcriptions", content=broken,
+                         headers={"Content-Type": "multipart/form-data; boundary=llmsimboundary"})
+    assert refused.status_code == 400 and refused.json()["error"]["message"], refused.text[:200]
+    whole = httpx.post(served.url + "/v1/audio/transcriptions", content=body,
+                       headers={"Content-Type": "multipart/form-data; boundary=llmsimboundary"})
+    assert whole.status_code == 200 and whole.json()["text"]
+    served.assert_alive()

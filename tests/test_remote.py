@@ -155,9 +155,7 @@ def _alive(pid: int) -> bool:
 # own, and the process boundary (the control API, RemoteBackend) is crossed by every test. (A rerun with a thread
 # per connection was dropped: its server is the in-process one every other test uses; the API-level suites, tools
 # and models, do not depend on the core.)
-# (The Responses API's HTTP suite left the rerun: its events are framed as Anthropic's and chat's, which stay; the
-# suite's time was over its 3 minutes.)
-HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_faults.py",
+HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_http_responses.py", "test_faults.py",
                "test_bad_input.py", "test_http_timing.py", "test_keepalive.py", "test_wsgi_server.py"]
 
 
