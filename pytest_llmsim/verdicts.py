@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,11 +90,15 @@ def judge(records: Sequence[RequestRecord], backoff_floor: float = 0.1) -> list[
 def assert_behaved(records: Sequence[RequestRecord], kinds: Iterable[str] = VERDICT_KINDS,
                    backoff_floor: float = 0.1) -> None:
     """Raise AssertionError listing each offence of ``kinds`` (all by default) with the requests involved."""
-    kinds = tuple(kinds)
-    unknown = sorted(set(kinds) - set(VERDICT_KINDS))
+    _raise_offences(tuple(kinds), VERDICT_KINDS, lambda: judge(records, backoff_floor))
+
+
+def _raise_offences(kinds: tuple[str, ...], known: tuple[str, ...], verdicts: Callable[[], list[Verdict]]) -> None:
+    """ValueError for a kind not in ``known``; AssertionError listing each offence of ``kinds`` in ``verdicts()``."""
+    unknown = sorted(set(kinds) - set(known))
     if unknown:
-        raise ValueError(f"unknown verdict {unknown[0]!r}; known: {', '.join(VERDICT_KINDS)}")
-    failed = [verdict for verdict in judge(records, backoff_floor) if verdict.kind in kinds and not verdict.ok]
+        raise ValueError(f"unknown verdict {unknown[0]!r}; known: {', '.join(known)}")
+    failed = [verdict for verdict in verdicts() if verdict.kind in kinds and not verdict.ok]
     if failed:
         raise AssertionError("the client misbehaved:\n" + "\n".join(str(verdict) for verdict in failed))
 
@@ -142,13 +146,7 @@ def judge_failover(logs: Mapping[str, Any], retries: int = 0) -> list[Verdict]:
 def assert_failed_over(logs: Mapping[str, Any], retries: int = 0,
                        kinds: Iterable[str] = FAILOVER_KINDS) -> None:
     """Raise AssertionError listing each failover offence of ``kinds`` over ``logs`` (name -> a backend's log)."""
-    kinds = tuple(kinds)
-    unknown = sorted(set(kinds) - set(FAILOVER_KINDS))
-    if unknown:
-        raise ValueError(f"unknown verdict {unknown[0]!r}; known: {', '.join(FAILOVER_KINDS)}")
-    failed = [verdict for verdict in judge_failover(logs, retries) if verdict.kind in kinds and not verdict.ok]
-    if failed:
-        raise AssertionError("the client misbehaved:\n" + "\n".join(str(verdict) for verdict in failed))
+    _raise_offences(tuple(kinds), FAILOVER_KINDS, lambda: judge_failover(logs, retries))
 
 
 # --- what each verdict looks for: ((earlier, offending), line) pairs ---

@@ -181,10 +181,11 @@ class WireAPI:
         """A new id in the API's format for :attr:`request_id_header` ("" for an API without one)."""
         return ""
 
-    def speaker(self, request: GenerationRequest) -> WireAPI:
-        """The API that answers ``request`` (as parsed by this one): itself, unless several APIs share its path
-        and the body says which it speaks (Mistral's and DeepSeek's on ``/v1/chat/completions``); the server
-        renders the answer, its errors and headers with that one and logs the request under its name."""
+    def answered_by(self, body: Any, target: RequestTarget) -> WireAPI:
+        """The API that parses and answers this request body: itself, unless several APIs share its path and the
+        body (or the URL) says which one it is for (Mistral's and DeepSeek's on ``/v1/chat/completions``, Bedrock's
+        model families on InvokeModel); the server hands the body to that one, renders its answer, errors and
+        headers with it and logs the request under its name."""
         return self
 
     def answer_headers(self) -> dict[str, str]:

@@ -229,20 +229,17 @@ class BedrockInvoke(BedrockErrors):
         self._families = {family.name: FamilyInvoke(family, streamed, self, _stream_exception)
                           for family in INVOKE_FAMILIES}
 
+    def answered_by(self, body: Any, target: RequestTarget) -> WireAPI:
+        family = family_of(target.params.get("model", ""))
+        return self._families[family.name] if family is not None else self
+
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
-        model = target.params.get("model", "")
-        family = family_of(model)
-        if family is not None:
-            parsed = self._families[family.name].parse(body, target)
-            parsed.wire["family"] = family.name
-            return parsed
-        parsed = parse_messages(_invoke_body(body, model))
+        answering = self.answered_by(body, target)
+        if answering is not self:
+            return answering.parse(body, target)
+        parsed = parse_messages(_invoke_body(body, target.params.get("model", "")))
         parsed.stream = self.streamed  # the route says; a body's "stream" is not Bedrock's
         return parsed
-
-    def speaker(self, request: GenerationRequest) -> WireAPI:
-        family = request.wire.get("family") if request.wire else None
-        return self._families[family] if family is not None else self
 
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         return ANTHROPIC_MESSAGES.response_body(generation, response_id)

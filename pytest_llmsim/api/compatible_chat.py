@@ -11,7 +11,7 @@ latency) is OpenAI's chat, unchanged.
 Several providers are served on OpenAI's own path (Mistral, Together, DeepSeek and xAI all answer
 ``/v1/chat/completions``): :class:`ChatByProvider` reads the body's model name and the fields only one
 provider defines, parses with that provider's rules and hands the request to it
-(:meth:`~.base.WireAPI.speaker`); a request header ``x-llmsim-provider: NAME`` (a guarded route) settles it
+(:meth:`~.base.WireAPI.answered_by`); a request header ``x-llmsim-provider: NAME`` (a guarded route) settles it
 whatever the body says.
 """
 
@@ -38,7 +38,6 @@ __all__ = ["PROVIDER_HEADER", "ChatByProvider", "ProviderChat", "ProviderStream"
 #: The request header that names the provider a shared path's request is for, whatever its body says.
 PROVIDER_HEADER = "x-llmsim-provider"
 _PROVIDER_ENVIRON = "HTTP_" + PROVIDER_HEADER.upper().replace("-", "_")
-_SPOKEN_BY = "llmsim_provider"  # a SimError's detail: the provider whose parse refused the request
 MODELS_REMEMBERED = 1024  # model names whose provider a shared path remembers (a test's few, a fuzzer's many)
 
 #: Where a reasoning model's thinking goes: a message (and delta) field of that name, ``<think>`` tags at the
@@ -249,7 +248,6 @@ class ChatByProvider(WireAPI):
     def __init__(self, default: WireAPI, providers: Sequence[ProviderChat]) -> None:
         self._default = default
         self._providers = tuple(providers)
-        self._by_name = {api.name: api for api in providers}
         self._marks = tuple((mark, api) for api in providers for mark in api.marks)
         self._any_mark = frozenset(mark for mark, _ in self._marks)
         self._by_model: dict[str, WireAPI] = {}  # model name -> whose it is (bounded: MODELS_REMEMBERED)
@@ -277,24 +275,14 @@ class ChatByProvider(WireAPI):
                     return api
         return self._default
 
+    def answered_by(self, body: Any, target: RequestTarget) -> WireAPI:
+        return self.provider_of(body)
+
     def parse(self, body: Any, target: RequestTarget = NO_TARGET) -> GenerationRequest:
-        api = self.provider_of(body)
-        try:
-            request = api.parse(body, target)
-        except SimError as error:  # refused in the provider's words
-            if api is not self._default:
-                error.details[_SPOKEN_BY] = api.name
-            raise
-        if api is not self._default:
-            request.wire["provider"] = api.name
-        return request
+        return self.provider_of(body).parse(body, target)
 
-    def speaker(self, request: GenerationRequest) -> WireAPI:
-        name = request.wire.get("provider") if request.wire else None
-        return self._by_name[name] if name is not None else self._default.speaker(request)
-
-    # the default's answers (a request no provider claimed is handed to it by speaker(); these are for errors
-    # raised before the body was read)
+    # the default's answers (the server hands a request to the API answered_by() names; these are for errors
+    # raised before the body was read, as a wrong key)
     def response_body(self, generation: Generation, response_id: str) -> dict[str, Any]:
         return self._default.response_body(generation, response_id)
 
@@ -305,8 +293,7 @@ class ChatByProvider(WireAPI):
         return self._default.rate_limit_headers(status)
 
     def render_error(self, error: SimError) -> tuple[int, dict[str, Any], dict[str, str]]:
-        provider = self._by_name.get(error.details.get(_SPOKEN_BY, ""))
-        return (provider or self._default).render_error(error)
+        return self._default.render_error(error)
 
     def new_request_id(self) -> str:
         return self._default.new_request_id()

@@ -129,9 +129,10 @@ class GenerationLife:
             if isinstance(body, dict) and isinstance(body.get("model"), str):
                 record.model = body["model"]
             record.model = match.params.get("model", record.model)  # an API with the model in its URL
-            parsed = api.parse(body, request_target(request.environ, match.params, api.links_here))
-            api = self.api = api.speaker(parsed)  # a shared path's provider answers from here on
+            target = request_target(request.environ, match.params, api.links_here)
+            api = self.api = api.answered_by(body, target)  # on a path APIs share: the one the body is for
             record.api = api.name
+            parsed = api.parse(body, target)
             parsed.credential = credential
             parsed.headers = record.headers
             if not self.admit(parsed, number, query, request.environ.get(ACCEPTED_AT)):
