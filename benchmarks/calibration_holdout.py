@@ -33,6 +33,11 @@ from pytest_llmsim.calibration.priors import expert_share
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.sim.config import SimConfig
 
+try:
+    from holdout_manifest import SPLITS, load_manifest, run, summary  # run as a script: benchmarks/ on the path
+except ImportError:  # imported as benchmarks.calibration_holdout
+    from benchmarks.holdout_manifest import SPLITS, load_manifest, run, summary
+
 LABELS = {"ttft_p50_ms": "TTFT", "itl_p50_ms": "ITL", "req_per_s": "req/s", "e2e_p50_ms": "E2E"}
 
 
@@ -111,7 +116,13 @@ def _cell(errors: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweeps", nargs="+", metavar="SWEEP")
+    parser.add_argument("sweeps", nargs="*", metavar="SWEEP")
+    parser.add_argument("--manifest", metavar="TOML", help="every development sweep of this manifest (e.g. "
+                        "benchmarks/development_sweeps.toml): the splits, one row with priors, and leave-one-"
+                        "sweep-out, the priors from the other sweeps (see holdout_manifest.py)")
+    parser.add_argument("--sweeps-root", default="../shared/calibration", help="where the manifest's paths are")
+    parser.add_argument("--only", default="", help="with --manifest: these entries (comma-separated)")
+    parser.add_argument("--splits", default=",".join(SPLITS), help="with --manifest: these splits")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--priors", metavar="K=V,...", help="hardware and model priors, e.g. "
                         "gpu=gaudi3,tp=8,params=355,active_params=32 (see pytest_llmsim.calibration.Hardware)")
@@ -125,6 +136,11 @@ def main() -> None:
     parser.add_argument("--output-spread", type=float, default=None, metavar="S",
                         help="output lengths uniform within mean * (1 +- S), as answers ending at EOS")
     args = parser.parse_args()
+    if args.manifest:
+        sweeps = load_manifest(args.manifest, args.sweeps_root, [n for n in args.only.split(",") if n])
+        results = run(sweeps, args.seeds, args.jobs, args.splits.split(","))
+        print(summary(results), flush=True)
+        return
     try:
         experts = (args.experts, args.experts_per_token) if expert_share(args.experts, args.experts_per_token) else None
     except ValueError as error:

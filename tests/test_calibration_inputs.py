@@ -293,17 +293,23 @@ def test_calibrate_prints_a_valid_profile_and_predict_writes_csv_json_and_a_plot
 
 
 def test_hardware_priors_make_one_row_enough() -> None:
-    """A server whose costs follow the roofline of a known device: fitted on one row with the priors, the
-    other rows come within 30 %."""
+    """A server whose costs follow the roofline of a known device, its fixed costs where the priors put them:
+    fitted on one row (its two efficiencies), the other rows come within 30 %."""
     from pytest_llmsim.calibration import Hardware, calibrate, predict
 
     device = Hardware(params=8.0, gpu="h100", tp=1, dtype="bf16", kv_bytes_per_token=131072)
     truth = SimConfig().replace(scheduler="step", **device.costs(0.7, 0.45), step_prefill_base=0.002,
-                                request_overhead=0.01, request_serial=0.001, max_num_batched_tokens=2048)
+                                request_overhead=0.01, request_serial=0.001, max_num_batched_tokens=2048,
+                                step_per_decode_seq=5e-5)
     assert truth.step_base == pytest.approx(16e9 / (3.35e12 * 0.7))  # the weights read once per step
+    truth = truth.replace(step_base=truth.step_base + 0.003)  # launches: a fixed cost per step
     rows = predict(truth, [SweepRow(c, None, 512, 64, num_prompts=4 * c) for c in (1, 4, 16, 64)])
-    fit = calibrate([rows[1]], budgets=(2048,), hardware=device)
-    assert fit.efficiencies.keys() == {"memory_efficiency", "compute_efficiency", "step_overhead"}
+    light = rows[0]  # the scaled priors are shares of the lightest fitted row's figures
+    priors = {"step_overhead": 0.003 / (rows[1].itl_p50_ms / 1000), "request_overhead": 0.01 / (
+        rows[1].ttft_p50_ms / 1000), "step_prefill_base": 0.002, "request_serial": 0.001}
+    assert light.itl_p50_ms and rows[1].itl_p50_ms and rows[1].ttft_p50_ms
+    fit = calibrate([rows[1]], budgets=(2048,), hardware=device, priors=priors)
+    assert len(fit.fitted) == 2 and len(fit.from_priors) == 5  # one row: two numbers, the rest priors
     for guess, real in zip(predict(fit.config, rows), rows):
         for name in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"):
             assert getattr(guess, name) == pytest.approx(getattr(real, name), rel=0.30), (real.concurrency, name)

@@ -227,6 +227,35 @@ def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
     assert len(rec.tokens[0]) == 20 and decoding.state is SeqState.FINISHED
 
 
+class _FinishesOnly(Recorder):
+    wants_tokens = False  # as the calibration's listener: the engine's decoders are lazy
+
+
+@pytest.mark.parametrize("listener", [Recorder, _FinishesOnly])
+def test_prefill_first_runs_waiting_prompts_alone_and_the_decoders_wait(listener: type[Recorder]) -> None:
+    """SGLang's and TGI's order: a step with a prompt waiting holds only its chunks; the decoders' gap spans them."""
+    def run(policy: str) -> tuple[SimSequence, SimSequence]:
+        eng = StepEngine(SimConfig().replace(**COSTS, max_num_batched_tokens=64, step_policy=policy), listener())
+        decoding = SimSequence(prompt(10), 20)
+        eng.submit(decoding)
+        eng.advance(0.005)  # its prefill step ended; it decodes from now on
+        long = SimSequence(prompt(200, 5000), 1, index=1)
+        eng.submit(long)
+        eng.run_until_idle()
+        return decoding, long
+
+    mixed, mixed_long = run("mixed")
+    first, first_long = run("prefill_first")
+    assert mixed.state is first.state is SeqState.FINISHED
+    # 200 prompt tokens: 4 mixed steps of 63 (a decode beside) and 4 prefill-only steps of 64, 64, 64, 8
+    assert first_long.ttft is not None and mixed_long.ttft is not None and first_long.ttft < mixed_long.ttft
+    assert max(first.gaps) > 3 * (0.004 + 0.00005 * 64)  # one gap spans the prompt's steps
+    assert max(mixed.gaps) < 0.004 + 0.00005 * 63 + 0.0001 + 1e-5  # every gap is one step (and its KV reads)
+    assert len(list(first.gaps)) == len(list(mixed.gaps)) == 19
+    with pytest.raises(ConfigError, match="prefill_first"):
+        SimConfig().replace(step_policy="decode_first")
+
+
 def test_cancel_and_slow_sequences() -> None:
     eng, rec = engine()
     normal, slow, gone = (SimSequence(prompt(8, 100 * i), 6, index=i) for i in range(3))

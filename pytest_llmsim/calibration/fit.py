@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..sim.config import SimConfig
+from .model import PARAMETERS, ServingModel, default_budget
 from .priors import Hardware
 from .search import Evaluate, SearchSteps, evaluator, levenberg_marquardt_steps, run_together
 from .sweep import METRICS, SweepRow
@@ -56,6 +57,11 @@ class Fit:
     #: beyond their predicted E2E (:func:`~pytest_llmsim.calibration.client_gap`), and simulated in
     #: ``predicted``; None: no row says it. A property of the benchmark's clients, not a server setting.
     client_gap_ms: float | None = None
+    #: With hardware priors: the serving model's numbers the rows moved, and those left at their priors.
+    fitted: tuple[str, ...] = ()
+    from_priors: tuple[str, ...] = ()
+    #: ... and all of them as priors are kept (a scaled one as its share of the lightest row's figure)
+    shares: dict[str, float] = field(default_factory=dict)
 
     def budget_rivals(self, margin: float = IDENTIFIED_MARGIN) -> list[int]:
         """The other budgets that fit about as well as the chosen one (loss within ``margin``, relative):
@@ -183,7 +189,8 @@ def _initial(rows: Sequence[SweepRow]) -> dict[str, float]:
 
 
 def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: float = 0.0,
-              budgets: Sequence[int] = BUDGETS, workers: int = 1, hardware: Hardware | None = None) -> Fit:
+              budgets: Sequence[int] = BUDGETS, workers: int = 1, hardware: Hardware | None = None,
+              priors: Mapping[str, float] | None = None) -> Fit:
     """Fit :data:`~pytest_llmsim.calibration.fit.FITTED` step costs and ``max_num_batched_tokens`` (one of
     ``budgets``) to ``rows``; the others stay at :data:`~pytest_llmsim.calibration.fit.PRIORS` (over
     ``base``). Returns the :class:`Fit`.
@@ -198,25 +205,49 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     decoding sequence): one or two rows are enough. A mixture of experts: a ``base`` with its
     ``expert_share_per_token`` has ``step_expert_weights`` fitted too (with ``hardware``, give the experts
     there instead: its weights are split into shared and routed ones).
+
+    With ``hardware`` the search moves the :class:`~pytest_llmsim.calibration.model.ServingModel`'s numbers: as
+    many as the rows allow (:func:`~pytest_llmsim.calibration.model.free_parameters`), each pulled towards its
+    prior (``priors`` over :data:`~pytest_llmsim.calibration.model.PARAMETERS`' own); the rest stay at their
+    priors, and the KV cache's size follows from the device's memory. :attr:`Fit.fitted` and
+    :attr:`Fit.from_priors` say which were which.
     """
     if not rows:
         raise ValueError("a sweep needs at least one row")
     base = (base or SimConfig()).replace(scheduler="step", **PRIORS)
-    space = _Space(hardware, hardware is None and base.expert_share_per_token > 0)
+    model = ServingModel.for_rows(hardware, rows, priors) if hardware is not None else None
+    if model is not None and tuple(budgets) == BUDGETS and len(rows) < len(BUDGETS):
+        budgets = (default_budget(model.hardware),)  # too few rows to tell budgets apart: the engine's default
+    space = _Space(model, hardware is None and base.expert_share_per_token > 0)
     start = space.start(rows)
     rows = list(rows)
     with evaluator(min(workers, len(budgets) * len(space.names))) as evaluate:
-        short = dict(zip(budgets, _run([_Search(base, rows, spread, budget, SHORT_SEARCH, start, space, RANKING_WAVES)
-                                        for budget in budgets], evaluate)))
-        finalists = sorted(short, key=lambda budget: short[budget][0])[:FINALISTS]
-        final = dict(zip(finalists, _run([_Search(base, rows, spread, budget, FULL_SEARCH, short[budget][1], space)
+        if model is not None and len(model.free) < len(PARAMETERS):  # free what these rows say most about
+            model = replace(model, free=_identified(model, base.replace(max_num_batched_tokens=budgets[0]), rows,
+                                                    spread, evaluate))
+            space = _Space(model)
+            start = space.start(rows)
+        # short searches rank the budgets and, with a serving model, its starts: each budget keeps its best start
+        tried = [(budget, point) for budget in budgets for point in space.start_points(start)]
+        short: dict[int, SearchResult] = {}
+        ranked = _run([_Search(base, rows, spread, budget, SHORT_SEARCH, point, space, RANKING_WAVES)
+                       for budget, point in tried], evaluate) if len(tried) > 1 else []
+        for (budget, _), result in zip(tried, ranked):
+            if budget not in short or result[0] < short[budget][0]:
+                short[budget] = result
+        finalists = sorted(short, key=lambda budget: short[budget][0])[:FINALISTS] if short else list(budgets)
+        final = dict(zip(finalists, _run([_Search(base, rows, spread, budget, FULL_SEARCH,
+                                                  short[budget][1] if short else start, space)
                                           for budget in finalists], evaluate)))
     best = min(final, key=lambda budget: final[budget][0])
     config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
     losses = {budget: (final if budget in final else short)[budget][0] for budget in budgets}
-    evaluations = sum(result[2] for result in (*short.values(), *final.values()))
+    evaluations = sum(result[2] for result in (*ranked, *final.values()))
     gap, predicted = _settle_gap(config, rows, spread)
-    return Fit(config, rows, predicted, evaluations, losses, space.efficiencies(final[best][1]), gap)
+    fit = Fit(config, rows, predicted, evaluations, losses, space.efficiencies(final[best][1]), gap)
+    if model is not None:
+        fit.fitted, fit.from_priors, fit.shares = model.free, model.fixed, model.as_priors(fit.efficiencies)
+    return fit
 
 
 #: Levenberg-Marquardt iterations of the search that ranks the budgets, and of the one that converges
@@ -254,7 +285,8 @@ class _Search:
 
     def task(self, point: list[float]) -> _Evaluation:
         budgeted = self.base.replace(max_num_batched_tokens=self.budget)
-        return _Evaluation(self.space.config(budgeted, point), self.rows, self.spread, self.waves)
+        return _Evaluation(self.space.config(budgeted, point), self.rows, self.spread, self.waves,
+                           tuple(self.space.penalty(point)))
 
 
 @dataclass(frozen=True)
@@ -265,13 +297,37 @@ class _Evaluation:
     rows: list[SweepRow]
     spread: float
     waves: int | None
+    penalty: tuple[float, ...] = ()  # the free numbers' distances from their priors (residuals too)
 
     def __call__(self) -> list[float]:
-        return _residuals(self.config, self.rows, self.spread, self.waves)
+        return _residuals(self.config, self.rows, self.spread, self.waves) + list(self.penalty)
 
     def per_row(self) -> list[_Evaluation]:
         """The same residuals as one task per row (each row is simulated on its own: they concatenate)."""
-        return [_Evaluation(self.config, [row], self.spread, self.waves) for row in self.rows]
+        return [_Evaluation(self.config, [row], self.spread, self.waves, self.penalty if i == 0 else ())
+                for i, row in enumerate(self.rows)]
+
+
+#: The Jacobian's step when ranking what the rows identify (the search's own).
+IDENTIFY_STEP = 0.05
+
+
+def _identified(model: ServingModel, base: SimConfig, rows: list[SweepRow], spread: float,
+                evaluate: Evaluate) -> tuple[str, ...]:
+    """The numbers these rows say most about, as many as ``model`` frees: the largest columns of the residuals'
+    Jacobian at the search's start with every number free (in :data:`PARAMETERS`' order among equals). Which of
+    the roofline's sides a row sits on decides it: a row whose prefill is bound by reading the experts says
+    nothing of the compute efficiency, one whose decodes cost little beside their fixed step says more of that
+    cost than of the bandwidth."""
+    every = replace(model, free=tuple(p.name for p in PARAMETERS))
+    start = every.start()
+    points = [start] + [[x + (IDENTIFY_STEP if i == j else 0.0) for i, x in enumerate(start)]
+                        for j in range(len(start))]
+    found = _by_row(evaluate)([_Evaluation(every.config(base, point), rows, spread, RANKING_WAVES)
+                               for point in points])
+    norms = [math.sqrt(sum(((a - b) / IDENTIFY_STEP) ** 2 for a, b in zip(moved, found[0]))) for moved in found[1:]]
+    chosen = set(sorted(range(len(norms)), key=lambda j: -norms[j])[:len(model.free)])
+    return tuple(name for j, name in enumerate(every.free) if j in chosen)
 
 
 def _by_row(evaluate: Evaluate) -> Evaluate:
@@ -296,40 +352,35 @@ def _run(searches: list[_Search], evaluate: Evaluate) -> list[SearchResult]:
 @dataclass(frozen=True)
 class _Space:
     """What the search moves (the logarithms of these): the step costs themselves, or, with hardware priors,
-    the efficiencies the roofline's costs follow from, and the costs no prior gives."""
+    the serving model's free numbers (:class:`~pytest_llmsim.calibration.model.ServingModel`)."""
 
-    hardware: Hardware | None = None
+    model: ServingModel | None = None
     experts: bool = False  # a free fit of a mixture of experts (the base config has its share per token)
 
     @property
     def names(self) -> tuple[str, ...]:
-        if self.hardware is None:
-            return (*FITTED, "step_expert_weights") if self.experts else FITTED
-        # beside the efficiencies, what no datasheet gives: a step's fixed cost (launches, collectives; it dwarfs a
-        # small read such as a mixture of experts' shared weights) and the host's time per decoding sequence
-        # (scheduling, sampling), started small: one row leaves them there, several rows find them
-        names = ("memory_efficiency", "compute_efficiency", "step_overhead", "step_per_decode_seq", "step_prefill_base",
-                 "request_overhead", "request_serial")
-        return names if self.hardware.kv_bytes_per_token is not None else (*names, "step_per_kv_token")
+        if self.model is not None:
+            return self.model.free
+        return (*FITTED, "step_expert_weights") if self.experts else FITTED
 
     def start(self, rows: Sequence[SweepRow]) -> list[float]:
-        initial = {**_initial(rows), "memory_efficiency": 0.6, "compute_efficiency": 0.4}
+        if self.model is not None:
+            return self.model.start()
+        initial = _initial(rows)
         return [math.log(initial[name]) for name in self.names]
 
-    def values(self, point: list[float]) -> dict[str, float]:
-        return {name: math.exp(value) for name, value in zip(self.names, point)}
+    def start_points(self, start: list[float]) -> list[list[float]]:
+        """Where the short searches start (one point without a serving model: ``start``)."""
+        return self.model.start_points() if self.model is not None else [start]
+
+    def penalty(self, point: list[float]) -> list[float]:
+        return self.model.penalty(point) if self.model is not None else []
 
     def config(self, base: SimConfig, point: list[float]) -> SimConfig:
-        values = self.values(point)
-        if self.hardware is not None:
-            overhead = values.pop("step_overhead", 0.0)
-            values.update(self.hardware.costs(values.pop("memory_efficiency"), values.pop("compute_efficiency")))
-            values["step_base"] += overhead
-        return base.replace(**values)
+        if self.model is not None:
+            return self.model.config(base, point)
+        return base.replace(**{name: math.exp(value) for name, value in zip(self.names, point)})
 
     def efficiencies(self, point: list[float]) -> dict[str, float]:
-        values = self.values(point)
-        return {name: values[name] for name in ("memory_efficiency", "compute_efficiency", "step_overhead")
-                if name in values}
-
-
+        """With hardware priors, every number of the serving model (fitted or prior); else nothing."""
+        return self.model.values(point) if self.model is not None else {}

@@ -31,25 +31,48 @@ __all__ = ["DTYPE_BYTES", "GPUS", "Device", "Hardware", "expert_share"]
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator's dense peak compute (FLOP/s at BF16/FP16) and memory bandwidth (bytes/s)."""
+    """One accelerator's dense peak compute (FLOP/s at BF16/FP16), memory bandwidth (bytes/s), memory (bytes)
+    and, where it has one, its FP8 peak (FLOP/s; None: FP8 runs at the 16-bit peak)."""
 
     flops: float
     bandwidth: float
     source: str
+    memory: float | None = None
+    fp8_flops: float | None = None
+
+    def peak(self, dtype: str) -> float:
+        """The dense peak a model of ``dtype`` computes at: FP8's where the device has one, else the 16-bit one."""
+        return self.fp8_flops if dtype == "fp8" and self.fp8_flops else self.flops
 
 
-#: Known devices (dense BF16 tensor peak, HBM/GDDR bandwidth), from the vendors' datasheets.
+#: Known devices (dense tensor peaks, HBM/GDDR bandwidth and capacity), from the vendors' datasheets.
 GPUS: dict[str, Device] = {
-    "a100": Device(312e12, 2.039e12, "NVIDIA A100 80GB SXM datasheet: 312 TFLOPS BF16, 2,039 GB/s"),
-    "h100": Device(989e12, 3.35e12, "NVIDIA H100 SXM datasheet: 989 TFLOPS BF16 dense, 3.35 TB/s"),
-    "h200": Device(989e12, 4.8e12, "NVIDIA H200 SXM datasheet: 989 TFLOPS BF16 dense, 4.8 TB/s"),
-    "b200": Device(2250e12, 8.0e12, "NVIDIA DGX B200 / HGX B200: 2.25 PFLOPS BF16 dense per GPU, 8 TB/s"),
-    "l4": Device(121e12, 0.3e12, "NVIDIA L4 datasheet: 121 TFLOPS BF16 dense (242 with sparsity), 300 GB/s"),
-    "l40s": Device(362e12, 0.864e12, "NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 864 GB/s"),
+    "v100": Device(125e12, 0.9e12, "NVIDIA V100 SXM2 datasheet: 125 TFLOPS FP16 tensor (no BF16), 900 GB/s, "
+                                   "32 GB", 32e9),
+    "a100": Device(312e12, 2.039e12, "NVIDIA A100 80GB SXM datasheet: 312 TFLOPS BF16, 2,039 GB/s", 80e9),
+    "h100": Device(989e12, 3.35e12, "NVIDIA H100 SXM datasheet: 989 TFLOPS BF16 dense, 1,979 FP8, 3.35 TB/s, "
+                                    "80 GB", 80e9, 1979e12),
+    "h200": Device(989e12, 4.8e12, "NVIDIA H200 SXM datasheet: 989 TFLOPS BF16 dense, 1,979 FP8, 4.8 TB/s, "
+                                   "141 GB", 141e9, 1979e12),
+    "b200": Device(2250e12, 8.0e12, "NVIDIA DGX B200 / HGX B200: 2.25 PFLOPS BF16 dense per GPU, 4.5 FP8, 8 TB/s, "
+                                    "180 GB", 180e9, 4500e12),
+    "l4": Device(121e12, 0.3e12, "NVIDIA L4 datasheet: 121 TFLOPS BF16 dense (242 with sparsity), 242 FP8, "
+                                 "300 GB/s, 24 GB", 24e9, 242e12),
+    "l40s": Device(362e12, 0.864e12, "NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 733 FP8, 864 GB/s, 48 GB",
+                   48e9, 733e12),
     "rtx4090": Device(165e12, 1.008e12, "NVIDIA Ada whitepaper, RTX 4090: 165 TFLOPS FP16/BF16 tensor (FP32 "
-                                        "accumulate 82.6), 1,008 GB/s"),
-    "mi300x": Device(1307e12, 5.3e12, "AMD Instinct MI300X datasheet: 1,307 TFLOPS BF16 dense, 5.3 TB/s"),
-    "gaudi3": Device(1835e12, 3.7e12, "Intel Gaudi 3 white paper: 1,835 TFLOPS BF16 (matrix), 3.7 TB/s HBM2e"),
+                                        "accumulate 82.6), 1,008 GB/s, 24 GB", 24e9, 330e12),
+    "mi300x": Device(1307e12, 5.3e12, "AMD Instinct MI300X datasheet: 1,307 TFLOPS BF16 dense, 2,615 FP8, 5.3 TB/s, "
+                                      "192 GB", 192e9, 2615e12),
+    "mi325x": Device(1307e12, 6.0e12, "AMD Instinct MI325X datasheet: 1,307 TFLOPS BF16 dense, 2,615 FP8, 6 TB/s, "
+                                      "256 GB", 256e9, 2615e12),
+    "gaudi3": Device(1835e12, 3.7e12, "Intel Gaudi 3 white paper: 1,835 TFLOPS BF16 and FP8 (matrix), 3.7 TB/s "
+                                      "HBM2e, 128 GB", 128e9),
+    "tpu-v7": Device(2307e12, 7.37e12, "Google Cloud TPU7x (Ironwood) page: per chip 2,307 TFLOPS BF16, 4,614 FP8, "
+                                       "7.37 TB/s, 192 GiB HBM", 206e9, 4614e12),
+    "ascend910b": Device(280e12, 1.6e12, "Huawei Ascend 910B: 280 TFLOPS FP16 (Gitee AI's cluster docs; the press "
+                                         "says 256-320), 64 GB HBM2e at about 1.6 TB/s (no vendor datasheet "
+                                         "publishes it: the least certain entry)", 64e9),
 }
 
 #: Bytes per parameter (or per KV element) of a data type.
@@ -114,14 +137,26 @@ class Hardware:
     @property
     def device(self) -> Device:
         known = GPUS[self.gpu.lower()] if self.gpu is not None else None
+        if known is not None and self.flops is None and self.bandwidth is None:
+            return known
         return Device(self.flops or (known.flops if known else 0.0),
-                      self.bandwidth or (known.bandwidth if known else 0.0), known.source if known else "given")
+                      self.bandwidth or (known.bandwidth if known else 0.0), known.source if known else "given",
+                      known.memory if known else None, None if self.flops or not known else known.fp8_flops)
+
+    def kv_capacity_tokens(self, utilization: float) -> float | None:
+        """Tokens the KV cache holds: ``utilization`` of the devices' memory less the weights, over the KV bytes
+        per token; None where the device's memory or the KV bytes are not known (or nothing is left)."""
+        memory = self.device.memory
+        if memory is None or not self.kv_bytes_per_token:
+            return None
+        free = self.tp * memory * utilization - self.params * 1e9 * DTYPE_BYTES[self.dtype]
+        return free / self.kv_bytes_per_token if free > 0 else None
 
     def costs(self, memory_efficiency: float, compute_efficiency: float) -> dict[str, float]:
         """The roofline's step costs at these fractions of peak bandwidth and compute."""
         device = self.device
         bandwidth = self.tp * device.bandwidth * memory_efficiency
-        flops = self.tp * device.flops * compute_efficiency
+        flops = self.tp * device.peak(self.dtype) * compute_efficiency
         weight_bytes = 1e9 * DTYPE_BYTES[self.dtype]
         experts = self.expert_params()
         costs = {"step_base": (self.params - experts) * weight_bytes / bandwidth,

@@ -12,6 +12,7 @@ from typing import Any
 from ..sim.config import SimConfig
 from .fit import FITTED, PRIORS
 from .sweep import METRICS, SweepRow
+from .uncertainty import FittedRange
 from .workload import errors
 
 __all__ = ["render_csv", "render_json", "render_profile", "render_svg", "render_table"]
@@ -21,11 +22,12 @@ LABELS = {"ttft_p50_ms": "TTFT p50 ms", "itl_p50_ms": "ITL p50 ms", "req_per_s":
 
 def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
                    predicted: Sequence[SweepRow] = (), measured: Sequence[SweepRow] = (),
-                   notes: Sequence[str] = ()) -> str:
+                   notes: Sequence[str] = (), fitted_range: FittedRange | None = None) -> str:
     """The step-cost settings of ``config`` as TOML, loadable by ``llmsim serve --config`` and ``SimConfig``
     (``budget_note``: how ``max_num_batched_tokens`` was chosen, as :meth:`Fit.budget_note` says); with
     ``predicted`` and ``measured`` rows, the fit's table follows as TOML comments (still a valid profile);
-    ``notes`` are comment lines after the source (the priors used, say)."""
+    ``notes`` are comment lines after the source (the priors used, say); ``fitted_range`` closes it as the
+    ``[calibration]`` table ``llmsim predict`` reads its warnings and bands from."""
     lines = [f"# {source}" if source else "# fitted by llmsim calibrate", *(f"# {note}" for note in notes),
              'scheduler = "step"']
     experts = ("step_expert_weights", "expert_share_per_token") if config.expert_share_per_token else ()
@@ -36,14 +38,20 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
         if name == "max_num_batched_tokens" and budget_note:
             note = f"  # {budget_note}"
         lines.append(f"{name} = {value:.6g}{note}" if isinstance(value, float) else f"{name} = {value}{note}")
+    if config.step_policy != "mixed":
+        lines.append(f'step_policy = "{config.step_policy}"')
+    if config.kv_cache_blocks is not None:
+        lines.append(f"kv_cache_blocks = {config.kv_cache_blocks}  # the devices' memory less the weights")
     if predicted:
         lines += ["", "# predicted (error vs measured) per row:"]
         lines += ["# " + line for line in render_table(predicted, measured or None).splitlines()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + (fitted_range.to_toml() if fitted_range is not None else "")
 
 
-def render_table(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = None) -> str:
-    """A Markdown table of rows (with the error against ``measured`` per metric, when given)."""
+def render_table(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = None,
+                 bands: Sequence[dict[str, float]] | None = None) -> str:
+    """A Markdown table of rows (with the error against ``measured`` per metric, when given; with ``bands``,
+    each prediction's relative uncertainty per metric)."""
     header = "| workload | input | output | TTFT p50 ms | ITL p50 ms | req/s | E2E p50 ms |"
     lines = [header, "|---|---|---|---|---|---|---|"]
     for index, row in enumerate(rows):
@@ -51,6 +59,8 @@ def render_table(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None =
         for name in METRICS:
             value = getattr(row, name)
             cell = "-" if value is None else f"{value:.4g}"
+            if bands is not None and value is not None:
+                cell += f" ±{bands[index][name]:.0%}"
             if measured is not None:
                 err = errors(row, measured[index]).get(name)
                 cell += "" if err is None else f" ({err:+.0%})"
@@ -90,8 +100,10 @@ def render_json(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = 
                        for r in _records(rows, measured)], indent=2) + "\n"
 
 
-def render_svg(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = None, title: str = "") -> str:
-    """Measured (dots) vs predicted (line) per metric against the load, one panel per metric (SVG)."""
+def render_svg(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = None, title: str = "",
+               bands: Sequence[dict[str, float]] | None = None) -> str:
+    """Measured (dots) vs predicted (line) per metric against the load, one panel per metric (SVG); with
+    ``bands``, each prediction's uncertainty as a shaded band around the line."""
     metrics = [m for m in METRICS if any(getattr(r, m) is not None for r in (*rows, *(measured or ())))]
     width, height, pad = 300, 230, 45
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(1, len(metrics)) * width}" height="{height + 60}" '
@@ -106,6 +118,9 @@ def render_svg(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = N
         left = panel * width + pad
         values = [v for series in (rows, measured or ()) for r in series
                   if (v := getattr(r, metric)) is not None and math.isfinite(v)]
+        if bands:
+            values += [v * (1 + band[metric]) for r, band in zip(rows, bands)
+                       if (v := getattr(r, metric)) is not None and math.isfinite(v)]
         top = max(values, default=1.0) * 1.1 or 1.0
 
         def px(x: float, y: float, left: float = left, top: float = top) -> tuple[float, float]:
@@ -122,6 +137,12 @@ def render_svg(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = N
             tx, ty = px(low, top * tick / 4)
             out.append(f'<text x="{tx - 4:.1f}" y="{ty + 4:.1f}" text-anchor="end">{top * tick / 4:.3g}</text>')
         line = [px(x, v) for x, r in zip(xs, rows) if (v := getattr(r, metric)) is not None and math.isfinite(v)]
+        if bands:  # the band: up along the upper edge, back along the lower one
+            edge = [(x, v, band[metric]) for x, r, band in zip(xs, rows, bands)
+                    if (v := getattr(r, metric)) is not None and math.isfinite(v)]
+            outline = [px(x, v * (1 + b)) for x, v, b in edge] + [px(x, v * (1 - b)) for x, v, b in reversed(edge)]
+            out.append('<polygon points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in outline)
+                       + '" fill="#3b7dd8" fill-opacity="0.18" stroke="none"/>')
         out.append('<polyline points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in line)
                    + '" fill="none" stroke="#3b7dd8" stroke-width="2"/>')
         for x, r in zip(xs, measured or ()):

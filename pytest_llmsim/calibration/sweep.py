@@ -41,6 +41,9 @@ class SweepRow:
     # parsing, its bookkeeping; guidellm's grows with its clients), which req/s holds and the server never sees.
     # None: clients that send at once.
     client_gap_ms: float | None = None
+    # what the latency figures are: "median" (vllm bench serve, SGLang, guidellm) or "mean" (a table that reports
+    # averages); the fields keep their p50 names either way
+    statistic: str = "median"
 
     def workload(self) -> str:
         if self.concurrency is not None:

@@ -187,20 +187,28 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
         busy = sum(1 for seq in done if wave_end < (seq.finished_at or 0.0) <= last_send)
         if busy and last_send > wave_end:
             duration += (prompts - len(done)) * (last_send - wave_end) / busy
+    centre = _weighted_mean if row.statistic == "mean" else _weighted_median
     return replace(row,
-                   ttft_p50_ms=_weighted_median([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
-                   itl_p50_ms=_itl_median(row.itl_per, done, weights, first_wave, weight),
+                   ttft_p50_ms=centre([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
+                   itl_p50_ms=_itl_centre(row, done, weights, first_wave, weight),
                    req_per_s=prompts / duration if duration > 0 else math.inf,
-                   e2e_p50_ms=_weighted_median([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
+                   e2e_p50_ms=centre([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
 
 
-def _itl_median(per: str, done: list[SimSequence], weights: list[float], first_wave: int,
+def _weighted_mean(values: Sequence[tuple[float, float]]) -> float:
+    """The mean of ``(value, weight)`` pairs (a row whose source reports averages)."""
+    total = sum(weight for _, weight in values)
+    return sum(value * weight for value, weight in values) / total if total > 0 else 0.0
+
+
+def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float], first_wave: int,
                 weight: float) -> float | None:
-    """The ITL p50 (ms) the row's source reports: of every gap (``per="gap"``) or of each request's mean gap
-    (``"request"``, TPOT)."""
-    if per == "request":
+    """The ITL (ms) the row's source reports: the median (or mean, ``row.statistic``) of every gap
+    (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT)."""
+    centre = _weighted_mean if row.statistic == "mean" else _weighted_median
+    if row.itl_per == "request":
         means = [(seq.gaps.total() / seq.gaps.count, w) for seq, w in zip(done, weights) if seq.gaps.count]
-        return _weighted_median(means) * 1000 if means else None
+        return centre(means) * 1000 if means else None
     # Gaps by value: the decodes of one step share its gap, so there are about as many values as steps.
     # Counted per wave (in C, see Gaps.tally), then weighted.
     first_gaps: Counter[float] = Counter()
@@ -210,7 +218,7 @@ def _itl_median(per: str, done: list[SimSequence], weights: list[float], first_w
     by_gap = {gap: float(count) for gap, count in first_gaps.items()}
     for gap, count in later_gaps.items():
         by_gap[gap] = by_gap.get(gap, 0.0) + weight * count
-    return _weighted_median(list(by_gap.items())) * 1000 if by_gap else None
+    return centre(list(by_gap.items())) * 1000 if by_gap else None
 
 
 def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0,

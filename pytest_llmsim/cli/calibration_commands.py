@@ -21,12 +21,15 @@ from ..calibration import (
     with_client_gap,
 )
 from ..calibration import predict as predict_sweep
+from ..calibration.benchmark import LOADS, STATISTICS, Benchmark
 from ..calibration.cassette_fit import fit_cassettes
 from ..calibration.cassettes import cassette_rows
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
 from ..calibration.report import render_csv, render_json
+from ..calibration.uncertainty import BANDS, FittedRange, fitted_range_of
 from ..recording.cassette import is_cassette
 from ..sim.config import ConfigError, SimConfig
+from ..sim.setting_checks import STEP_POLICIES
 
 __all__ = ["add_calibration_commands", "run_calibrate", "run_predict"]
 
@@ -97,6 +100,13 @@ def add_calibration_commands(commands: Any) -> None:
     calibrate.add_argument("--budget", type=_positive_int, default=None, metavar="TOKENS",
                            help="the measured server's max_num_batched_tokens (in vLLM's start-up log), kept as "
                                 "given instead of fitted among 512-8192")
+    told = calibrate.add_argument_group("what the benchmark did (else each row's own, as its file says)")
+    _benchmark_arguments(told)
+    told.add_argument("--output-tokens", type=_positive_int, metavar="N",
+                      help="the mean output length where the rows leave it out (answers that stop at EOS)")
+    calibrate.add_argument("--policy", choices=STEP_POLICIES, default="mixed",
+                           help="how the server composes a step while prompts wait: mixed (vLLM V1, chunked prefill) "
+                                "or prefill_first (SGLang, TGI, vLLM V0 without chunked prefill)")
     calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                            help="processes searching in parallel (default: one per core; the fit does not "
                                 "depend on it)")
@@ -106,6 +116,8 @@ def add_calibration_commands(commands: Any) -> None:
     loads = predict.add_mutually_exclusive_group()
     loads.add_argument("--concurrency", type=_int_list, help="closed-loop clients, e.g. 1,2,4,8")
     loads.add_argument("--rate", type=_float_list, help="open-loop Poisson arrivals per second, e.g. 1,5,10")
+    loads.add_argument("--burst", type=_int_list, help="N requests sent at once, one each, counted until all end "
+                                                         "(a burst benchmark), e.g. 1,64,512")
     predict.add_argument("--input", type=int, metavar="N", help="prompt tokens per request")
     predict.add_argument("--output", type=int, metavar="M", help="generated tokens per request")
     predict.add_argument("--num-prompts", type=_positive_int, default=None, metavar="N",
@@ -120,8 +132,39 @@ def add_calibration_commands(commands: Any) -> None:
     predict.add_argument("--compare", metavar="SWEEP", nargs="+",
                          help="measured sweep files: show each prediction's error (without --concurrency or "
                               "--rate, predict the sweep's own rows)")
+    predict.add_argument("--itl-per", choices=("gap", "request"), default=None,
+                         help="the ITL to predict: the median of every gap (vLLM, SGLang) or of each request's mean "
+                              "gap (TPOT)")
+    predict.add_argument("--statistic", choices=STATISTICS, default=None, help="medians (default) or means")
     predict.add_argument("--format", choices=("table", "csv", "json"), default="table", help="how to print the rows")
     predict.add_argument("--plot", metavar="FILE.svg", help="also draw measured vs predicted per metric (SVG)")
+
+
+def _benchmark_arguments(group: Any) -> None:
+    group.add_argument("--load", choices=LOADS, default=None,
+                       help="closed (clients in a loop), open (arrivals at a rate) or burst (each row's concurrency "
+                            "sent at once, one request each)")
+    group.add_argument("--num-prompts", type=_positive_int, default=None, metavar="N",
+                       help="requests the benchmark sent per level (default: the rows' own, else 10 per client or a "
+                            "minute of arrivals)")
+    group.add_argument("--itl-per", choices=("gap", "request"), default=None,
+                       help="the rows' ITL: the median of every gap (vLLM, SGLang) or of each request's mean gap "
+                            "(TPOT)")
+    group.add_argument("--statistic", choices=STATISTICS, default=None,
+                       help="the rows' latencies are medians (default) or means")
+
+
+def _told(args: argparse.Namespace, rows: list[SweepRow], parser: argparse.ArgumentParser) -> list[SweepRow]:
+    """The rows as the benchmark ran them, from the calibrate options that say it."""
+    try:
+        told = Benchmark(load=args.load, num_prompts=args.num_prompts, output_tokens=args.output_tokens,
+                         itl_per=args.itl_per, statistic=args.statistic)
+        rows = told.rows(rows)
+    except ValueError as error:
+        parser.error(str(error))
+    if any(row.output_tokens < 1 for row in rows):
+        parser.error("a row has no output length (answers that stop at EOS): give --output-tokens, their mean")
+    return rows
 
 
 def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -133,14 +176,16 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         rows, notes = read_sweeps(args.sweep)
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"{' '.join(args.sweep)}: {error}")
-    rows, spread = _spreads(args, rows, parser)
+    rows, spread = _spreads(args, _told(args, rows, parser), parser)
     for note in notes:
         print(f"llmsim calibrate: read {note}", file=sys.stderr)
     try:
         share = expert_share(args.experts, args.experts_per_token)
     except ValueError as error:
         parser.error(str(error))
-    base = None if share is None else SimConfig().replace(expert_share_per_token=share)
+    base = SimConfig().replace(step_policy=args.policy)
+    if share is not None:
+        base = base.replace(expert_share_per_token=share)
     hardware = None
     if args.params is not None or args.gpu is not None:
         try:
@@ -151,14 +196,17 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             parser.error(str(error))
     fit = calibrate(rows, base, spread=spread, budgets=(args.budget,) if args.budget else BUDGETS,
                     workers=args.jobs, hardware=hardware)
-    notes = [f"priors: {hardware}; fitted {', '.join(f'{k} {v:.3g}' for k, v in fit.efficiencies.items())}"
+    notes = [f"priors: {hardware}", "fitted: " + ", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.fitted),
+             "from priors: " + (", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.from_priors) or "none")
              ] if hardware is not None else []
     if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server: a comment
         notes.append(f"the clients' own time between requests, from req/s: {fit.client_gap_ms:.3g} ms (not a "
                      f"server setting; llmsim predict --client-gap {fit.client_gap_ms:.3g} simulates it)")
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
-                             fit.budget_note(), fit.predicted, rows, notes)
+                             fit.budget_note(), fit.predicted, rows, notes, FittedRange.of(rows))
     print(profile, end="")
+    for note in notes[1:]:
+        print(f"llmsim calibrate: {note}", file=sys.stderr)
     errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
     print(f"llmsim calibrate: median |error| per metric: {errors}", file=sys.stderr)
     if fit.client_gap_ms is not None:
@@ -223,11 +271,17 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         rows = ([SweepRow(c, None, args.input, args.output, num_prompts=args.num_prompts) for c in args.concurrency]
                 if args.concurrency else
                 [SweepRow(None, r, args.input, args.output, num_prompts=args.num_prompts) for r in args.rate])
+    elif args.burst:
+        if args.input is None or args.output is None or args.input < 1 or args.output < 0:
+            parser.error("--input (at least 1) and --output (at least 0) say each request's size")
+        rows = [SweepRow(n, None, args.input, args.output, num_prompts=n) for n in args.burst]
     elif compare is not None:
         rows = compare
     else:
-        parser.error("say the loads: --concurrency or --rate (with --input and --output), or --compare SWEEP")
+        parser.error("say the loads: --concurrency, --rate or --burst (with --input and --output), or --compare SWEEP")
     rows, spread = _spreads(args, rows, parser)
+    rows = [dataclasses.replace(row, **{name: value for name in ("itl_per", "statistic")
+                                        if (value := getattr(args, name)) is not None}) for row in rows]
     if args.client_gap is not None:
         if not 0 <= args.client_gap < math.inf:
             parser.error("--client-gap must be a number of milliseconds, at least 0")
@@ -237,10 +291,19 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if compare is not None:
         by_load = {(r.concurrency, r.rate): r for r in compare}
         measured = [by_load.get((r.concurrency, r.rate), r) for r in rows]
-    render = {"table": render_table, "csv": render_csv, "json": render_json}[args.format]
-    text = render(predicted, measured)
+    fitted = fitted_range_of(args.config)
+    bands = [fitted.band(row) for row in rows] if fitted is not None else None
+    if args.format == "table":
+        text = render_table(predicted, measured, bands)
+    else:
+        text = {"csv": render_csv, "json": render_json}[args.format](predicted, measured)
     print(text, end="" if text.endswith("\n") else "\n")
+    for row in rows if fitted is not None else ():
+        if why := fitted.outside(row):  # type: ignore[union-attr]
+            print(f"llmsim predict: warning: {row.workload()} is outside what the profile was fitted to "
+                  f"({'; '.join(why)}): ±{max(BANDS['outside'].values()):.0%} or more", file=sys.stderr)
     if args.plot:
         with open(args.plot, "w") as handle:
-            handle.write(render_svg(predicted, measured, f"llmsim predict ({args.config or 'default settings'})"))
+            handle.write(render_svg(predicted, measured, f"llmsim predict ({args.config or 'default settings'})",
+                                    bands))
     return 0

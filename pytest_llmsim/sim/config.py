@@ -98,6 +98,7 @@ def load_profile(name: Any) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"profile {name!r} cannot be read: {error}") from None
     data.pop("profile", None)
+    data.pop("calibration", None)  # llmsim calibrate's record of what the fit saw: for llmsim predict, not a setting
     return data
 
 
@@ -169,6 +170,9 @@ class SimConfig:
         0.0, check.number(0.0, high=1.0),
         "step mode, a mixture of experts: the share of routed experts one token uses (experts per token / "
         "routed experts); a step of T tokens reads 1 - (1 - share)^T of step_expert_weights")
+    step_policy: str = setting(
+        "mixed", check.step_policy, "step mode, while prompts wait: mixed (every decode, then prefill chunks: "
+        "vLLM V1) or prefill_first (the prompts alone, decoders wait: SGLang, TGI, vLLM V0 unchunked)")
     max_num_batched_tokens: int = setting(
         8192, check.integer(1),
         "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",

@@ -164,6 +164,18 @@ def scheduler(name: str, value: Any) -> str:
     return str(value)
 
 
+#: How a step is composed while prompts wait (``step_policy``): ``mixed`` (vLLM V1, chunked prefill: every decode,
+#: then prefill chunks in what is left of the budget) or ``prefill_first`` (SGLang, TGI, vLLM V0 without chunked
+#: prefill: a step with prompts waiting prefills them alone, its decoders wait).
+STEP_POLICIES = ("mixed", "prefill_first")
+
+
+def step_policy(name: str, value: Any) -> str:
+    if value not in STEP_POLICIES:
+        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(STEP_POLICIES)})")
+    return str(value)
+
+
 def optional_rate(name: str, value: Any) -> float | None:
     if value is None:
         return None

@@ -4,8 +4,9 @@ Shaped as vLLM's V1 scheduler and Vidur model it. The engine runs steps back
 to back while there is work. A step is composed when it starts: every
 running sequence past its prefill decodes one token, then prefill chunks of
 the sequences still prefilling (oldest admitted first) fill what is left of
-the token budget ``max_num_batched_tokens`` (a decode counts one token). Its
-duration is a function of that composition::
+the token budget ``max_num_batched_tokens`` (a decode counts one token);
+with ``step_policy="prefill_first"`` a step with prompts waiting holds only
+their chunks (SGLang, TGI). Its duration is a function of that composition::
 
     step = max(step_base + step_per_kv_token * context tokens the decodes attend,   (memory: weights, KV)
                + step_expert_weights * (1 - (1 - expert_share_per_token) ** T),     (the experts T tokens use)
@@ -51,17 +52,14 @@ the listener work as in the default mode. A ``slow`` fault's sequence emits
 on one step in ``factor`` (the step is shared, so it cannot be stretched for
 one sequence).
 
-Cost. The decodes of one step share its gap, so the engine keeps the gaps
-once per step (the step timeline) and a sequence's own :class:`~.sequence.Gaps`
-get them as one slice when its run of consecutive steps ends (it finishes,
-is preempted or cancelled, or misses a step): not one call per token. A
-step is composed from the decoders and the prefills, kept apart as
-sequences change phase, not by walking the batch. A sweep's prediction
-takes about half the time for both (``docs/simulation.md``). For a
-listener that wants no tokens (``wants_tokens = False``, the calibration's;
-read once, at construction) decoders are lazy (:mod:`.lazy_decoders`: visited only when
-due), and a step in which only lazy decoders decode, none is due and nothing else
-happens first ends without an event of its own.
+Cost. The decodes of one step share its gap, so the engine keeps the gaps once per step (the step
+timeline) and a sequence's own :class:`~.sequence.Gaps` get them as one slice when its run of consecutive
+steps ends (it finishes, is preempted or cancelled, or misses a step): not one call per token. A step is
+composed from the decoders and the prefills, kept apart as sequences change phase, not by walking the
+batch (a sweep's prediction takes about half the time for both: ``docs/simulation.md``). For a listener
+that wants no tokens (``wants_tokens = False``, the calibration's; read once, at construction) decoders
+are lazy (:mod:`.lazy_decoders`: visited only when due), and a step in which only lazy decoders decode,
+none is due and nothing else happens first ends without an event of its own.
 """
 
 from __future__ import annotations
@@ -235,7 +233,11 @@ class StepEngine(Engine):
         config = self.config
         budget = config.max_num_batched_tokens
         decoders = self._decoders
-        if len(decoders) <= budget:  # every decode fits the token budget (the usual case)
+        if self._prefills and config.step_policy == "prefill_first":  # the prompts alone; every decoder waits
+            for seq in self._lazy_decoders.members():
+                self._settle(seq)
+            decoding, kv_tokens, decodes = [], 0, 0
+        elif len(decoders) <= budget:  # every decode fits the token budget (the usual case)
             decoding = list(self._eager) if self._lazy else list(decoders)  # lazy decoders are visited when due
             kv_tokens = self._decoder_context + self._lazy_decoders.context()
             decodes = len(decoders)

@@ -1,0 +1,187 @@
+"""Every development sweep at once: the three splits, one row with priors, and leave-one-sweep-out.
+
+Reads a manifest (``benchmarks/development_sweeps.toml``: each sweep's file, the hardware and model it ran,
+what its benchmark did, its engine's token budget) and, per sweep, with the serving model's priors taken from
+the *other* sweeps' all-row fits (the geometric median of each number, so no sweep helps predict itself):
+
+- **all**: fit every row, error on every row; **ends**: the lightest and heaviest rows -> the rest;
+  **lower**: the lower half -> the upper half;
+- **one**: priors and the middle row (the lighter of two middle ones; two numbers fitted, those the row says
+  most about) -> the rest;
+- **priors**: priors alone (nothing fitted) -> every row.
+
+Each cell: the median absolute relative error per metric over the rows not fitted ("all" scores the rows it
+fitted), the median over ``--seeds`` seeds of the simulator's draws (their worst beside it). Run by
+``calibration_holdout.py --manifest``; imported, not run, from here.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, read_sweep, with_client_gap
+from pytest_llmsim.calibration.benchmark import Benchmark
+from pytest_llmsim.calibration.model import ServingModel, default_budget
+from pytest_llmsim.calibration.sweep import METRICS
+from pytest_llmsim.calibration.workload import errors
+from pytest_llmsim.sim.config import SimConfig
+
+SPLITS = ("all", "ends", "lower", "one", "priors")
+LABELS = {"ttft_p50_ms": "TTFT", "itl_p50_ms": "ITL", "req_per_s": "req/s", "e2e_p50_ms": "E2E"}
+TARGETS = {"all": 0.10, "ends": 0.20, "lower": 0.30, "one": 0.30, "priors": 0.50}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One manifest entry: its rows as its benchmark ran them, the hardware, the engine's budget (None: fitted)."""
+
+    name: str
+    rows: list[SweepRow]
+    hardware: Hardware
+    budget: int | None
+    policy: str = "mixed"
+
+
+def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]:
+    with open(path, "rb") as handle:
+        entries = tomllib.load(handle)
+    sweeps = []
+    for name, entry in entries.items():
+        if only and name not in only:
+            continue
+        file = entry["path"] if entry["path"].startswith("pytest_llmsim/") else str(Path(root) / entry["path"])
+        rows = Benchmark.from_mapping(entry.get("benchmark", {})).rows(read_sweep(file))
+        scale = entry.get("length_scale")
+        if scale:  # lengths drawn below a nominal length: the rows' mean
+            rows = [replace(r, input_tokens=round(r.input_tokens * scale),
+                            output_tokens=round(r.output_tokens * scale)) for r in rows]
+        sweeps.append(Sweep(name, rows, Hardware(**entry["hardware"]), entry.get("budget"),
+                            entry.get("policy", "mixed")))
+    return sweeps
+
+
+def _load(row: SweepRow) -> float:
+    return float(row.concurrency if row.concurrency is not None else row.rate or 0.0)
+
+
+def splits(rows: Sequence[SweepRow]) -> dict[str, tuple[list[SweepRow], list[SweepRow]]]:
+    ordered = sorted(rows, key=_load)
+    half, middle = len(ordered) // 2, (len(ordered) - 1) // 2  # the middle row: the lighter of two
+    return {"all": (ordered, ordered), "ends": ([ordered[0], ordered[-1]], ordered[1:-1]),
+            "lower": (ordered[:half], ordered[half:]),
+            "one": ([ordered[middle]], ordered[:middle] + ordered[middle + 1:]), "priors": ([], ordered)}
+
+
+def median_errors(predicted: Sequence[SweepRow], measured: Sequence[SweepRow]) -> dict[str, float]:
+    per_metric: dict[str, list[float]] = {}
+    for guess, real in zip(predicted, measured):
+        for name, value in errors(guess, real).items():
+            per_metric.setdefault(name, []).append(abs(value))
+    return {name: statistics.median(values) for name, values in per_metric.items()}
+
+
+def geometric_median_priors(fits: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Per number, the geometric median over ``fits`` (the median of the logarithms)."""
+    names = {name for f in fits for name in f}
+    return {name: math.exp(statistics.median(math.log(f[name]) for f in fits)) for name in sorted(names)
+            if all(name in f for f in fits) and fits}
+
+
+def _base(sweep: Sweep, seed: int) -> SimConfig:
+    return SimConfig().replace(seed=seed, step_policy=sweep.policy)
+
+
+def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], priors: dict[str, float],
+              seed: int, jobs: int) -> tuple[dict[str, float], float, dict[str, float]]:
+    """The errors on ``held_out`` of a fit to ``fit_rows`` (none: priors alone), its wall time and its numbers."""
+    started = time.perf_counter()
+    if fit_rows:
+        budgets = (sweep.budget,) if sweep.budget else None
+        fit = calibrate(fit_rows, _base(sweep, seed), workers=jobs, hardware=sweep.hardware, priors=priors,
+                        **({"budgets": budgets} if budgets else {}))
+        config, gap, values = fit.config, fit.client_gap_ms, fit.shares
+    else:
+        model = ServingModel.for_rows(sweep.hardware, [], priors)
+        budget = sweep.budget or default_budget(sweep.hardware)
+        base = _base(sweep, seed).replace(scheduler="step", step_per_prefill_token=0.0, step_per_decode_seq=0.0,
+                                          jitter=0.1, max_num_batched_tokens=budget)
+        config, gap, values = model.config(base, model.start()), None, {}
+    took = time.perf_counter() - started
+    guess = predict(config, with_client_gap(held_out, gap))
+    return median_errors(guess, held_out), took, values
+
+
+def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLITS,
+        log: Any = print) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Every split of every sweep: ``{sweep: {split: {metric: [error per seed]}}}`` (and ``fit s``)."""
+    # 1. each sweep's all-row fit with the shipped priors: what each says the numbers are
+    own: dict[str, dict[str, float]] = {}
+    for sweep in sweeps:
+        _, took, values = fit_split(sweep, sweep.rows, sweep.rows, {}, 0, jobs)
+        own[sweep.name] = values
+        log(f"# {sweep.name}: all-row fit with the shipped priors in {took:.1f} s: "
+            + ", ".join(f"{k} {v:.3g}" for k, v in values.items()))
+    log("# geometric medians over every sweep (the shipped priors' source): "
+        + ", ".join(f"{k} {v:.3g}" for k, v in geometric_median_priors(list(own.values())).items()))
+    results: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for sweep in sweeps:
+        others = [values for name, values in own.items() if name != sweep.name]
+        priors = geometric_median_priors(others) if others else {}
+        found: dict[str, dict[str, list[float]]] = {}
+        for split, (fit_rows, held_out) in splits(sweep.rows).items():
+            if split not in chosen or not held_out:
+                continue
+            cell: dict[str, list[float]] = {}
+            for seed in range(seeds):
+                errs, took, _ = fit_split(sweep, fit_rows, held_out, priors, seed, jobs)
+                for metric, error in errs.items():
+                    cell.setdefault(metric, []).append(error)
+                cell.setdefault("fit s", []).append(took)
+            found[split] = cell
+        results[sweep.name] = found
+        log(table(sweep.name, len(sweep.rows), found))
+    return results
+
+
+def _cell(values: list[float], target: float) -> str:
+    mid = statistics.median(values)
+    text = f"{mid:.1%}" if len(values) == 1 else f"{mid:.1%} (worst {max(values):.1%})"
+    return f"**{text}**" if mid > target else text
+
+
+def table(name: str, count: int, found: dict[str, dict[str, list[float]]]) -> str:
+    lines = [f"## {name} ({count} rows)", "", "| split | " + " | ".join(LABELS[m] for m in METRICS) + " | fit s |",
+             "|---|" + "---|" * (len(METRICS) + 1)]
+    for split, cell in found.items():
+        cells = [_cell(cell[m], TARGETS[split]) if m in cell else "-" for m in METRICS]
+        took = f"{statistics.median(cell['fit s']):.1f}"
+        lines.append(f"| {split} | " + " | ".join(cells) + f" | {took} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: dict[str, dict[str, dict[str, list[float]]]]) -> str:
+    """Per split, the worst sweep's median error per metric (the figure the targets are about)."""
+    lines = ["## worst sweep per split (median over seeds)", "", "| split | target | " +
+             " | ".join(LABELS[m] for m in METRICS if m != "e2e_p50_ms") + " | sweeps within target |",
+             "|---|---|" + "---|" * 4]
+    for split in SPLITS:
+        worst, within, total = [], 0, 0
+        for metric in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"):
+            values = [(statistics.median(r[split][metric]), name) for name, r in results.items()
+                      if split in r and metric in r[split]]
+            worst.append(f"{max(values)[0]:.1%} ({max(values)[1]})" if values else "-")
+        for r in results.values():
+            if split in r:
+                total += 1
+                within += all(statistics.median(v) <= TARGETS[split] for m, v in r[split].items()
+                              if m in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"))
+        lines.append(f"| {split} | {TARGETS[split]:.0%} | " + " | ".join(worst) + f" | {within} of {total} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,233 @@
+"""The serving model a fit with hardware priors moves: its shape from physics, a few free numbers from the rows.
+
+A step's memory time, compute time and the experts it reads follow from the device and the model
+(:class:`~pytest_llmsim.calibration.priors.Hardware`); the KV cache's size, and so when requests start to
+wait for room, from the device's memory less the weights. What no datasheet gives is seven numbers
+(:data:`PARAMETERS`): the fractions of peak bandwidth and compute reached, a fixed cost per step (kernel
+launches, collectives), the API server's time per request, the host's time per decoding sequence, the extra
+cost of a step with a prefill in it and the API server's serial turn. Each has a prior, the geometric median
+of what the development sweeps' fits found (``benchmarks/calibration_holdout.py --manifest``), and a fit
+frees them in the order rows identify them, never more than it has rows (:func:`free_parameters`): one row
+moves the two efficiencies, two rows those two, eight rows all seven. A free number is also pulled towards
+its prior (:data:`PRIOR_WIDTH`), so a fit to a few rows stays near the priors where the rows say nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..sim.config import SimConfig
+from .priors import Hardware
+from .sweep import SweepRow
+
+__all__ = ["GPU_MEMORY_UTILIZATION", "PARAMETERS", "PRIOR_WIDTH", "Parameter", "ServingModel", "default_budget",
+           "free_parameters"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One number the datasheets do not give: its name, its prior and what it is. With ``scale`` the prior is a
+    share of the fitted rows' lightest figure of that metric (``"itl"``: its ITL, ``"ttft"``: its TTFT), as
+    fixed costs differ across servers by more than their share of what they cost does."""
+
+    name: str
+    prior: float
+    meaning: str
+    scale: str | None = None
+    seconds: float | None = None  # a scaled number's prior where no row gives the figure (priors alone)
+
+
+#: In the order rows identify them. Priors: the geometric medians of the development sweeps' all-row fits
+#: (``python benchmarks/calibration_holdout.py --manifest benchmarks/development_sweeps.toml --priors-only``).
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("memory_efficiency", 0.45, "fraction of peak memory bandwidth a step's reads reach"),
+    Parameter("compute_efficiency", 0.12, "fraction of peak compute a step's tokens reach"),
+    Parameter("step_overhead", 0.45, "fixed time per step beside its reads (launches, collectives), seconds",
+              "itl", 0.004),
+    Parameter("request_overhead", 0.1, "the API server's time before a request reaches the scheduler, seconds",
+              "ttft", 0.03),
+    Parameter("step_per_decode_seq", 0.007, "the host's time per decoding sequence in a step, seconds", "itl",
+              1e-4),
+    Parameter("step_prefill_base", 0.004, "extra fixed cost of a step with a prefill chunk in it, seconds"),
+    Parameter("request_serial", 0.001, "the API server's serial time per request (one event loop), seconds"),
+)
+#: A free number's pull towards its prior: moving it by a factor ``e`` costs as much as one fitted value missed by
+#: ``1 / PRIOR_WIDTH`` in log terms (10 %: about what a benchmark's figure moves from one run to the next), so
+#: the rows move what they identify and leave the rest near its prior.
+PRIOR_WIDTH = 10.0
+#: The share of device memory an engine gives its weights and KV cache (vLLM's ``--gpu-memory-utilization``).
+GPU_MEMORY_UTILIZATION = 0.9
+#: The step's fixed share of the lightest ITL that the other searches start from (:meth:`ServingModel.start_points`).
+OTHER_SHARES = (0.15, 0.85)
+#: Free numbers with one row: the two efficiencies (a row has a TTFT and an ITL to say them).
+ONE_ROW_FREE = 2
+
+
+def free_parameters(rows: int) -> int:
+    """How many of :data:`PARAMETERS` a fit to ``rows`` rows frees: at most one per row (two with one row)."""
+    return min(len(PARAMETERS), max(ONE_ROW_FREE, rows))
+
+
+def lightest(rows: Sequence[SweepRow]) -> SweepRow | None:
+    return min(rows, key=lambda r: r.concurrency if r.concurrency is not None else r.rate or 0.0, default=None)
+
+
+def light_figures(rows: Sequence[SweepRow]) -> dict[str, float]:
+    """The lightest row's ITL and TTFT (seconds), where it has them (scaled priors are shares of these)."""
+    light = lightest(rows)
+    if light is None:
+        return {}
+    return {name: value / 1000 for name, value in (("itl", light.itl_p50_ms), ("ttft", light.ttft_p50_ms))
+            if value}
+
+
+#: A search's start for the efficiencies, clamped to this range.
+EFFICIENCY_RANGE = (0.005, 0.95)
+#: Where a search starts, the share of the lightest row's TTFT its prefill takes.
+PREFILL_SHARE = 0.5
+
+
+def efficiency_starts(hardware: Hardware, rows: Sequence[SweepRow], overhead_share: float) -> dict[str, float]:
+    """The efficiencies' priors where rows are fitted: what makes the lightest row's decode step its ITL (beside
+    the step's fixed share ``overhead_share``) and its prefill half its TTFT. The search starts there too: the
+    roofline's ``max`` is flat where the other side dominates, and a search started on the flat side stays
+    there; and a number the rows do not free stays where the rows put it, not at a datasheet-wide guess."""
+    light, at_peak = lightest(rows), hardware.costs(1.0, 1.0)
+    if light is None:
+        return {}
+    low, high = EFFICIENCY_RANGE
+    found = {}
+    batch = max(light.concurrency or 1, 1)
+    read = (at_peak["step_base"] + at_peak.get("step_per_kv_token", 0.0) * batch * (
+        light.input_tokens + light.output_tokens / 2) + at_peak.get("step_expert_weights", 0.0) * (
+        1 - (1 - at_peak.get("expert_share_per_token", 0.0)) ** batch))
+    if light.itl_p50_ms:
+        found["memory_efficiency"] = min(max(read / (light.itl_p50_ms / 1000 * (1 - overhead_share)), low), high)
+    if light.ttft_p50_ms:
+        prefill = at_peak["step_compute_per_token"] * light.input_tokens
+        found["compute_efficiency"] = min(max(prefill / (light.ttft_p50_ms / 1000 * PREFILL_SHARE), low), high)
+    return found
+
+
+def default_budget(hardware: Hardware) -> int:
+    """vLLM V1's online token budget on this device: 8,192 with 70 GB or more, else 2,048 (a prior where the
+    server's own is not given)."""
+    memory = hardware.device.memory
+    return 8192 if memory is not None and memory >= 70e9 else 2048
+
+
+#: Fractions of a peak: searched as log-odds, so a fit never reads faster than the datasheet allows.
+EFFICIENCIES = ("memory_efficiency", "compute_efficiency")
+
+
+def _to_point(name: str, value: float) -> float:
+    """A number as the search moves it: an efficiency's log-odds, a time's logarithm."""
+    if name in EFFICIENCIES:
+        value = min(max(value, 1e-4), 0.999)
+        return math.log(value / (1 - value))
+    return math.log(value)
+
+
+def _from_point(name: str, x: float) -> float:
+    if name in EFFICIENCIES:
+        return 1 / (1 + math.exp(-x)) if x > -700 else 0.0
+    return math.exp(x)
+
+
+@dataclass(frozen=True)
+class ServingModel:
+    """The parameter space of a fit with hardware priors: ``free`` numbers moved (their logarithms), the rest
+    at ``priors`` (:data:`PARAMETERS`' own unless given)."""
+
+    hardware: Hardware
+    free: tuple[str, ...]
+    priors: Mapping[str, float] = field(default_factory=dict)
+    #: the fitted rows' lightest ITL and TTFT (seconds), which scaled priors are shares of
+    light: Mapping[str, float] = field(default_factory=dict)
+    #: the efficiencies' priors from the lightest fitted row (``efficiency_starts``), over ``priors``
+    starts: Mapping[str, float] = field(default_factory=dict)
+    light_row: SweepRow | None = None
+
+    @classmethod
+    def for_rows(cls, hardware: Hardware, rows: Sequence[SweepRow],
+                 priors: Mapping[str, float] | None = None) -> ServingModel:
+        """The first :func:`free_parameters` numbers free, for a fit to ``rows``."""
+        model = cls(hardware, tuple(p.name for p in PARAMETERS[:free_parameters(len(rows))]), dict(priors or {}),
+                    light_figures(rows))
+        share = model.prior("step_overhead") / model.light["itl"] if "itl" in model.light else 0.0
+        return replace(model, starts=efficiency_starts(hardware, rows, min(share, 0.9)), light_row=lightest(rows))
+
+    def prior(self, name: str) -> float:
+        """A number's prior (seconds or a fraction): a scaled one times the lightest row's figure."""
+        parameter = next(p for p in PARAMETERS if p.name == name)
+        if name in self.starts:  # an efficiency the lightest row puts (efficiency_starts)
+            return self.starts[name]
+        if parameter.scale and parameter.scale not in self.light:  # no row says the figure: in seconds
+            return self.priors.get(f"{name}_seconds") or parameter.seconds or parameter.prior
+        value = self.priors.get(name) or parameter.prior
+        return value * self.light[parameter.scale] if parameter.scale else value
+
+    def as_priors(self, values: Mapping[str, float]) -> dict[str, float]:
+        """``values`` (a fit's numbers) as priors are kept: a scaled one as its share of the lightest figure
+        (and in seconds, as ``NAME_seconds``)."""
+        found = {}
+        for p in PARAMETERS:
+            if p.name in values and p.scale and p.scale in self.light:
+                found[p.name] = values[p.name] / self.light[p.scale]
+                found[f"{p.name}_seconds"] = values[p.name]
+            elif p.name in values and not p.scale:
+                found[p.name] = values[p.name]
+        return found
+
+    @property
+    def fixed(self) -> tuple[str, ...]:
+        return tuple(p.name for p in PARAMETERS if p.name not in self.free)
+
+    def start(self) -> list[float]:
+        return [_to_point(name, self.prior(name)) for name in self.free]
+
+    def start_points(self) -> list[list[float]]:
+        """Where searches start: at the priors, and, where the rows free the step's fixed cost or the bandwidth
+        but not every number, with the fixed cost a small and a large share of the lightest ITL (the bandwidth
+        making up the rest).
+        A server whose steps are mostly launches and one whose steps are mostly reads fit the same lone stream;
+        a search started on one side rarely crosses to the other."""
+        points = [self.start()]
+        if (self.light_row is None or "itl" not in self.light or len(self.free) == len(PARAMETERS)
+                or not {"memory_efficiency", "step_overhead"} & set(self.free)):
+            return points  # every number free: rows enough to lead one search where it belongs
+        for share in OTHER_SHARES:
+            values = {name: self.prior(name) for name in self.free}
+            values.update({name: value for name, value in
+                           efficiency_starts(self.hardware, [self.light_row], share).items() if name in values})
+            if "step_overhead" in values:
+                values["step_overhead"] = share * self.light["itl"]
+            points.append([_to_point(name, values[name]) for name in self.free])
+        return points
+
+    def values(self, point: Sequence[float]) -> dict[str, float]:
+        """Every parameter: the free ones at ``point``, the rest at their priors."""
+        values = {p.name: self.prior(p.name) for p in PARAMETERS}
+        values.update({name: _from_point(name, x) for name, x in zip(self.free, point)})
+        return values
+
+    def penalty(self, point: Sequence[float]) -> list[float]:
+        """One residual per free number: its distance from its prior (in the search's terms) over
+        :data:`PRIOR_WIDTH`."""
+        return [(x - _to_point(name, self.prior(name))) / PRIOR_WIDTH for name, x in zip(self.free, point)]
+
+    def config(self, base: SimConfig, point: Sequence[float]) -> SimConfig:
+        """``base`` with the step costs these numbers and the hardware give, and its KV cache's size."""
+        values = self.values(point)
+        costs = self.hardware.costs(values.pop("memory_efficiency"), values.pop("compute_efficiency"))
+        costs["step_base"] += values.pop("step_overhead")
+        blocks = self.kv_cache_blocks(base.block_size)
+        return base.replace(**costs, **values, **({"kv_cache_blocks": blocks} if blocks else {}))
+
+    def kv_cache_blocks(self, block_size: int) -> int | None:
+        """The KV cache's blocks: the devices' memory (``GPU_MEMORY_UTILIZATION`` of it) less the weights,
+        over the KV bytes of a block; None where the device's memory or the KV bytes are not known."""
+        tokens = self.hardware.kv_capacity_tokens(GPU_MEMORY_UTILIZATION)
+        return max(1, int(tokens // block_size)) if tokens is not None else None

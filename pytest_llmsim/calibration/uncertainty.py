@@ -1,0 +1,104 @@
+"""What a fit cannot know: the range of loads and lengths it saw, and how far off a prediction may be.
+
+A profile written by ``llmsim calibrate`` carries a ``[calibration]`` table (not a setting: the profile loader
+sets it aside) with the range its rows covered. ``llmsim predict --config PROFILE`` reads it back
+(:func:`fitted_range_of`): a row inside that range gets the interpolation band, one outside it (a concurrency
+or rate past the largest fitted, a prompt or answer length never seen) the extrapolation band and a warning.
+The bands are the cross-validation's figures over the development sweeps (:data:`BANDS`, from
+``benchmarks/calibration_holdout.py --manifest``): the median over sweeps of the median error of the
+ends -> middle split inside, of the lower -> upper split outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+from .sweep import SweepRow
+
+__all__ = ["BANDS", "LENGTH_SLACK", "FittedRange", "fitted_range_of"]
+
+#: Relative error bands per metric, inside and outside the fitted range: the medians over the development
+#: sweeps of each split's median error (docs/simulation.md, "Cross-validation over the development sweeps").
+BANDS: dict[str, dict[str, float]] = {
+    "inside": {"ttft_p50_ms": 0.15, "itl_p50_ms": 0.25, "req_per_s": 0.2, "e2e_p50_ms": 0.25},
+    "outside": {"ttft_p50_ms": 0.35, "itl_p50_ms": 0.35, "req_per_s": 0.25, "e2e_p50_ms": 0.35},
+}
+#: A length within this factor of the fitted range counts as inside it (a length is never exactly repeated).
+LENGTH_SLACK = 1.25
+
+
+@dataclass(frozen=True)
+class FittedRange:
+    """The loads and lengths a fit's rows covered (None: no row of that kind)."""
+
+    concurrency: tuple[int, int] | None
+    rate: tuple[float, float] | None
+    input_tokens: tuple[int, int]
+    output_tokens: tuple[int, int]
+
+    @classmethod
+    def of(cls, rows: Sequence[SweepRow]) -> FittedRange:
+        closed = [r.concurrency for r in rows if r.concurrency is not None]
+        rates = [r.rate for r in rows if r.rate is not None]
+        return cls((min(closed), max(closed)) if closed else None, (min(rates), max(rates)) if rates else None,
+                   (min(r.input_tokens for r in rows), max(r.input_tokens for r in rows)),
+                   (min(r.output_tokens for r in rows), max(r.output_tokens for r in rows)))
+
+    def outside(self, row: SweepRow) -> list[str]:
+        """Why ``row`` lies outside the range (empty: inside)."""
+        why = []
+        if row.concurrency is not None:
+            if self.concurrency is None:
+                why.append("a closed loop (the fit saw open-loop rates)")
+            elif not self.concurrency[0] <= row.concurrency <= self.concurrency[1]:
+                why.append(f"concurrency {row.concurrency} outside {self.concurrency[0]}-{self.concurrency[1]}")
+        elif row.rate is not None:
+            if self.rate is None:
+                why.append("an open loop (the fit saw closed-loop concurrencies)")
+            elif not self.rate[0] <= row.rate <= self.rate[1]:
+                why.append(f"rate {row.rate:g} outside {self.rate[0]:g}-{self.rate[1]:g}")
+        for name, (low, high) in (("input", self.input_tokens), ("output", self.output_tokens)):
+            value = getattr(row, f"{name}_tokens")
+            if not low / LENGTH_SLACK <= value <= high * LENGTH_SLACK:
+                why.append(f"{name} {value} tokens outside {low}-{high}")
+        return why
+
+    def band(self, row: SweepRow) -> dict[str, float]:
+        """The relative error band per metric for ``row``'s prediction."""
+        return BANDS["outside" if self.outside(row) else "inside"]
+
+    def to_toml(self) -> str:
+        """The ``[calibration]`` table a profile carries (after its settings)."""
+        lines = ["", "[calibration]  # what the fit saw (llmsim predict warns outside it); not a setting"]
+        if self.concurrency:
+            lines.append(f"concurrency = [{self.concurrency[0]}, {self.concurrency[1]}]")
+        if self.rate:
+            lines.append(f"rate = [{self.rate[0]:g}, {self.rate[1]:g}]")
+        lines += [f"input_tokens = [{self.input_tokens[0]}, {self.input_tokens[1]}]",
+                  f"output_tokens = [{self.output_tokens[0]}, {self.output_tokens[1]}]"]
+        return "\n".join(lines) + "\n"
+
+
+def fitted_range_of(profile: str | None) -> FittedRange | None:
+    """The ``[calibration]`` table of a profile file (None: a preset, no file, or no table)."""
+    if not profile or not profile.endswith(".toml") or not Path(profile).is_file():
+        return None
+    with open(profile, "rb") as handle:
+        table = tomllib.load(handle).get("calibration")
+    if not isinstance(table, dict) or "input_tokens" not in table or "output_tokens" not in table:
+        return None
+
+    def pair(key: str) -> tuple[float, float] | None:
+        value = table.get(key)
+        return (value[0], value[1]) if isinstance(value, list) and len(value) == 2 else None
+
+    concurrency, rate = pair("concurrency"), pair("rate")
+    inputs, outputs = pair("input_tokens"), pair("output_tokens")
+    if inputs is None or outputs is None:
+        return None
+    return FittedRange(None if concurrency is None else (int(concurrency[0]), int(concurrency[1])), rate,
+                       (int(inputs[0]), int(inputs[1])), (int(outputs[0]), int(outputs[1])))

@@ -1,0 +1,116 @@
+"""The serving model with hardware priors, the benchmark's own behaviour, and what a fit cannot know."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_llmsim import SimConfig
+from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, predict_row
+from pytest_llmsim.calibration.benchmark import Benchmark
+from pytest_llmsim.calibration.model import PARAMETERS, ServingModel, default_budget, free_parameters
+from pytest_llmsim.calibration.priors import GPUS
+from pytest_llmsim.calibration.report import render_svg
+from pytest_llmsim.calibration.uncertainty import BANDS, FittedRange, fitted_range_of
+from pytest_llmsim.cli import main
+
+L4_QWEN = Hardware(0.494, "l4", kv_bytes_per_token=12288)
+ROWS = [SweepRow(c, None, 256, 128, ttft, itl, rps, e2e) for c, ttft, itl, rps, e2e in
+        ((1, 27.0, 5.1, 1.3, 679), (4, 50.1, 5.3, 5.4, 722), (16, 103.8, 6.0, 17.8, 880), (32, 135.3, 7.1, 29.5, 1082))]
+
+
+def test_a_fit_frees_no_more_numbers_than_it_has_rows_and_says_which() -> None:
+    assert [free_parameters(n) for n in (0, 1, 2, 3, 8, 20)] == [2, 2, 2, 3, 7, 7]
+    one = calibrate(ROWS[1:2], hardware=L4_QWEN)
+    assert len(one.fitted) == 2  # what this row says most about (its Jacobian's largest columns)
+    assert set(one.from_priors) == {p.name for p in PARAMETERS} - set(one.fitted)
+    model = ServingModel.for_rows(L4_QWEN, ROWS[1:2])
+    for name in one.from_priors:  # left where the priors put them
+        assert one.efficiencies[name] == pytest.approx(model.prior(name))
+    assert one.config.max_num_batched_tokens == default_budget(L4_QWEN) == 2048  # a 24 GB GPU: vLLM's 2,048
+    assert len(calibrate(ROWS, hardware=L4_QWEN, budgets=(2048,)).fitted) == 4
+
+
+def test_a_fit_frees_what_its_rows_say_something_about() -> None:
+    """Rows with only their ITL (memory-bound decodes) say nothing of compute or the API server: the two numbers
+    freed are the decode step's."""
+    itl_only = [SweepRow(c, None, 256, 128, None, itl) for c, itl in ((4, 5.3), (16, 6.0))]
+    fit = calibrate(itl_only, hardware=L4_QWEN, budgets=(2048,))
+    assert len(fit.fitted) == 2
+    assert not {"compute_efficiency", "request_overhead", "request_serial", "step_prefill_base"} & set(fit.fitted)
+
+
+def test_scaled_priors_follow_the_lightest_row_and_fall_back_to_seconds() -> None:
+    model = ServingModel.for_rows(L4_QWEN, ROWS, {"step_overhead": 0.5, "step_overhead_seconds": 0.007})
+    assert model.prior("step_overhead") == pytest.approx(0.5 * 5.1e-3)  # half the lightest row's ITL
+    alone = ServingModel.for_rows(L4_QWEN, [], {"step_overhead": 0.5, "step_overhead_seconds": 0.007})
+    assert alone.prior("step_overhead") == pytest.approx(0.007)  # no row: the prior in seconds
+    kept = model.as_priors({"step_overhead": 2.55e-3, "memory_efficiency": 0.6})
+    assert kept == pytest.approx({"step_overhead": 0.5, "step_overhead_seconds": 2.55e-3, "memory_efficiency": 0.6})
+
+
+def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:
+    nim = Hardware(70.6, "h100", 2, dtype="fp8", kv_bytes_per_token=163840)
+    tokens = nim.kv_capacity_tokens(0.9)
+    assert tokens == pytest.approx((2 * 80e9 * 0.9 - 70.6e9) / 163840)
+    config = ServingModel.for_rows(nim, ROWS).config(SimConfig(), [math.log(0.5), math.log(0.3)])
+    assert config.kv_cache_blocks == int(tokens // 16)
+    assert Hardware(8, flops=1e15, bandwidth=2e12, kv_bytes_per_token=1000).kv_capacity_tokens(0.9) is None
+    # an FP8 model computes at the device's FP8 peak
+    assert nim.costs(1.0, 1.0)["step_compute_per_token"] == pytest.approx(2 * 70.6e9 / (2 * 1979e12))
+    for name in ("tpu-v7", "mi325x", "v100", "ascend910b"):
+        assert GPUS[name].memory and GPUS[name].bandwidth and GPUS[name].source
+
+
+def test_a_burst_is_one_wave_counted_until_its_last_answer() -> None:
+    told = Benchmark(load="burst", output_tokens=60).rows([SweepRow(64, None, 80, 0)])
+    assert told[0].num_prompts == 64 and told[0].output_tokens == 60
+    with pytest.raises(ValueError, match="concurrency"):
+        Benchmark(load="burst").rows([SweepRow(None, 2.0, 80, 60)])
+    with pytest.raises(ValueError, match="unknown benchmark key"):
+        Benchmark.from_mapping({"clients": 3})
+    config = SimConfig().replace(scheduler="step", step_base=0.01, step_compute_per_token=1e-5)
+    burst = predict_row(config, told[0])
+    loop = predict_row(config, SweepRow(64, None, 80, 60))  # 640 requests by 64 clients
+    assert burst.req_per_s is not None and loop.req_per_s is not None
+    assert burst.req_per_s < loop.req_per_s  # the burst's ramp and drain are all it has
+
+
+def test_means_are_predicted_where_the_source_reports_means() -> None:
+    config = SimConfig().replace(scheduler="step", step_base=0.01, step_compute_per_token=2e-4, jitter=0.3)
+    row = SweepRow(32, None, 512, 64)
+    median, mean = predict(config, [row, Benchmark(statistic="mean").rows([row])[0]])
+    assert mean.ttft_p50_ms != median.ttft_p50_ms and mean.itl_p50_ms != median.itl_p50_ms
+
+
+def test_a_prediction_outside_the_fitted_range_warns_with_a_wider_band(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s,e2e_p50_ms\n"
+                     + "".join(f"{r.concurrency},256,128,{r.ttft_p50_ms},{r.itl_p50_ms},{r.req_per_s},"
+                               f"{r.e2e_p50_ms}\n" for r in ROWS[:2]))
+    profile = tmp_path / "profile.toml"
+    assert main(["calibrate", str(sweep), "--gpu", "l4", "--params", "0.494", "--kv-bytes-per-token", "12288",
+                 "--jobs", "1", "-o", str(profile)]) == 0
+    err = capsys.readouterr().err
+    assert "llmsim calibrate: fitted: " in err and "llmsim calibrate: from priors: " in err
+    fitted = fitted_range_of(str(profile))
+    assert fitted == FittedRange((1, 4), None, (256, 256), (128, 128))
+    SimConfig().replace(profile=str(profile))  # the [calibration] table is not a setting
+    assert main(["predict", "--config", str(profile), "--concurrency", "2,64", "--input", "256", "--output", "128",
+                 "--plot", str(tmp_path / "plot.svg")]) == 0
+    out, err = capsys.readouterr()
+    inside, outside = out.strip().splitlines()[2:]
+    assert f"±{BANDS['inside']['ttft_p50_ms']:.0%}" in inside and f"±{BANDS['outside']['ttft_p50_ms']:.0%}" in outside
+    assert "concurrency 64 is outside" in err and "concurrency 2 " not in err
+    assert "<polygon" in (tmp_path / "plot.svg").read_text()
+    assert main(["predict", "--config", str(profile), "--burst", "8,512", "--input", "256", "--output", "128"]) == 0
+    assert "concurrency 512 is outside" in capsys.readouterr().err
+
+
+def test_the_svg_band_spans_the_prediction() -> None:
+    rows = [SweepRow(c, None, 10, 10, 100.0, 10.0, 1.0, 1000.0) for c in (1, 2)]
+    assert "<polygon" in render_svg(rows, bands=[BANDS["inside"], BANDS["outside"]])
+    assert "<polygon" not in render_svg(rows)
