@@ -16,6 +16,12 @@ them) and the fit's wall time. The issue's targets: all <= 10 %, ends <= 20 %, l
 With ``--seeds N`` each split is fitted and checked N times, with N seeds of the simulator's own draws (step
 jitter, output lengths), and each cell is the median over them with their range: a fit to a few rows of clients
 in step (fixed lengths) moves by tens of points from one seed to the next, so one seed's figure is one draw.
+
+Every development sweep at once, with what each server ran and what each benchmark did, the serving model's
+priors taken from the other sweeps (leave-one-sweep-out: one row with priors, and priors alone), one table
+per sweep and a summary of the worst sweep per split (see ``holdout_manifest.py``)::
+
+    python benchmarks/calibration_holdout.py --manifest benchmarks/development_sweeps.toml --seeds 3 --jobs 2
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.sim.config import SimConfig
 
 try:
-    from holdout_manifest import SPLITS, load_manifest, run, summary  # run as a script: benchmarks/ on the path
+    from holdout_manifest import SPLITS, bands, load_manifest, run, summary  # run as a script: benchmarks/ on the path
 except ImportError:  # imported as benchmarks.calibration_holdout
-    from benchmarks.holdout_manifest import SPLITS, load_manifest, run, summary
+    from benchmarks.holdout_manifest import SPLITS, bands, load_manifest, run, summary
 
 LABELS = {"ttft_p50_ms": "TTFT", "itl_p50_ms": "ITL", "req_per_s": "req/s", "e2e_p50_ms": "E2E"}
 
@@ -140,6 +146,7 @@ def main() -> None:
         sweeps = load_manifest(args.manifest, args.sweeps_root, [n for n in args.only.split(",") if n])
         results = run(sweeps, args.seeds, args.jobs, args.splits.split(","))
         print(summary(results), flush=True)
+        print(f"uncertainty bands (pytest_llmsim.calibration.uncertainty.BANDS): {bands(results)}", flush=True)
         return
     try:
         experts = (args.experts, args.experts_per_token) if expert_share(args.experts, args.experts_per_token) else None

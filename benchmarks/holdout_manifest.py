@@ -185,3 +185,23 @@ def summary(results: dict[str, dict[str, dict[str, list[float]]]]) -> str:
                               if m in ("ttft_p50_ms", "itl_p50_ms", "req_per_s"))
         lines.append(f"| {split} | {TARGETS[split]:.0%} | " + " | ".join(worst) + f" | {within} of {total} |")
     return "\n".join(lines) + "\n"
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    at = share * (len(ordered) - 1)
+    low = int(at)
+    return ordered[low] + (at - low) * (ordered[min(low + 1, len(ordered) - 1)] - ordered[low])
+
+
+def bands(results: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, dict[str, float]]:
+    """``pytest_llmsim.calibration.uncertainty.BANDS`` from a run: inside, the median over sweeps of the ends
+    split's errors; outside, the 75th percentile over sweeps of the lower split's, and at least the inside band."""
+    found: dict[str, dict[str, float]] = {"inside": {}, "outside": {}}
+    for metric in METRICS:
+        ends = [statistics.median(r["ends"][metric]) for r in results.values() if metric in r.get("ends", {})]
+        lower = [statistics.median(r["lower"][metric]) for r in results.values() if metric in r.get("lower", {})]
+        if ends and lower:
+            found["inside"][metric] = round(statistics.median(ends), 2)
+            found["outside"][metric] = round(max(_percentile(lower, 0.75), statistics.median(ends)), 2)
+    return found

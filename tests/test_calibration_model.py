@@ -103,11 +103,13 @@ def test_a_prediction_outside_the_fitted_range_warns_with_a_wider_band(tmp_path:
                  "--plot", str(tmp_path / "plot.svg")]) == 0
     out, err = capsys.readouterr()
     inside, outside = out.strip().splitlines()[2:]
-    assert f"±{BANDS['inside']['ttft_p50_ms']:.0%}" in inside and f"±{BANDS['outside']['ttft_p50_ms']:.0%}" in outside
+    assert BANDS["inside"]["itl_p50_ms"] != BANDS["outside"]["itl_p50_ms"]
+    assert f"±{BANDS['inside']['itl_p50_ms']:.0%}" in inside and f"±{BANDS['outside']['itl_p50_ms']:.0%}" in outside
     assert "concurrency 64 is outside" in err and "concurrency 2 " not in err
     assert "<polygon" in (tmp_path / "plot.svg").read_text()
     assert main(["predict", "--config", str(profile), "--burst", "8,512", "--input", "256", "--output", "128"]) == 0
-    assert "concurrency 512 is outside" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "| burst 8 |" in out and "burst 512 is outside" in err
 
 
 def test_the_svg_band_spans_the_prediction() -> None:

@@ -46,8 +46,8 @@ class SweepRow:
     statistic: str = "median"
 
     def workload(self) -> str:
-        if self.concurrency is not None:
-            return f"concurrency {self.concurrency}"
+        if self.concurrency is not None:  # each client sending one request is a burst
+            return f"{'burst' if self.num_prompts == self.concurrency else 'concurrency'} {self.concurrency}"
         return f"rate {round(self.rate or 0.0, 3)}/s" + (" (constant)" if self.arrivals == "constant" else "")
 
 
