@@ -116,3 +116,20 @@ def test_the_svg_band_spans_the_prediction() -> None:
     rows = [SweepRow(c, None, 10, 10, 100.0, 10.0, 1.0, 1000.0) for c in (1, 2)]
     assert "<polygon" in render_svg(rows, bands=[BANDS["inside"], BANDS["outside"]])
     assert "<polygon" not in render_svg(rows)
+
+
+def test_calibrate_is_told_a_burst_and_its_mean_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A burst sweep whose answers stopped at EOS leaves the output length out: refused until it is told."""
+    sweep = tmp_path / "burst.csv"
+    sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s\n"
+                     "1,80,,30.0,6.0,2.5\n8,80,,60.0,6.5,14.0\n")
+    with pytest.raises(SystemExit):
+        main(["calibrate", str(sweep), "--load", "burst", "--gpu", "l4", "--params", "0.494", "--jobs", "1"])
+    assert "--output-tokens" in capsys.readouterr().err
+    profile = tmp_path / "burst.toml"
+    assert main(["calibrate", str(sweep), "--load", "burst", "--output-tokens", "56", "--gpu", "l4", "--params",
+                 "0.494", "--kv-bytes-per-token", "12288", "--policy", "prefill_first", "--jobs", "1",
+                 "-o", str(profile)]) == 0
+    text = profile.read_text()
+    assert 'step_policy = "prefill_first"' in text and "| burst 8 | 80 | 56 |" in text
+    assert SimConfig().replace(profile=str(profile)).step_policy == "prefill_first"
