@@ -34,15 +34,22 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, errors, predict, read_sweep, with_client_gap
+from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, read_sweep, with_client_gap
 from pytest_llmsim.calibration.priors import expert_share
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.sim.config import SimConfig
 
 try:
-    from holdout_manifest import SPLITS, bands, load_manifest, run, summary  # run as a script: benchmarks/ on the path
+    from holdout_manifest import (  # run as a script: benchmarks/ on the path
+        SPLITS,
+        bands,
+        load_manifest,
+        median_errors,
+        run,
+        summary,
+    )
 except ImportError:  # imported as benchmarks.calibration_holdout
-    from benchmarks.holdout_manifest import SPLITS, bands, load_manifest, run, summary
+    from benchmarks.holdout_manifest import SPLITS, bands, load_manifest, median_errors, run, summary
 
 LABELS = {"ttft_p50_ms": "TTFT", "itl_p50_ms": "ITL", "req_per_s": "req/s", "e2e_p50_ms": "E2E"}
 
@@ -74,14 +81,6 @@ def hardware(text: str | None) -> Hardware | None:
     if "tp" in fields:
         fields["tp"] = int(fields["tp"])
     return Hardware(**fields)
-
-
-def median_errors(predicted: Sequence[SweepRow], measured: Sequence[SweepRow]) -> dict[str, float]:
-    per_metric: dict[str, list[float]] = {}
-    for guess, real in zip(predicted, measured):
-        for name, value in errors(guess, real).items():
-            per_metric.setdefault(name, []).append(abs(value))
-    return {name: statistics.median(values) for name, values in per_metric.items()}
 
 
 def evaluate(path: str, jobs: int, spread: float | None = None, priors: Hardware | None = None,

@@ -29,6 +29,7 @@ import tomllib
 
 from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, read_sweep, with_client_gap
 from pytest_llmsim.calibration.benchmark import Benchmark
+from pytest_llmsim.calibration.fit import PRIORS
 from pytest_llmsim.calibration.model import ServingModel, default_budget
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.calibration.workload import errors
@@ -111,8 +112,7 @@ def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], 
     else:
         model = ServingModel.for_rows(sweep.hardware, [], priors)
         budget = sweep.budget or default_budget(sweep.hardware)
-        base = _base(sweep, seed).replace(scheduler="step", step_per_prefill_token=0.0, step_per_decode_seq=0.0,
-                                          jitter=0.1, max_num_batched_tokens=budget)
+        base = _base(sweep, seed).replace(scheduler="step", **PRIORS, max_num_batched_tokens=budget)
         config, gap, values = model.config(base, model.start()), None, {}
     took = time.perf_counter() - started
     guess = predict(config, with_client_gap(held_out, gap))

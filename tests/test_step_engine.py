@@ -213,14 +213,20 @@ def test_a_request_cancelled_before_it_reaches_the_scheduler_keeps_its_send_time
     assert seq.state is SeqState.CANCELLED and seq.arrival == 0.0 and seq.e2e == pytest.approx(0.004)
 
 
-def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
-    eng, rec = engine(max_num_batched_tokens=64)
+def _a_decoder_then_a_long_prompt(eng: StepEngine) -> tuple[SimSequence, SimSequence]:
+    """A sequence decoding 20 tokens, joined by a 200-token prompt once its own prefill is done; run to the end."""
     decoding = SimSequence(prompt(10), 20)
     eng.submit(decoding)
     eng.advance(0.005)  # its prefill step ended; it decodes from now on
     long = SimSequence(prompt(200, 5000), 1, index=1)
     eng.submit(long)
     eng.run_until_idle()
+    return decoding, long
+
+
+def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
+    eng, rec = engine(max_num_batched_tokens=64)
+    decoding, long = _a_decoder_then_a_long_prompt(eng)
     # 200 prompt tokens in chunks of at most 63 (one budget token goes to the decode): 4 steps
     chunked = 0.004 + 0.00005 * 63 + 0.0001 + 1e-7 * 11
     assert long.first_token_at is not None and long.first_token_at > 3 * chunked
@@ -236,13 +242,7 @@ def test_prefill_first_runs_waiting_prompts_alone_and_the_decoders_wait(listener
     """SGLang's and TGI's order: a step with a prompt waiting holds only its chunks; the decoders' gap spans them."""
     def run(policy: str) -> tuple[SimSequence, SimSequence]:
         eng = StepEngine(SimConfig().replace(**COSTS, max_num_batched_tokens=64, step_policy=policy), listener())
-        decoding = SimSequence(prompt(10), 20)
-        eng.submit(decoding)
-        eng.advance(0.005)  # its prefill step ended; it decodes from now on
-        long = SimSequence(prompt(200, 5000), 1, index=1)
-        eng.submit(long)
-        eng.run_until_idle()
-        return decoding, long
+        return _a_decoder_then_a_long_prompt(eng)
 
     mixed, mixed_long = run("mixed")
     first, first_long = run("prefill_first")

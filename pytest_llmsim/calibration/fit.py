@@ -50,8 +50,9 @@ class Fit:
     evaluations: int
     #: Each token budget tried and its loss after a short search (one entry: the budget was given).
     budget_losses: dict[int, float] = field(default_factory=dict)
-    #: With hardware priors: the fitted fractions of peak bandwidth and compute, and the fixed cost per step
-    #: (``step_overhead``, seconds, in ``step_base`` beside the weights' read).
+    #: With hardware priors: every number of the serving model (:data:`~pytest_llmsim.calibration.model.PARAMETERS`:
+    #: the efficiencies, the fixed cost per step in ``step_base`` beside the weights' read, ...), fitted or prior
+    #: (:attr:`fitted` and :attr:`from_priors` say which).
     efficiencies: dict[str, float] = field(default_factory=dict)
     #: The clients' own time between an answer and their next request (ms), from the closed-loop rows' req/s
     #: beyond their predicted E2E (:func:`~pytest_llmsim.calibration.client_gap`), and simulated in

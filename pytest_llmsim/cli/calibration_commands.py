@@ -280,8 +280,7 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     else:
         parser.error("say the loads: --concurrency, --rate or --burst (with --input and --output), or --compare SWEEP")
     rows, spread = _spreads(args, rows, parser)
-    rows = [dataclasses.replace(row, **{name: value for name in ("itl_per", "statistic")
-                                        if (value := getattr(args, name)) is not None}) for row in rows]
+    rows = Benchmark(itl_per=args.itl_per, statistic=args.statistic).rows(rows)
     if args.client_gap is not None:
         if not 0 <= args.client_gap < math.inf:
             parser.error("--client-gap must be a number of milliseconds, at least 0")
