@@ -2,7 +2,8 @@
 
 Reads a manifest (``benchmarks/development_sweeps.toml``: each sweep's file, the hardware and model it ran,
 what its benchmark did, its engine's token budget) and, per sweep, with the serving model's priors taken from
-the *other* sweeps' all-row fits (the geometric median of each number, so no sweep helps predict itself):
+the *other* sweeps' all-row fits of its kind, dense or a mixture of experts (the geometric median of each
+number, so no sweep helps predict itself):
 
 - **all**: fit every row, error on every row; **ends**: the lightest and heaviest rows -> the rest;
   **lower**: the lower half -> the upper half;
@@ -119,6 +120,11 @@ def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], 
     return median_errors(guess, held_out), took, values
 
 
+def _kind(sweep: Sweep) -> str:
+    """Dense or a mixture of experts: the shipped priors differ by it (``model.Parameter.moe``)."""
+    return "moe" if sweep.hardware.expert_params() > 0 else "dense"
+
+
 def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLITS,
         log: Any = print) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Every split of every sweep: ``{sweep: {split: {metric: [error per seed]}}}`` (and ``fit s``)."""
@@ -129,11 +135,15 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
         own[sweep.name] = values
         log(f"# {sweep.name}: all-row fit with the shipped priors in {took:.1f} s: "
             + ", ".join(f"{k} {v:.3g}" for k, v in values.items()))
-    log("# geometric medians over every sweep (the shipped priors' source): "
-        + ", ".join(f"{k} {v:.3g}" for k, v in geometric_median_priors(list(own.values())).items()))
+    for kind in ("dense", "moe"):
+        fits = [own[s.name] for s in sweeps if _kind(s) == kind]
+        log(f"# geometric medians over the {kind} sweeps (the shipped priors' source): "
+            + ", ".join(f"{k} {v:.3g}" for k, v in geometric_median_priors(fits).items()))
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     for sweep in sweeps:
-        others = [values for name, values in own.items() if name != sweep.name]
+        others = [own[s.name] for s in sweeps if s.name != sweep.name and _kind(s) == _kind(sweep)]
+        if len(others) < 2:  # too few of its kind to say a median: every other sweep's
+            others = [values for name, values in own.items() if name != sweep.name]
         priors = geometric_median_priors(others) if others else {}
         found: dict[str, dict[str, list[float]]] = {}
         for split, (fit_rows, held_out) in splits(sweep.rows).items():

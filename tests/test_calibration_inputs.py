@@ -337,7 +337,11 @@ def test_a_mixture_of_experts_is_fitted_with_and_without_priors(
     truth = truth.replace(step_base=truth.step_base + 0.01)  # a fixed cost per step beside the small shared read
     rows = predict(truth, [SweepRow(c, None, 512, 64, num_prompts=4 * c) for c in (1, 4, 16, 64)])
     assert rows[-1].itl_p50_ms / rows[0].itl_p50_ms > 1.5  # the bend the experts make
-    fit = calibrate([rows[2]], budgets=(2048,), hardware=device)
+    row = rows[2]  # the scaled priors are shares of the fitted row's figures: this server's, not the shipped ones
+    assert row.itl_p50_ms and row.ttft_p50_ms
+    priors = {"step_overhead": 0.01 / (row.itl_p50_ms / 1000), "request_overhead": 0.02 / (row.ttft_p50_ms / 1000),
+              "step_prefill_base": 0.004, "request_serial": 0.002, "step_per_decode_seq": 1e-9}
+    fit = calibrate([row], budgets=(2048,), hardware=device, priors=priors)
     assert fit.config.expert_share_per_token == 0.05
     rest = [row for row in rows if row is not rows[2]]
     found = [errors(guess, real) for guess, real in zip(predict(fit.config, rest), rest)]

@@ -6,7 +6,8 @@ wait for room, from the device's memory less the weights. What no datasheet give
 (:data:`PARAMETERS`): the fractions of peak bandwidth and compute reached, a fixed cost per step (kernel
 launches, collectives), the API server's time per request, the host's time per decoding sequence, the extra
 cost of a step with a prefill in it and the API server's serial turn. Each has a prior, the geometric median
-of what the development sweeps' fits found (``benchmarks/calibration_holdout.py --manifest``), and a fit
+of what the development sweeps' fits found (``benchmarks/calibration_holdout.py --manifest``), one for dense
+models and one for mixtures of experts where the two kinds' fits differ (by 20x in compute efficiency), and a fit
 frees them in the order rows identify them, never more than it has rows (:func:`free_parameters`): one row
 moves the two efficiencies, two rows those two, eight rows all seven. A free number is also pulled towards
 its prior (:data:`PRIOR_WIDTH`), so a fit to a few rows stays near the priors where the rows say nothing.
@@ -30,29 +31,43 @@ __all__ = ["GPU_MEMORY_UTILIZATION", "PARAMETERS", "PRIOR_WIDTH", "Parameter", "
 class Parameter:
     """One number the datasheets do not give: its name, its prior and what it is. With ``scale`` the prior is a
     share of the fitted rows' lightest figure of that metric (``"itl"``: its ITL, ``"ttft"``: its TTFT), as
-    fixed costs differ across servers by more than their share of what they cost does."""
+    fixed costs differ across servers by more than their share of what they cost does. ``moe`` and
+    ``moe_seconds``: the priors for a mixture of experts, where they differ from a dense model's (its grouped
+    expert matmuls and routing reach a smaller share of the peaks, and its steps carry more fixed work)."""
 
     name: str
     prior: float
     meaning: str
     scale: str | None = None
     seconds: float | None = None  # a scaled number's prior where no row gives the figure (priors alone)
+    moe: float | None = None
+    moe_seconds: float | None = None
+
+    def default(self, experts: bool) -> float:
+        """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts."""
+        return self.moe if experts and self.moe is not None else self.prior
+
+    def default_seconds(self, experts: bool) -> float:
+        """A scaled number's shipped prior in seconds, where no row gives the figure it is a share of."""
+        found = self.moe_seconds if experts and self.moe_seconds is not None else self.seconds
+        return found if found is not None else self.default(experts)
 
 
 #: In the order the search ranks them when the rows identify them equally. Priors: the geometric medians of the
-#: development sweeps' all-row fits (a scaled number's as its share, and in seconds for priors alone), as
-#: ``python benchmarks/calibration_holdout.py --manifest benchmarks/development_sweeps.toml`` prints them first
-#: (2026-12-06, from fits with the priors before: the medians moved by less than the sweeps differ).
+#: development sweeps' all-row fits, the dense models' and the mixtures of experts' apart (a scaled number's as
+#: its share, and in seconds for priors alone), as ``python benchmarks/calibration_holdout.py --manifest
+#: benchmarks/development_sweeps.toml`` prints them first (2026-12-07: four dense sweeps, four of experts).
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("memory_efficiency", 0.71, "fraction of peak memory bandwidth a step's reads reach"),
-    Parameter("compute_efficiency", 0.12, "fraction of peak compute a step's tokens reach"),
-    Parameter("step_overhead", 0.69, "fixed time per step beside its reads (launches, collectives), seconds",
-              "itl", 0.014),
-    Parameter("request_overhead", 0.087, "the API server's time before a request reaches the scheduler, seconds",
-              "ttft", 0.016),
-    Parameter("step_per_decode_seq", 0.0076, "the host's time per decoding sequence in a step, seconds", "itl",
-              1.9e-4),
-    Parameter("step_prefill_base", 0.0055, "extra fixed cost of a step with a prefill chunk in it, seconds"),
+    Parameter("memory_efficiency", 0.95, "fraction of peak memory bandwidth a step's reads reach", moe=0.59),
+    Parameter("compute_efficiency", 0.56, "fraction of peak compute a step's tokens reach", moe=0.043),
+    Parameter("step_overhead", 0.57, "fixed time per step beside its reads (launches, collectives), seconds",
+              "itl", 0.012, moe=0.84, moe_seconds=0.034),
+    Parameter("request_overhead", 0.078, "the API server's time before a request reaches the scheduler, seconds",
+              "ttft", 0.007, moe=0.080, moe_seconds=0.091),
+    Parameter("step_per_decode_seq", 0.0085, "the host's time per decoding sequence in a step, seconds", "itl",
+              1.7e-4, moe=0.0039, moe_seconds=1.5e-4),
+    Parameter("step_prefill_base", 0.010, "extra fixed cost of a step with a prefill chunk in it, seconds",
+              moe=0.0054),
     Parameter("request_serial", 0.001, "the API server's serial time per request (one event loop), seconds"),
 )
 #: A free number's pull towards its prior: moving it by a factor ``e`` costs as much as one fitted value missed by
@@ -166,9 +181,10 @@ class ServingModel:
         parameter = next(p for p in PARAMETERS if p.name == name)
         if name in self.starts:  # an efficiency the lightest row puts (efficiency_starts)
             return self.starts[name]
+        experts = self.hardware.expert_params() > 0
         if parameter.scale and parameter.scale not in self.light:  # no row says the figure: in seconds
-            return self.priors.get(f"{name}_seconds") or parameter.seconds or parameter.prior
-        value = self.priors.get(name) or parameter.prior
+            return self.priors.get(f"{name}_seconds") or parameter.default_seconds(experts)
+        value = self.priors.get(name) or parameter.default(experts)
         return value * self.light[parameter.scale] if parameter.scale else value
 
     def as_priors(self, values: Mapping[str, float]) -> dict[str, float]:
