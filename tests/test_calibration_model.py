@@ -10,7 +10,14 @@ import pytest
 from pytest_llmsim import SimConfig
 from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, predict_row
 from pytest_llmsim.calibration.benchmark import Benchmark
-from pytest_llmsim.calibration.model import PARAMETERS, ServingModel, default_budget, free_parameters
+from pytest_llmsim.calibration.model import (
+    PARAMETERS,
+    ServingModel,
+    default_budget,
+    free_parameters,
+    in_flight,
+    lone_itl,
+)
 from pytest_llmsim.calibration.priors import GPUS
 from pytest_llmsim.calibration.report import render_svg
 from pytest_llmsim.calibration.uncertainty import BANDS, FittedRange, fitted_range_of
@@ -49,6 +56,34 @@ def test_scaled_priors_follow_the_lightest_row_and_fall_back_to_seconds() -> Non
     assert alone.prior("step_overhead") == pytest.approx(0.007)  # no row: the prior in seconds
     kept = model.as_priors({"step_overhead": 2.55e-3, "memory_efficiency": 0.6})
     assert kept == pytest.approx({"step_overhead": 0.5, "step_overhead_seconds": 2.55e-3, "memory_efficiency": 0.6})
+
+
+def test_a_mixture_of_experts_starts_from_the_priors_of_its_kind() -> None:
+    """The shipped priors differ by kind: the development sweeps' mixtures of experts reach a far smaller share of
+    the peaks than their dense models (20x in compute) and carry more fixed time per step."""
+    dense = ServingModel.for_rows(Hardware(8.0, "h100", kv_bytes_per_token=131072), [])
+    moe = ServingModel.for_rows(Hardware(355, "gaudi3", 8, active_params=32, experts=160, experts_per_token=8), [])
+    assert moe.prior("compute_efficiency") < dense.prior("compute_efficiency") / 5
+    assert moe.prior("memory_efficiency") < dense.prior("memory_efficiency")
+    assert moe.prior("step_overhead") > dense.prior("step_overhead")  # in seconds: no row to take a share of
+    given = ServingModel.for_rows(moe.hardware, [], {"compute_efficiency": 0.3})
+    assert given.prior("compute_efficiency") == 0.3  # priors given win over either kind's
+
+
+def test_scaled_priors_are_shares_of_a_lone_streams_itl() -> None:
+    """An open loop's lightest rate decodes many sequences at once (Little's law: arrivals times each request's
+    time): the fixed costs' priors are shares of what one sequence alone would see, not of that loaded ITL."""
+    a100 = Hardware(8.03, "a100", kv_bytes_per_token=131072)
+    loaded = SweepRow(None, 10.0, 280, 310, 80.0, 49.0, num_prompts=300)
+    lone = SweepRow(1, None, 280, 310, 30.0, 12.0)
+    assert in_flight(loaded) == pytest.approx(10 * (0.080 + 0.049 * 310))  # ~153 sequences
+    assert in_flight(SweepRow(None, 50.0, 280, 310, 80.0, 49.0, num_prompts=30)) == 30  # at most the prompts
+    assert lone_itl(a100, lone, 0.9, 0.01) == pytest.approx(0.012)  # alone already
+    assert 0.2 * 0.049 <= lone_itl(a100, loaded, 0.9, 0.01) < 0.049 / 2
+    model = ServingModel.for_rows(a100, [loaded])
+    assert model.prior("step_overhead") < model.default("step_overhead") * 0.049 / 2
+    # a short prompt's TTFT is mostly waiting: the compute efficiency starts at its kind's prior, not below
+    assert model.prior("compute_efficiency") == pytest.approx(model.default("compute_efficiency"))
 
 
 def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:

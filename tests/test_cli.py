@@ -361,8 +361,10 @@ def test_replicas_exit_quietly_when_their_parent_is_killed(tmp_path: Any) -> Non
         children = _children(process.pid)
         process.kill()
         process.wait()
+        assert len(children) == len(urls) - 1
+        # Gone, so are their listening sockets. Not asked of the ports: under xdist another test's server may
+        # take a freed ephemeral port at once and answer there (it did once, failing this test).
         assert _wait_until(lambda: not any(_alive(child) for child in children))
-        assert not any(_serves(url) for url in urls[1:])
         errors.seek(0)
         assert "Traceback" not in errors.read()  # each printed a BrokenPipeError before
     finally:

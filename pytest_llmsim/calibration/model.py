@@ -22,9 +22,10 @@ from dataclasses import dataclass, field, replace
 from ..sim.config import SimConfig
 from .priors import Hardware
 from .sweep import SweepRow
+from .workload import prompts_of
 
 __all__ = ["GPU_MEMORY_UTILIZATION", "PARAMETERS", "PRIOR_WIDTH", "Parameter", "ServingModel", "default_budget",
-           "free_parameters"]
+           "free_parameters", "in_flight", "lone_itl"]
 
 
 @dataclass(frozen=True)
@@ -100,31 +101,67 @@ def light_figures(rows: Sequence[SweepRow]) -> dict[str, float]:
             if value}
 
 
+def in_flight(row: SweepRow) -> float:
+    """About how many sequences the row's server decodes at once: its concurrency (closed loop; a burst's N), or
+    at a rate what Little's law says (arrivals times each request's time), at most the benchmark's prompts."""
+    if row.concurrency is not None:
+        return float(max(row.concurrency, 1))
+    if not row.rate or not row.itl_p50_ms:
+        return 1.0
+    seconds = ((row.ttft_p50_ms or 0.0) + row.itl_p50_ms * row.output_tokens) / 1000
+    return min(max(row.rate * seconds, 1.0), float(prompts_of(row)))
+
+
+def _read(at_peak: Mapping[str, float], row: SweepRow, batch: float) -> float:
+    """A decode step's reads at peak bandwidth with ``batch`` sequences of the row's lengths: the weights, the
+    experts their tokens route to, the KV cache they attend (half the output in, on average)."""
+    return float(at_peak["step_base"] + at_peak.get("step_per_kv_token", 0.0) * batch * (
+        row.input_tokens + row.output_tokens / 2) + at_peak.get("step_expert_weights", 0.0) * (
+        1 - (1 - at_peak.get("expert_share_per_token", 0.0)) ** batch))
+
+
+def lone_itl(hardware: Hardware, row: SweepRow, memory_efficiency: float, per_seq_share: float) -> float:
+    """The row's ITL (seconds) as one sequence alone would see it: less what its other sequences add to a step
+    (their KV and experts at ``memory_efficiency``, their host time at ``per_seq_share`` of the lone ITL). The
+    scaled priors are shares of a lone stream's step; a loaded row's (an open loop's lightest rate, a sweep's
+    middle row) is several times longer and would scale them up by that. Never below a fifth of the row's."""
+    itl = (row.itl_p50_ms or 0.0) / 1000
+    batch = in_flight(row)
+    if batch <= 1 or not itl:
+        return itl
+    at_peak = hardware.costs(1.0, 1.0)
+    extra = (_read(at_peak, row, batch) - _read(at_peak, row, 1.0)) / max(memory_efficiency, 1e-3)
+    return max((itl - extra) / (1 + per_seq_share * (batch - 1)), itl / 5)
+
+
 #: A search's start for the efficiencies, clamped to this range.
 EFFICIENCY_RANGE = (0.005, 0.95)
 #: Where a search starts, the share of the lightest row's TTFT its prefill takes.
 PREFILL_SHARE = 0.5
 
 
-def efficiency_starts(hardware: Hardware, rows: Sequence[SweepRow], overhead_share: float) -> dict[str, float]:
+def efficiency_starts(hardware: Hardware, rows: Sequence[SweepRow], overhead: float, per_seq: float = 0.0,
+                      compute_prior: float = 0.0) -> dict[str, float]:
     """The efficiencies' priors where rows are fitted: what makes the lightest row's decode step its ITL (beside
-    the step's fixed share ``overhead_share``) and its prefill half its TTFT. The search starts there too: the
-    roofline's ``max`` is flat where the other side dominates, and a search started on the flat side stays
-    there; and a number the rows do not free stays where the rows put it, not at a datasheet-wide guess."""
+    the step's fixed ``overhead`` and host time ``per_seq`` per sequence, seconds) and its prefill half its TTFT,
+    or ``compute_prior`` where that is more (a short prompt's TTFT is mostly waiting and overheads, and says only
+    how slow its prefill can be at most). The search starts there too: the roofline's ``max`` is flat where the
+    other side dominates, and a search started on the flat side stays there; and a number the rows do not free
+    stays where the rows put it, not at a datasheet-wide guess."""
     light, at_peak = lightest(rows), hardware.costs(1.0, 1.0)
     if light is None:
         return {}
     low, high = EFFICIENCY_RANGE
     found = {}
-    batch = max(light.concurrency or 1, 1)
-    read = (at_peak["step_base"] + at_peak.get("step_per_kv_token", 0.0) * batch * (
-        light.input_tokens + light.output_tokens / 2) + at_peak.get("step_expert_weights", 0.0) * (
-        1 - (1 - at_peak.get("expert_share_per_token", 0.0)) ** batch))
+    batch = in_flight(light)
     if light.itl_p50_ms:
-        found["memory_efficiency"] = min(max(read / (light.itl_p50_ms / 1000 * (1 - overhead_share)), low), high)
+        itl = light.itl_p50_ms / 1000
+        reading = max(itl - overhead - per_seq * batch, itl / 10)
+        found["memory_efficiency"] = min(max(_read(at_peak, light, batch) / reading, low), high)
     if light.ttft_p50_ms:
         prefill = at_peak["step_compute_per_token"] * light.input_tokens
-        found["compute_efficiency"] = min(max(prefill / (light.ttft_p50_ms / 1000 * PREFILL_SHARE), low), high)
+        found["compute_efficiency"] = min(max(prefill / (light.ttft_p50_ms / 1000 * PREFILL_SHARE), compute_prior,
+                                              low), high)
     return found
 
 
@@ -172,19 +209,29 @@ class ServingModel:
                  priors: Mapping[str, float] | None = None) -> ServingModel:
         """The first :func:`free_parameters` numbers free, for a fit to ``rows``."""
         model = cls(hardware, tuple(p.name for p in PARAMETERS[:free_parameters(len(rows))]), dict(priors or {}),
-                    light_figures(rows))
-        share = model.prior("step_overhead") / model.light["itl"] if "itl" in model.light else 0.0
-        return replace(model, starts=efficiency_starts(hardware, rows, min(share, 0.9)), light_row=lightest(rows))
+                    light_figures(rows), light_row=lightest(rows))
+        if model.light_row is not None and "itl" in model.light:  # shares of a lone stream's ITL
+            model = replace(model, light={**model.light, "itl": lone_itl(
+                hardware, model.light_row, model.default("memory_efficiency"), model.default("step_per_decode_seq"))})
+        overhead, per_seq = ((model.prior("step_overhead"), model.prior("step_per_decode_seq"))
+                             if "itl" in model.light else (0.0, 0.0))
+        return replace(model, starts=efficiency_starts(hardware, rows, overhead, per_seq,
+                                                       model.default("compute_efficiency")))
+
+    def default(self, name: str) -> float:
+        """A number's prior before any row: the given one, else the shipped one for the model's kind (a scaled
+        one as its share)."""
+        parameter = next(p for p in PARAMETERS if p.name == name)
+        return self.priors.get(name) or parameter.default(self.hardware.expert_params() > 0)
 
     def prior(self, name: str) -> float:
         """A number's prior (seconds or a fraction): a scaled one times the lightest row's figure."""
         parameter = next(p for p in PARAMETERS if p.name == name)
         if name in self.starts:  # an efficiency the lightest row puts (efficiency_starts)
             return self.starts[name]
-        experts = self.hardware.expert_params() > 0
         if parameter.scale and parameter.scale not in self.light:  # no row says the figure: in seconds
-            return self.priors.get(f"{name}_seconds") or parameter.default_seconds(experts)
-        value = self.priors.get(name) or parameter.default(experts)
+            return self.priors.get(f"{name}_seconds") or parameter.default_seconds(self.hardware.expert_params() > 0)
+        value = self.default(name)
         return value * self.light[parameter.scale] if parameter.scale else value
 
     def as_priors(self, values: Mapping[str, float]) -> dict[str, float]:
@@ -218,8 +265,9 @@ class ServingModel:
             return points  # every number free: rows enough to lead one search where it belongs
         for share in OTHER_SHARES:
             values = {name: self.prior(name) for name in self.free}
-            values.update({name: value for name, value in
-                           efficiency_starts(self.hardware, [self.light_row], share).items() if name in values})
+            values.update({name: value for name, value in efficiency_starts(
+                self.hardware, [self.light_row], share * self.light["itl"], self.prior("step_per_decode_seq"),
+                self.starts.get("compute_efficiency", 0.0)).items() if name in values})
             if "step_overhead" in values:
                 values["step_overhead"] = share * self.light["itl"]
             points.append([_to_point(name, values[name]) for name in self.free])
