@@ -28,10 +28,16 @@ from typing import Any
 
 import tomllib
 
-from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, read_sweep, with_client_gap
+from pytest_llmsim.calibration import (
+    Hardware,
+    SweepRow,
+    calibrate,
+    from_priors,
+    predict,
+    read_sweep,
+    with_client_gap,
+)
 from pytest_llmsim.calibration.benchmark import Benchmark
-from pytest_llmsim.calibration.fit import PRIORS
-from pytest_llmsim.calibration.model import ServingModel, default_budget
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.calibration.workload import errors
 from pytest_llmsim.sim.config import SimConfig
@@ -111,10 +117,7 @@ def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], 
                         **({"budgets": budgets} if budgets else {}))
         config, gap, values = fit.config, fit.client_gap_ms, fit.shares
     else:
-        model = ServingModel.for_rows(sweep.hardware, [], priors)
-        budget = sweep.budget or default_budget(sweep.hardware)
-        base = _base(sweep, seed).replace(scheduler="step", **PRIORS, max_num_batched_tokens=budget)
-        config, gap, values = model.config(base, model.start()), None, {}
+        config, gap, values = from_priors(sweep.hardware, _base(sweep, seed), sweep.budget, priors), None, {}
     took = time.perf_counter() - started
     guess = predict(config, with_client_gap(held_out, gap))
     return median_errors(guess, held_out), took, values

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmsim import SimConfig
-from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, predict, predict_row
+from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, from_priors, predict, predict_row
 from pytest_llmsim.calibration.benchmark import Benchmark
 from pytest_llmsim.calibration.model import (
     PARAMETERS,
@@ -17,6 +17,7 @@ from pytest_llmsim.calibration.model import (
     free_parameters,
     in_flight,
     lone_itl,
+    weights_read,
 )
 from pytest_llmsim.calibration.priors import GPUS
 from pytest_llmsim.calibration.report import render_svg
@@ -54,8 +55,13 @@ def test_scaled_priors_follow_the_lightest_row_and_fall_back_to_seconds() -> Non
     assert model.prior("step_overhead") == pytest.approx(0.5 * 5.1e-3)  # half the lightest row's ITL
     alone = ServingModel.for_rows(L4_QWEN, [], {"step_overhead": 0.5, "step_overhead_seconds": 0.007})
     assert alone.prior("step_overhead") == pytest.approx(0.007)  # no row: the prior in seconds
+    shipped = ServingModel.for_rows(L4_QWEN, [])  # no row, none given: reads of the weights at peak bandwidth
+    assert shipped.prior("step_overhead") == pytest.approx(1.19 * 0.494e9 * 2 / 300e9)
+    assert ServingModel.for_rows(L4_QWEN, [], {"step_overhead_reads": 2.0}).prior("step_overhead") == (
+        pytest.approx(2 * weights_read(L4_QWEN)))
     kept = model.as_priors({"step_overhead": 2.55e-3, "memory_efficiency": 0.6})
-    assert kept == pytest.approx({"step_overhead": 0.5, "step_overhead_seconds": 2.55e-3, "memory_efficiency": 0.6})
+    assert kept == pytest.approx({"step_overhead": 0.5, "step_overhead_seconds": 2.55e-3, "memory_efficiency": 0.6,
+                                  "step_overhead_reads": 2.55e-3 / weights_read(L4_QWEN)})
 
 
 def test_a_mixture_of_experts_starts_from_the_priors_of_its_kind() -> None:
@@ -168,3 +174,22 @@ def test_calibrate_is_told_a_burst_and_its_mean_output(tmp_path: Path, capsys: p
     text = profile.read_text()
     assert 'step_policy = "prefill_first"' in text and "| burst 8 | 80 | 56 |" in text
     assert SimConfig().replace(profile=str(profile)).step_policy == "prefill_first"
+
+
+def test_calibrate_without_a_sweep_writes_a_profile_from_the_priors(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """No rows, hardware given: the serving model at its priors, loadable and predicting; no hardware: refused."""
+    with pytest.raises(SystemExit):
+        main(["calibrate"])
+    assert "hardware priors" in capsys.readouterr().err
+    profile = tmp_path / "priors.toml"
+    assert main(["calibrate", "--gpu", "a100", "--params", "8.03", "--kv-bytes-per-token", "131072",
+                 "--policy", "prefill_first", "--budget", "4096", "-o", str(profile)]) == 0
+    assert "fitted: none" in capsys.readouterr().err
+    config = SimConfig().replace(profile=str(profile))
+    expected = from_priors(Hardware(8.03, "a100", kv_bytes_per_token=131072), budget=4096)
+    assert config.step_base == pytest.approx(expected.step_base, rel=1e-5)
+    assert config.step_policy == "prefill_first" and config.max_num_batched_tokens == 4096
+    assert config.kv_cache_blocks == expected.kv_cache_blocks
+    (row,) = predict(config, [SweepRow(1, None, 280, 64)])
+    assert row.itl_p50_ms and 5 < row.itl_p50_ms < 100  # an A100 reading 16 GB a step, and its fixed costs

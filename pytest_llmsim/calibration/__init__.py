@@ -27,6 +27,7 @@ from .fit import (
     calibrate,
     client_gap,
     fitted_metrics,
+    from_priors,
     with_client_gap,
 )
 from .formats import read_sweep, read_sweeps
@@ -38,5 +39,5 @@ from .workload import EVERY_PROMPT, errors, predict, predict_row
 
 __all__ = ["BUDGETS", "EVERY_PROMPT", "FINALISTS", "FITTED", "FULL_SEARCH", "GPUS", "METRICS", "PRIORS",
            "SHORT_SEARCH", "Fit", "Hardware", "SweepRow", "calibrate", "client_gap", "errors", "fitted_metrics",
-           "levenberg_marquardt", "predict", "predict_row", "read_sweep", "read_sweeps", "render_csv", "render_json",
-           "render_profile", "render_svg", "render_table", "with_client_gap"]
+           "from_priors", "levenberg_marquardt", "predict", "predict_row", "read_sweep", "read_sweeps", "render_csv",
+           "render_json", "render_profile", "render_svg", "render_table", "with_client_gap"]

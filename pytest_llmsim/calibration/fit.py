@@ -229,7 +229,10 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
             space = _Space(model)
             start = space.start(rows)
         # short searches rank the budgets and, with a serving model, its starts: each budget keeps its best start
-        tried = [(budget, point) for budget in budgets for point in space.start_points(start)]
+        points = space.start_points(start)
+        if len(budgets) > 1 and model is not None and len(model.free) == len(PARAMETERS):
+            points = points[:1]  # every number free, a search per budget already: other starts would triple it
+        tried = [(budget, point) for budget in budgets for point in points]
         short: dict[int, SearchResult] = {}
         ranked = _run([_Search(base, rows, spread, budget, SHORT_SEARCH, point, space, RANKING_WAVES)
                        for budget, point in tried], evaluate) if len(tried) > 1 else []
@@ -249,6 +252,18 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     if model is not None:
         fit.fitted, fit.from_priors, fit.shares = model.free, model.fixed, model.as_priors(fit.efficiencies)
     return fit
+
+
+def from_priors(hardware: Hardware, base: SimConfig | None = None, budget: int | None = None,
+                priors: Mapping[str, float] | None = None) -> SimConfig:
+    """A step-cost profile from the serving model's priors alone, no row fitted: what ``hardware`` (a
+    :class:`~pytest_llmsim.calibration.Hardware`) serves with ``priors`` (default: the shipped ones of its kind),
+    at ``budget`` tokens a step (default: vLLM V1's for the device). Over the development sweeps such profiles
+    missed by 2-350 % (``docs/simulation.md``): one measured row is the least a prediction needs."""
+    model = ServingModel.for_rows(hardware, [], priors)
+    base = (base or SimConfig()).replace(scheduler="step", **PRIORS,
+                                        max_num_batched_tokens=budget or default_budget(hardware))
+    return model.config(base, model.start())
 
 
 #: Levenberg-Marquardt iterations of the search that ranks the budgets, and of the one that converges

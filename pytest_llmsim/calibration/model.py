@@ -25,7 +25,7 @@ from .sweep import SweepRow
 from .workload import prompts_of
 
 __all__ = ["GPU_MEMORY_UTILIZATION", "PARAMETERS", "PRIOR_WIDTH", "Parameter", "ServingModel", "default_budget",
-           "free_parameters", "in_flight", "lone_itl"]
+           "free_parameters", "in_flight", "lone_itl", "weights_read"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,18 @@ class Parameter:
     seconds: float | None = None  # a scaled number's prior where no row gives the figure (priors alone)
     moe: float | None = None
     moe_seconds: float | None = None
+    #: where no row gives the figure: the prior as a multiple of the weights' read at peak bandwidth (bigger
+    #: models launch more and larger kernels per step), over ``seconds``
+    reads: float | None = None
+    moe_reads: float | None = None
 
     def default(self, experts: bool) -> float:
         """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts."""
         return self.moe if experts and self.moe is not None else self.prior
+
+    def default_reads(self, experts: bool) -> float | None:
+        """A scaled number's shipped prior in reads of the weights at peak, where no row gives its figure."""
+        return self.moe_reads if experts and self.moe_reads is not None else self.reads
 
     def default_seconds(self, experts: bool) -> float:
         """A scaled number's shipped prior in seconds, where no row gives the figure it is a share of."""
@@ -62,7 +70,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("memory_efficiency", 0.95, "fraction of peak memory bandwidth a step's reads reach", moe=0.59),
     Parameter("compute_efficiency", 0.56, "fraction of peak compute a step's tokens reach", moe=0.043),
     Parameter("step_overhead", 0.57, "fixed time per step beside its reads (launches, collectives), seconds",
-              "itl", 0.012, moe=0.84, moe_seconds=0.034),
+              "itl", 0.012, moe=0.84, moe_seconds=0.034, reads=1.19, moe_reads=1.88),
     Parameter("request_overhead", 0.078, "the API server's time before a request reaches the scheduler, seconds",
               "ttft", 0.007, moe=0.080, moe_seconds=0.091),
     Parameter("step_per_decode_seq", 0.0085, "the host's time per decoding sequence in a step, seconds", "itl",
@@ -99,6 +107,12 @@ def light_figures(rows: Sequence[SweepRow]) -> dict[str, float]:
         return {}
     return {name: value / 1000 for name, value in (("itl", light.itl_p50_ms), ("ttft", light.ttft_p50_ms))
             if value}
+
+
+def weights_read(hardware: Hardware) -> float:
+    """Seconds to read every weight once at the devices' peak bandwidth (a dense decode step's floor)."""
+    at_peak = hardware.costs(1.0, 1.0)
+    return at_peak["step_base"] + at_peak.get("step_expert_weights", 0.0)
 
 
 def in_flight(row: SweepRow) -> float:
@@ -229,19 +243,26 @@ class ServingModel:
         parameter = next(p for p in PARAMETERS if p.name == name)
         if name in self.starts:  # an efficiency the lightest row puts (efficiency_starts)
             return self.starts[name]
-        if parameter.scale and parameter.scale not in self.light:  # no row says the figure: in seconds
-            return self.priors.get(f"{name}_seconds") or parameter.default_seconds(self.hardware.expert_params() > 0)
+        if parameter.scale and parameter.scale not in self.light:  # no row says the figure: reads, or seconds
+            experts = self.hardware.expert_params() > 0
+            given = self.priors.get(f"{name}_reads")  # given priors first, reads before seconds
+            if given or self.priors.get(f"{name}_seconds"):
+                return given * weights_read(self.hardware) if given else self.priors[f"{name}_seconds"]
+            reads = parameter.default_reads(experts)
+            return reads * weights_read(self.hardware) if reads else parameter.default_seconds(experts)
         value = self.default(name)
         return value * self.light[parameter.scale] if parameter.scale else value
 
     def as_priors(self, values: Mapping[str, float]) -> dict[str, float]:
         """``values`` (a fit's numbers) as priors are kept: a scaled one as its share of the lightest figure
-        (and in seconds, as ``NAME_seconds``)."""
+        (and in seconds, as ``NAME_seconds``, and where it has one in reads of the weights, ``NAME_reads``)."""
         found = {}
         for p in PARAMETERS:
             if p.name in values and p.scale and p.scale in self.light:
                 found[p.name] = values[p.name] / self.light[p.scale]
                 found[f"{p.name}_seconds"] = values[p.name]
+                if p.reads is not None:
+                    found[f"{p.name}_reads"] = values[p.name] / weights_read(self.hardware)
             elif p.name in values and not p.scale:
                 found[p.name] = values[p.name]
         return found
@@ -254,15 +275,14 @@ class ServingModel:
         return [_to_point(name, self.prior(name)) for name in self.free]
 
     def start_points(self) -> list[list[float]]:
-        """Where searches start: at the priors, and, where the rows free the step's fixed cost or the bandwidth
-        but not every number, with the fixed cost a small and a large share of the lightest ITL (the bandwidth
-        making up the rest).
+        """Where searches start: at the priors, and, where the rows free the step's fixed cost or the bandwidth,
+        with the fixed cost a small and a large share of the lightest ITL (the bandwidth making up the rest).
         A server whose steps are mostly launches and one whose steps are mostly reads fit the same lone stream;
         a search started on one side rarely crosses to the other."""
         points = [self.start()]
-        if (self.light_row is None or "itl" not in self.light or len(self.free) == len(PARAMETERS)
+        if (self.light_row is None or "itl" not in self.light
                 or not {"memory_efficiency", "step_overhead"} & set(self.free)):
-            return points  # every number free: rows enough to lead one search where it belongs
+            return points  # no lone ITL to take shares of, or neither number free
         for share in OTHER_SHARES:
             values = {name: self.prior(name) for name in self.free}
             values.update({name: value for name, value in efficiency_starts(

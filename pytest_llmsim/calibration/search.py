@@ -28,6 +28,11 @@ Evaluate = Callable[[list[Any]], list[Any]]
 Task = TypeVar("Task")
 
 
+#: Steps tried per iteration, each with eight times the damping of the last (the last ~4,000x the first: a
+#: step about that much shorter), before an iteration with a measured Jacobian gives up.
+DAMPING_TRIES = 4
+
+
 def levenberg_marquardt_steps(start: list[float], iterations: int = 14, step: float = 0.05,
                               tolerance: float = 1e-4, secant: bool = False) -> SearchSteps:
     """Minimise a sum of squared residuals from ``start``, asking for the residuals of the points it yields:
@@ -61,7 +66,7 @@ def levenberg_marquardt_steps(start: list[float], iterations: int = 14, step: fl
         normal = [[sum(a * b for a, b in zip(columns[i], columns[j])) for j in range(size)] for i in range(size)]
         gradient = [sum(a * r for a, r in zip(columns[i], current)) for i in range(size)]
         improved, damping_before = False, damping
-        for _ in range(4):  # raise the damping until a step lowers the cost
+        for _ in range(DAMPING_TRIES):  # raise the damping until a step lowers the cost
             damped = [[normal[i][j] * (1 + damping if i == j else 1) + (1e-9 if i == j else 0.0)
                        for j in range(size)] for i in range(size)]
             delta = _solve(damped, [-g for g in gradient])

@@ -14,6 +14,7 @@ from ..calibration import (
     EVERY_PROMPT,
     SweepRow,
     calibrate,
+    from_priors,
     read_sweeps,
     render_profile,
     render_svg,
@@ -71,9 +72,10 @@ def _float_list(text: str) -> list[float]:
 def add_calibration_commands(commands: Any) -> None:
     """The ``calibrate`` and ``predict`` subcommands, on ``llmsim``'s subparsers."""
     calibrate = commands.add_parser("calibrate", help="Fit step costs to a measured load sweep; print a profile")
-    calibrate.add_argument("sweep", metavar="SWEEP", nargs="+",
+    calibrate.add_argument("sweep", metavar="SWEEP", nargs="*",
                            help="files or directories: CSV, vllm bench serve --save-result JSON (files, a list, JSON "
-                                "lines), SGLang bench_serving JSON lines, guidellm reports")
+                                "lines), SGLang bench_serving JSON lines, guidellm reports; none, with hardware "
+                                "priors (--gpu, --params): a profile from the priors alone")
     calibrate.add_argument("--output", "-o", metavar="PROFILE.toml", help="also write the profile to this file")
     priors = calibrate.add_argument_group("hardware and model priors (the roofline's costs up to two fitted "
                                           "efficiencies: one or two rows are enough)")
@@ -173,13 +175,6 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if args.sweep and all(is_cassette(path) for path in args.sweep):
         return _calibrate_recording(args, parser)
     try:
-        rows, notes = read_sweeps(args.sweep)
-    except (OSError, ValueError, KeyError) as error:
-        parser.error(f"{' '.join(args.sweep)}: {error}")
-    rows, spread = _spreads(args, _told(args, rows, parser), parser)
-    for note in notes:
-        print(f"llmsim calibrate: read {note}", file=sys.stderr)
-    try:
         share = expert_share(args.experts, args.experts_per_token)
     except ValueError as error:
         parser.error(str(error))
@@ -194,6 +189,18 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
                                 args.experts_per_token)
         except ValueError as error:
             parser.error(str(error))
+    if not args.sweep:
+        if hardware is None:
+            parser.error("give a SWEEP to fit, or hardware priors (--gpu and --params) for a profile from priors "
+                         "alone")
+        return _from_priors(args, hardware, base)
+    try:
+        rows, notes = read_sweeps(args.sweep)
+    except (OSError, ValueError, KeyError) as error:
+        parser.error(f"{' '.join(args.sweep)}: {error}")
+    rows, spread = _spreads(args, _told(args, rows, parser), parser)
+    for note in notes:
+        print(f"llmsim calibrate: read {note}", file=sys.stderr)
     fit = calibrate(rows, base, spread=spread, budgets=(args.budget,) if args.budget else BUDGETS,
                     workers=args.jobs, hardware=hardware)
     notes = [f"priors: {hardware}", "fitted: " + ", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.fitted),
@@ -215,10 +222,27 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
               file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
           f"{fit.budget_note()}", file=sys.stderr)
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(profile)
+    _write(args.output, profile)
     return 0
+
+
+def _from_priors(args: argparse.Namespace, hardware: Hardware, base: SimConfig) -> int:
+    """``llmsim calibrate --gpu ... --params ...`` without a sweep: the serving model at its priors."""
+    config = from_priors(hardware, base, args.budget)
+    notes = [f"priors: {hardware}", "fitted: none (no sweep); from priors: every number. Over the development "
+             "sweeps such profiles missed TTFT, ITL or req/s by up to several times: fit at least one measured row"]
+    budget = "given" if args.budget else "vLLM V1's default for the device; give --budget for the server's own"
+    profile = render_profile(config, "from priors alone by llmsim calibrate (no sweep)", budget, notes=notes)
+    print(profile, end="")
+    print(f"llmsim calibrate: {notes[1]}", file=sys.stderr)
+    _write(args.output, profile)
+    return 0
+
+
+def _write(path: str | None, profile: str) -> None:
+    if path:
+        with open(path, "w") as handle:
+            handle.write(profile)
 
 
 def _calibrate_recording(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -237,9 +261,7 @@ def _calibrate_recording(args: argparse.Namespace, parser: argparse.ArgumentPars
                              predict_sweep(fit.config, rows) if rows else (), rows, notes)
     print(profile, end="")
     print(f"llmsim calibrate: {notes[0]}", file=sys.stderr)
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(profile)
+    _write(args.output, profile)
     return 0
 
 
