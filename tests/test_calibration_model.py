@@ -56,7 +56,7 @@ def test_scaled_priors_follow_the_lightest_row_and_fall_back_to_seconds() -> Non
     alone = ServingModel.for_rows(L4_QWEN, [], {"step_overhead": 0.5, "step_overhead_seconds": 0.007})
     assert alone.prior("step_overhead") == pytest.approx(0.007)  # no row: the prior in seconds
     shipped = ServingModel.for_rows(L4_QWEN, [])  # no row, none given: reads of the weights at peak bandwidth
-    assert shipped.prior("step_overhead") == pytest.approx(1.19 * 0.494e9 * 2 / 300e9)
+    assert shipped.prior("step_overhead") == pytest.approx(0.79 * 0.494e9 * 2 / 300e9)
     assert ServingModel.for_rows(L4_QWEN, [], {"step_overhead_reads": 2.0}).prior("step_overhead") == (
         pytest.approx(2 * weights_read(L4_QWEN)))
     kept = model.as_priors({"step_overhead": 2.55e-3, "memory_efficiency": 0.6})

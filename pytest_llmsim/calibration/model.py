@@ -65,18 +65,18 @@ class Parameter:
 #: In the order the search ranks them when the rows identify them equally. Priors: the geometric medians of the
 #: development sweeps' all-row fits, the dense models' and the mixtures of experts' apart (a scaled number's as
 #: its share, and in seconds for priors alone), as ``python benchmarks/calibration_holdout.py --manifest
-#: benchmarks/development_sweeps.toml`` prints them first (2026-12-07: four dense sweeps, four of experts).
+#: benchmarks/development_sweeps.toml`` prints them first (2026-12-06: four dense sweeps, four of experts).
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("memory_efficiency", 0.95, "fraction of peak memory bandwidth a step's reads reach", moe=0.59),
-    Parameter("compute_efficiency", 0.56, "fraction of peak compute a step's tokens reach", moe=0.043),
-    Parameter("step_overhead", 0.57, "fixed time per step beside its reads (launches, collectives), seconds",
-              "itl", 0.012, moe=0.84, moe_seconds=0.034, reads=1.19, moe_reads=1.88),
-    Parameter("request_overhead", 0.078, "the API server's time before a request reaches the scheduler, seconds",
-              "ttft", 0.007, moe=0.080, moe_seconds=0.091),
-    Parameter("step_per_decode_seq", 0.0085, "the host's time per decoding sequence in a step, seconds", "itl",
-              1.7e-4, moe=0.0039, moe_seconds=1.5e-4),
-    Parameter("step_prefill_base", 0.010, "extra fixed cost of a step with a prefill chunk in it, seconds",
-              moe=0.0054),
+    Parameter("memory_efficiency", 0.95, "fraction of peak memory bandwidth a step's reads reach", moe=0.58),
+    Parameter("compute_efficiency", 0.60, "fraction of peak compute a step's tokens reach", moe=0.043),
+    Parameter("step_overhead", 0.40, "fixed time per step beside its reads (launches, collectives), seconds",
+              "itl", 0.0072, moe=0.89, moe_seconds=0.034, reads=0.79, moe_reads=1.87),
+    Parameter("request_overhead", 0.074, "the API server's time before a request reaches the scheduler, seconds",
+              "ttft", 0.0068, moe=0.076, moe_seconds=0.10),
+    Parameter("step_per_decode_seq", 0.0096, "the host's time per decoding sequence in a step, seconds", "itl",
+              2.5e-4, moe=0.0054, moe_seconds=1.4e-4),
+    Parameter("step_prefill_base", 0.015, "extra fixed cost of a step with a prefill chunk in it, seconds",
+              moe=0.0053),
     Parameter("request_serial", 0.001, "the API server's serial time per request (one event loop), seconds"),
 )
 #: A free number's pull towards its prior: moving it by a factor ``e`` costs as much as one fitted value missed by
