@@ -26,8 +26,8 @@ __all__ = ["BANDS", "LENGTH_SLACK", "FittedRange", "fitted_range_of"]
 #: seeds; docs/simulation.md, "Cross-validation over the development sweeps"). A median: one prediction in two
 #: of a sweep like those misses by more.
 BANDS: dict[str, dict[str, float]] = {
-    "inside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.17, "req_per_s": 0.12, "e2e_p50_ms": 0.14},
-    "outside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.27, "req_per_s": 0.23, "e2e_p50_ms": 0.15},
+    "inside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.12, "req_per_s": 0.12, "e2e_p50_ms": 0.06},
+    "outside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.18, "req_per_s": 0.16, "e2e_p50_ms": 0.10},
 }
 #: A length within this factor of the fitted range counts as inside it (a length is never exactly repeated).
 LENGTH_SLACK = 1.25
