@@ -99,6 +99,12 @@ def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:
     config = ServingModel.for_rows(nim, ROWS).config(SimConfig(), [math.log(0.5), math.log(0.3)])
     assert config.kv_cache_blocks == int(tokens // 16)
     assert Hardware(8, flops=1e15, bandwidth=2e12, kv_bytes_per_token=1000).kv_capacity_tokens(0.9) is None
+    given = Hardware(8, flops=1e15, bandwidth=2e12, kv_bytes_per_token=1000, memory=32e9)  # a device not listed
+    assert given.kv_capacity_tokens(0.9) == pytest.approx((32e9 * 0.9 - 16e9) / 1000)
+    assert Hardware(8, "a40", memory=24e9).kv_capacity_tokens(0.9) is None  # no KV bytes: no capacity
+    assert Hardware(8, "a40", memory=24e9).device.memory == 24e9 and Hardware(8, "a40").device.memory == 48e9
+    with pytest.raises(ValueError, match="memory"):
+        Hardware(8, "a40", memory=-1.0)
     # an FP8 model computes at the device's FP8 peak
     assert nim.costs(1.0, 1.0)["step_compute_per_token"] == pytest.approx(2 * 70.6e9 / (2 * 1979e12))
     for name in ("tpu-v7", "mi325x", "v100", "ascend910b"):

@@ -24,6 +24,7 @@ change with load).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["DTYPE_BYTES", "GPUS", "Device", "Hardware", "expert_share"]
@@ -60,6 +61,12 @@ GPUS: dict[str, Device] = {
                                  "300 GB/s, 24 GB", 24e9, 242e12),
     "l40s": Device(362e12, 0.864e12, "NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 733 FP8, 864 GB/s, 48 GB",
                    48e9, 733e12),
+    "rtx3090": Device(142e12, 0.936e12, "NVIDIA Ampere GA102 (RTX 3090): 142 TFLOPS FP16 tensor dense (285 with "
+                                        "sparsity; FP32 accumulate 71), 936 GB/s, 24 GB GDDR6X", 24e9),
+    "a10": Device(125e12, 0.6e12, "NVIDIA A10 datasheet: 125 TFLOPS BF16/FP16 tensor dense (250 with sparsity), "
+                                  "600 GB/s, 24 GB GDDR6", 24e9),
+    "a40": Device(149.7e12, 0.696e12, "NVIDIA A40 datasheet: 149.7 TFLOPS BF16 tensor dense with FP32 accumulate "
+                                      "(299.4 with sparsity), 696 GB/s, 48 GB GDDR6", 48e9),
     "rtx4090": Device(165e12, 1.008e12, "NVIDIA Ada whitepaper, RTX 4090: 165 TFLOPS FP16/BF16 tensor (FP32 "
                                         "accumulate 82.6), 1,008 GB/s, 24 GB", 24e9, 330e12),
     "mi300x": Device(1307e12, 5.3e12, "AMD Instinct MI300X datasheet: 1,307 TFLOPS BF16 dense, 2,615 FP8, 5.3 TB/s, "
@@ -109,6 +116,8 @@ class Hardware:
     bandwidth: float | None = None
     experts: int | None = None
     experts_per_token: int | None = None
+    #: a device's memory in bytes, over the table's (a device given by ``flops`` and ``bandwidth`` has none else)
+    memory: float | None = None
 
     def __post_init__(self) -> None:
         if self.gpu is not None and self.gpu.lower() not in GPUS:
@@ -119,6 +128,8 @@ class Hardware:
             raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
         if self.params <= 0 or self.tp < 1 or (self.active_params is not None and self.active_params <= 0):
             raise ValueError("params and active params must be positive and tp at least 1")
+        if self.memory is not None and not 0 < self.memory < math.inf:
+            raise ValueError("a device's memory must be a positive number of bytes")
         if expert_share(self.experts, self.experts_per_token) is not None:
             if self.active_params is None or self.active_params >= self.params:
                 raise ValueError("a mixture of experts needs active params below params")
@@ -137,11 +148,12 @@ class Hardware:
     @property
     def device(self) -> Device:
         known = GPUS[self.gpu.lower()] if self.gpu is not None else None
-        if known is not None and self.flops is None and self.bandwidth is None:
+        if known is not None and self.flops is None and self.bandwidth is None and self.memory is None:
             return known
         return Device(self.flops or (known.flops if known else 0.0),
                       self.bandwidth or (known.bandwidth if known else 0.0), known.source if known else "given",
-                      known.memory if known else None, None if self.flops or not known else known.fp8_flops)
+                      self.memory or (known.memory if known else None),
+                      None if self.flops or not known else known.fp8_flops)
 
     def kv_capacity_tokens(self, utilization: float) -> float | None:
         """Tokens the KV cache holds: ``utilization`` of the devices' memory less the weights, over the KV bytes

@@ -89,6 +89,8 @@ def add_calibration_commands(commands: Any) -> None:
                         help="KV cache bytes per token, all layers (else step_per_kv_token is fitted)")
     priors.add_argument("--flops", type=float, metavar="FLOP/S", help="a device's peak, instead of --gpu")
     priors.add_argument("--bandwidth", type=float, metavar="BYTES/S", help="a device's memory bandwidth")
+    priors.add_argument("--memory", type=float, metavar="GB",
+                        help="a device's memory in GB (with --flops and --bandwidth: the KV cache's size follows)")
     model = calibrate.add_argument_group("a mixture of experts (with or without priors): a step reads only the "
                                          "experts its tokens route to, so ITL bends up as the batch grows")
     model.add_argument("--experts", type=_positive_int, metavar="E", help="routed experts per layer")
@@ -186,7 +188,7 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         try:
             hardware = Hardware(args.params or 0.0, args.gpu, args.tp, args.active_params, args.dtype,
                                 args.kv_bytes_per_token, args.flops, args.bandwidth, args.experts,
-                                args.experts_per_token)
+                                args.experts_per_token, args.memory * 1e9 if args.memory is not None else None)
         except ValueError as error:
             parser.error(str(error))
     if not args.sweep:
