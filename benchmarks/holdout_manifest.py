@@ -209,12 +209,16 @@ def _percentile(values: list[float], share: float) -> float:
 
 def bands(results: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, dict[str, float]]:
     """``pytest_llmsim.calibration.uncertainty.BANDS`` from a run: inside, the median over sweeps of the ends
-    split's errors; outside, the 75th percentile over sweeps of the lower split's, and at least the inside band."""
-    found: dict[str, dict[str, float]] = {"inside": {}, "outside": {}}
+    split's errors; outside, the 75th percentile over sweeps of the lower split's, and at least the inside band;
+    priors, the median over sweeps of the priors split's."""
+    found: dict[str, dict[str, float]] = {"inside": {}, "outside": {}, "priors": {}}
     for metric in METRICS:
         ends = [statistics.median(r["ends"][metric]) for r in results.values() if metric in r.get("ends", {})]
         lower = [statistics.median(r["lower"][metric]) for r in results.values() if metric in r.get("lower", {})]
+        alone = [statistics.median(r["priors"][metric]) for r in results.values() if metric in r.get("priors", {})]
         if ends and lower:
             found["inside"][metric] = round(statistics.median(ends), 2)
             found["outside"][metric] = round(max(_percentile(lower, 0.75), statistics.median(ends)), 2)
+        if alone:
+            found["priors"][metric] = round(statistics.median(alone), 2)
     return found

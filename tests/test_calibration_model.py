@@ -199,3 +199,7 @@ def test_calibrate_without_a_sweep_writes_a_profile_from_the_priors(tmp_path: Pa
     assert config.kv_cache_blocks == expected.kv_cache_blocks
     (row,) = predict(config, [SweepRow(1, None, 280, 64)])
     assert row.itl_p50_ms and 5 < row.itl_p50_ms < 100  # an A100 reading 16 GB a step, and its fixed costs
+    assert fitted_range_of(str(profile)) == FittedRange.nothing()  # nothing fitted: every row outside, wide bands
+    assert main(["predict", "--config", str(profile), "--concurrency", "1", "--input", "280", "--output", "64"]) == 0
+    out, err = capsys.readouterr()
+    assert f"±{BANDS['priors']['ttft_p50_ms']:.0%}" in out and "a profile from priors alone" in err

@@ -24,10 +24,13 @@ __all__ = ["BANDS", "LENGTH_SLACK", "FittedRange", "fitted_range_of"]
 #: of each sweep's ends -> middle error (inside), and the 75th percentile of each sweep's lower -> upper error, at
 #: least the inside band (outside); ``benchmarks/calibration_holdout.py --manifest`` prints them (2026-12-06, 5
 #: seeds; docs/simulation.md, "Cross-validation over the development sweeps"). A median: one prediction in two
-#: of a sweep like those misses by more.
+#: of a sweep like those misses by more. ``priors``: a profile with nothing fitted (``llmsim calibrate`` without a
+#: sweep), the median of the sweeps' priors-alone errors.
 BANDS: dict[str, dict[str, float]] = {
     "inside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.12, "req_per_s": 0.12, "e2e_p50_ms": 0.06},
     "outside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.18, "req_per_s": 0.16, "e2e_p50_ms": 0.10},
+    # a profile from priors alone (nothing fitted): the median over the sweeps of their priors-alone errors
+    "priors": {"ttft_p50_ms": 0.46, "itl_p50_ms": 0.30, "req_per_s": 0.20, "e2e_p50_ms": 0.38},
 }
 #: A length within this factor of the fitted range counts as inside it (a length is never exactly repeated).
 LENGTH_SLACK = 1.25
@@ -35,12 +38,19 @@ LENGTH_SLACK = 1.25
 
 @dataclass(frozen=True)
 class FittedRange:
-    """The loads and lengths a fit's rows covered (None: no row of that kind)."""
+    """The loads and lengths a fit's rows covered (None: no row of that kind); :meth:`nothing` for a profile from
+    priors alone, outside which every row lies."""
 
     concurrency: tuple[int, int] | None
     rate: tuple[float, float] | None
     input_tokens: tuple[int, int]
     output_tokens: tuple[int, int]
+    priors_alone: bool = False
+
+    @classmethod
+    def nothing(cls) -> FittedRange:
+        """No row fitted: a profile from the serving model's priors alone."""
+        return cls(None, None, (0, 0), (0, 0), priors_alone=True)
 
     @classmethod
     def of(cls, rows: Sequence[SweepRow]) -> FittedRange:
@@ -52,6 +62,8 @@ class FittedRange:
 
     def outside(self, row: SweepRow) -> list[str]:
         """Why ``row`` lies outside the range (empty: inside)."""
+        if self.priors_alone:
+            return ["nothing was fitted: a profile from priors alone"]
         why = []
         if row.concurrency is not None:
             if self.concurrency is None:
@@ -71,11 +83,15 @@ class FittedRange:
 
     def band(self, row: SweepRow) -> dict[str, float]:
         """The relative error band per metric for ``row``'s prediction."""
+        if self.priors_alone:
+            return BANDS["priors"]
         return BANDS["outside" if self.outside(row) else "inside"]
 
     def to_toml(self) -> str:
         """The ``[calibration]`` table a profile carries (after its settings)."""
         lines = ["", "[calibration]  # what the fit saw (llmsim predict warns outside it); not a setting"]
+        if self.priors_alone:
+            return "\n".join([*lines, "priors_alone = true  # nothing fitted"]) + "\n"
         if self.concurrency:
             lines.append(f"concurrency = [{self.concurrency[0]}, {self.concurrency[1]}]")
         if self.rate:
@@ -91,6 +107,8 @@ def fitted_range_of(profile: str | None) -> FittedRange | None:
         return None
     with open(profile, "rb") as handle:
         table = tomllib.load(handle).get("calibration")
+    if isinstance(table, dict) and table.get("priors_alone") is True:
+        return FittedRange.nothing()
     if not isinstance(table, dict) or "input_tokens" not in table or "output_tokens" not in table:
         return None
 

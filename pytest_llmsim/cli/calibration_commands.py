@@ -27,7 +27,7 @@ from ..calibration.cassette_fit import fit_cassettes
 from ..calibration.cassettes import cassette_rows
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
 from ..calibration.report import render_csv, render_json
-from ..calibration.uncertainty import BANDS, FittedRange, fitted_range_of
+from ..calibration.uncertainty import FittedRange, fitted_range_of
 from ..recording.cassette import is_cassette
 from ..sim.config import ConfigError, SimConfig
 from ..sim.setting_checks import STEP_POLICIES
@@ -234,7 +234,8 @@ def _from_priors(args: argparse.Namespace, hardware: Hardware, base: SimConfig) 
     notes = [f"priors: {hardware}", "fitted: none (no sweep); from priors: every number. Over the development "
              "sweeps such profiles missed TTFT, ITL or req/s by up to several times: fit at least one measured row"]
     budget = "given" if args.budget else "vLLM V1's default for the device; give --budget for the server's own"
-    profile = render_profile(config, "from priors alone by llmsim calibrate (no sweep)", budget, notes=notes)
+    profile = render_profile(config, "from priors alone by llmsim calibrate (no sweep)", budget, notes=notes,
+                             fitted_range=FittedRange.nothing())
     print(profile, end="")
     print(f"llmsim calibrate: {notes[1]}", file=sys.stderr)
     _write(args.output, profile)
@@ -321,10 +322,10 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     else:
         text = {"csv": render_csv, "json": render_json}[args.format](predicted, measured)
     print(text, end="" if text.endswith("\n") else "\n")
-    for row in rows if fitted is not None else ():
-        if why := fitted.outside(row):  # type: ignore[union-attr]
+    for row in rows:
+        if fitted is not None and (why := fitted.outside(row)):
             print(f"llmsim predict: warning: {row.workload()} is outside what the profile was fitted to "
-                  f"({'; '.join(why)}): ±{max(BANDS['outside'].values()):.0%} or more", file=sys.stderr)
+                  f"({'; '.join(why)}): ±{max(fitted.band(row).values()):.0%} or more", file=sys.stderr)
     if args.plot:
         with open(args.plot, "w") as handle:
             handle.write(render_svg(predicted, measured, f"llmsim predict ({args.config or 'default settings'})",
