@@ -107,6 +107,11 @@ def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:
         Hardware(8, "a40", memory=-1.0)
     # an FP8 model computes at the device's FP8 peak
     assert nim.costs(1.0, 1.0)["step_compute_per_token"] == pytest.approx(2 * 70.6e9 / (2 * 1979e12))
+    # FP4 at the FP4 peak where the device has one (Blackwell, CDNA 4), else FP8's (Hopper); MX's scales are read
+    assert GPUS["b200"].peak("nvfp4") == 9000e12 and GPUS["mi355x"].peak("mxfp4") == 10000e12
+    assert GPUS["h100"].peak("fp4") == 1979e12 and GPUS["a100"].peak("fp4") == 312e12
+    gpt_oss = Hardware(120, "b200", dtype="mxfp4")
+    assert gpt_oss.costs(1.0, 1.0)["step_base"] == pytest.approx(120e9 * 4.25 / 8 / 8e12)
     for name in ("tpu-v7", "mi325x", "v100", "ascend910b"):
         assert GPUS[name].memory and GPUS[name].bandwidth and GPUS[name].source
 

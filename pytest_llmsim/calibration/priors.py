@@ -27,23 +27,29 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_BYTES", "GPUS", "Device", "Hardware", "expert_share"]
+__all__ = ["DTYPE_BYTES", "FP4_TYPES", "GPUS", "Device", "Hardware", "expert_share"]
 
 
 @dataclass(frozen=True)
 class Device:
     """One accelerator's dense peak compute (FLOP/s at BF16/FP16), memory bandwidth (bytes/s), memory (bytes)
-    and, where it has one, its FP8 peak (FLOP/s; None: FP8 runs at the 16-bit peak)."""
+    and, where it has them, its FP8 and FP4 peaks (FLOP/s; None: that type runs at the next wider type's peak)."""
 
     flops: float
     bandwidth: float
     source: str
     memory: float | None = None
     fp8_flops: float | None = None
+    fp4_flops: float | None = None
 
     def peak(self, dtype: str) -> float:
-        """The dense peak a model of ``dtype`` computes at: FP8's where the device has one, else the 16-bit one."""
-        return self.fp8_flops if dtype == "fp8" and self.fp8_flops else self.flops
+        """The dense peak a model of ``dtype`` computes at: FP4's where the device has one (Blackwell, CDNA 4),
+        else FP8's (an FP4 model on Hopper computes in FP8), else the 16-bit one."""
+        if dtype in FP4_TYPES and self.fp4_flops:
+            return self.fp4_flops
+        if (dtype == "fp8" or dtype in FP4_TYPES) and self.fp8_flops:
+            return self.fp8_flops
+        return self.flops
 
 
 #: Known devices (dense tensor peaks, HBM/GDDR bandwidth and capacity), from the vendors' datasheets.
@@ -55,8 +61,8 @@ GPUS: dict[str, Device] = {
                                     "80 GB", 80e9, 1979e12),
     "h200": Device(989e12, 4.8e12, "NVIDIA H200 SXM datasheet: 989 TFLOPS BF16 dense, 1,979 FP8, 4.8 TB/s, "
                                    "141 GB", 141e9, 1979e12),
-    "b200": Device(2250e12, 8.0e12, "NVIDIA DGX B200 / HGX B200: 2.25 PFLOPS BF16 dense per GPU, 4.5 FP8, 8 TB/s, "
-                                    "180 GB", 180e9, 4500e12),
+    "b200": Device(2250e12, 8.0e12, "NVIDIA DGX B200 / HGX B200: 2.25 PFLOPS BF16 dense per GPU, 4.5 FP8, 9 FP4, "
+                                    "8 TB/s, 180 GB", 180e9, 4500e12, 9000e12),
     "l4": Device(121e12, 0.3e12, "NVIDIA L4 datasheet: 121 TFLOPS BF16 dense (242 with sparsity), 242 FP8, "
                                  "300 GB/s, 24 GB", 24e9, 242e12),
     "l40s": Device(362e12, 0.864e12, "NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 733 FP8, 864 GB/s, 48 GB",
@@ -73,6 +79,9 @@ GPUS: dict[str, Device] = {
                                       "192 GB", 192e9, 2615e12),
     "mi325x": Device(1307e12, 6.0e12, "AMD Instinct MI325X datasheet: 1,307 TFLOPS BF16 dense, 2,615 FP8, 6 TB/s, "
                                       "256 GB", 256e9, 2615e12),
+    "mi355x": Device(2500e12, 8.0e12, "AMD Instinct MI355X (CDNA 4; ISC 2025 launch, ISSCC 2026): about 2.5 PFLOPS "
+                                      "BF16 dense, 5 FP8, 10 MXFP4 (20.1 with sparsity), 8 TB/s, 288 GB HBM3E", 288e9,
+                     5000e12, 10000e12),
     "gaudi3": Device(1835e12, 3.7e12, "Intel Gaudi 3 white paper: 1,835 TFLOPS BF16 and FP8 (matrix), 3.7 TB/s "
                                       "HBM2e, 128 GB", 128e9),
     "tpu-v7": Device(2307e12, 7.37e12, "Google Cloud TPU7x (Ironwood) page: per chip 2,307 TFLOPS BF16, 4,614 FP8, "
@@ -83,7 +92,10 @@ GPUS: dict[str, Device] = {
 }
 
 #: Bytes per parameter (or per KV element) of a data type.
-DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5,
+               "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8}  # MX: an 8-bit scale per 32 values; NVFP4: FP8 per 16
+#: Four-bit floating-point types, computed at a device's FP4 peak where it has one.
+FP4_TYPES = ("fp4", "mxfp4", "nvfp4")
 
 
 def expert_share(experts: int | None, experts_per_token: int | None) -> float | None:
@@ -153,7 +165,8 @@ class Hardware:
         return Device(self.flops or (known.flops if known else 0.0),
                       self.bandwidth or (known.bandwidth if known else 0.0), known.source if known else "given",
                       self.memory or (known.memory if known else None),
-                      None if self.flops or not known else known.fp8_flops)
+                      None if self.flops or not known else known.fp8_flops,
+                      None if self.flops or not known else known.fp4_flops)
 
     def kv_capacity_tokens(self, utilization: float) -> float | None:
         """Tokens the KV cache holds: ``utilization`` of the devices' memory less the weights, over the KV bytes
