@@ -69,6 +69,12 @@ GPUS: dict[str, Device] = {
                    48e9, 733e12),
     "rtx3090": Device(142e12, 0.936e12, "NVIDIA Ampere GA102 (RTX 3090): 142 TFLOPS FP16 tensor dense (285 with "
                                         "sparsity; FP32 accumulate 71), 936 GB/s, 24 GB GDDR6X", 24e9),
+    "t4": Device(65e12, 0.32e12, "NVIDIA T4 datasheet: 65 TFLOPS FP16 mixed-precision tensor (no BF16), 320 GB/s, "
+                                 "16 GB GDDR6", 16e9),
+    "a6000": Device(154.8e12, 0.768e12, "NVIDIA RTX A6000 datasheet: 309.7 TFLOPS tensor with sparsity (154.8 "
+                                        "dense), 768 GB/s, 48 GB GDDR6", 48e9),
+    "h20": Device(148e12, 4.0e12, "NVIDIA H20 (as reported; no public datasheet): 148 TFLOPS BF16 dense, 296 FP8, "
+                                  "4.0 TB/s, 96 GB HBM3", 96e9, 296e12),
     "a10": Device(125e12, 0.6e12, "NVIDIA A10 datasheet: 125 TFLOPS BF16/FP16 tensor dense (250 with sparsity), "
                                   "600 GB/s, 24 GB GDDR6", 24e9),
     "a40": Device(149.7e12, 0.696e12, "NVIDIA A40 datasheet: 149.7 TFLOPS BF16 tensor dense with FP32 accumulate "
