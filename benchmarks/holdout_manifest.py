@@ -125,7 +125,7 @@ def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], 
 
 def _kind(sweep: Sweep) -> str:
     """Dense or a mixture of experts: the shipped priors differ by it (``model.Parameter.moe``)."""
-    return "moe" if sweep.hardware.expert_params() > 0 else "dense"
+    return "moe" if sweep.hardware.mixture_of_experts else "dense"
 
 
 def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLITS,

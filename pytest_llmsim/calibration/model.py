@@ -7,10 +7,10 @@ wait for room, from the device's memory less the weights. What no datasheet give
 launches, collectives), the API server's time per request, the host's time per decoding sequence, the extra
 cost of a step with a prefill in it and the API server's serial turn. Each has a prior, the geometric median
 of what the development sweeps' fits found (``benchmarks/calibration_holdout.py --manifest``), one for dense
-models and one for mixtures of experts where the two kinds' fits differ (by 20x in compute efficiency), and a fit
-frees them in the order rows identify them, never more than it has rows (:func:`free_parameters`): one row
-moves the two efficiencies, two rows those two, eight rows all seven. A free number is also pulled towards
-its prior (:data:`PRIOR_WIDTH`), so a fit to a few rows stays near the priors where the rows say nothing.
+models and one for mixtures of experts where the two kinds' fits differ (14x in compute efficiency), and a fit
+frees never more of them than it has rows (:func:`free_parameters`: two with one or two rows, all seven with
+seven), those the rows say most about (``fit._identified``). A free number is also pulled towards its prior
+(:data:`PRIOR_WIDTH`), so a fit to a few rows stays near the priors where the rows say nothing.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ PARAMETERS: tuple[Parameter, ...] = (
               moe=0.0053),
     Parameter("request_serial", 0.001, "the API server's serial time per request (one event loop), seconds"),
 )
+_BY_NAME = {p.name: p for p in PARAMETERS}
 #: A free number's pull towards its prior: moving it by a factor ``e`` costs as much as one fitted value missed by
 #: ``1 / PRIOR_WIDTH`` in log terms (10 %: about what a benchmark's figure moves from one run to the next), so
 #: the rows move what they identify and leave the rest near its prior.
@@ -87,7 +88,7 @@ PRIOR_WIDTH = 10.0
 GPU_MEMORY_UTILIZATION = 0.9
 #: The step's fixed share of the lightest ITL that the other searches start from (:meth:`ServingModel.start_points`).
 OTHER_SHARES = (0.15, 0.85)
-#: Free numbers with one row: the two efficiencies (a row has a TTFT and an ITL to say them).
+#: Free numbers with one row (a row has a TTFT and an ITL to say two).
 ONE_ROW_FREE = 2
 
 
@@ -100,9 +101,8 @@ def lightest(rows: Sequence[SweepRow]) -> SweepRow | None:
     return min(rows, key=lambda r: r.concurrency if r.concurrency is not None else r.rate or 0.0, default=None)
 
 
-def light_figures(rows: Sequence[SweepRow]) -> dict[str, float]:
+def light_figures(light: SweepRow | None) -> dict[str, float]:
     """The lightest row's ITL and TTFT (seconds), where it has them (scaled priors are shares of these)."""
-    light = lightest(rows)
     if light is None:
         return {}
     return {name: value / 1000 for name, value in (("itl", light.itl_p50_ms), ("ttft", light.ttft_p50_ms))
@@ -154,17 +154,17 @@ EFFICIENCY_RANGE = (0.005, 0.95)
 PREFILL_SHARE = 0.5
 
 
-def efficiency_starts(hardware: Hardware, rows: Sequence[SweepRow], overhead: float, per_seq: float = 0.0,
+def efficiency_starts(hardware: Hardware, light: SweepRow | None, overhead: float, per_seq: float = 0.0,
                       compute_prior: float = 0.0) -> dict[str, float]:
-    """The efficiencies' priors where rows are fitted: what makes the lightest row's decode step its ITL (beside
+    """The efficiencies' priors where rows are fitted: what makes the ``light`` row's decode step its ITL (beside
     the step's fixed ``overhead`` and host time ``per_seq`` per sequence, seconds) and its prefill half its TTFT,
     or ``compute_prior`` where that is more (a short prompt's TTFT is mostly waiting and overheads, and says only
     how slow its prefill can be at most). The search starts there too: the roofline's ``max`` is flat where the
     other side dominates, and a search started on the flat side stays there; and a number the rows do not free
     stays where the rows put it, not at a datasheet-wide guess."""
-    light, at_peak = lightest(rows), hardware.costs(1.0, 1.0)
     if light is None:
         return {}
+    at_peak = hardware.costs(1.0, 1.0)
     low, high = EFFICIENCY_RANGE
     found = {}
     batch = in_flight(light)
@@ -222,29 +222,29 @@ class ServingModel:
     def for_rows(cls, hardware: Hardware, rows: Sequence[SweepRow],
                  priors: Mapping[str, float] | None = None) -> ServingModel:
         """The first :func:`free_parameters` numbers free, for a fit to ``rows``."""
+        light = lightest(rows)
         model = cls(hardware, tuple(p.name for p in PARAMETERS[:free_parameters(len(rows))]), dict(priors or {}),
-                    light_figures(rows), light_row=lightest(rows))
+                    light_figures(light), light_row=light)
         if model.light_row is not None and "itl" in model.light:  # shares of a lone stream's ITL
             model = replace(model, light={**model.light, "itl": lone_itl(
                 hardware, model.light_row, model.default("memory_efficiency"), model.default("step_per_decode_seq"))})
         overhead, per_seq = ((model.prior("step_overhead"), model.prior("step_per_decode_seq"))
                              if "itl" in model.light else (0.0, 0.0))
-        return replace(model, starts=efficiency_starts(hardware, rows, overhead, per_seq,
+        return replace(model, starts=efficiency_starts(hardware, light, overhead, per_seq,
                                                        model.default("compute_efficiency")))
 
     def default(self, name: str) -> float:
         """A number's prior before any row: the given one, else the shipped one for the model's kind (a scaled
         one as its share)."""
-        parameter = next(p for p in PARAMETERS if p.name == name)
-        return self.priors.get(name) or parameter.default(self.hardware.expert_params() > 0)
+        return self.priors.get(name) or _BY_NAME[name].default(self.hardware.mixture_of_experts)
 
     def prior(self, name: str) -> float:
         """A number's prior (seconds or a fraction): a scaled one times the lightest row's figure."""
-        parameter = next(p for p in PARAMETERS if p.name == name)
+        parameter = _BY_NAME[name]
         if name in self.starts:  # an efficiency the lightest row puts (efficiency_starts)
             return self.starts[name]
         if parameter.scale and parameter.scale not in self.light:  # no row says the figure: reads, or seconds
-            experts = self.hardware.expert_params() > 0
+            experts = self.hardware.mixture_of_experts
             given = self.priors.get(f"{name}_reads")  # given priors first, reads before seconds
             if given or self.priors.get(f"{name}_seconds"):
                 return given * weights_read(self.hardware) if given else self.priors[f"{name}_seconds"]
@@ -286,7 +286,7 @@ class ServingModel:
         for share in OTHER_SHARES:
             values = {name: self.prior(name) for name in self.free}
             values.update({name: value for name, value in efficiency_starts(
-                self.hardware, [self.light_row], share * self.light["itl"], self.prior("step_per_decode_seq"),
+                self.hardware, self.light_row, share * self.light["itl"], self.prior("step_per_decode_seq"),
                 self.starts.get("compute_efficiency", 0.0)).items() if name in values})
             if "step_overhead" in values:
                 values["step_overhead"] = share * self.light["itl"]

@@ -164,6 +164,11 @@ class Hardware:
         return (self.params - self.active_params) / (1 - share)
 
     @property
+    def mixture_of_experts(self) -> bool:
+        """Whether its tokens route to experts (``experts`` given): the serving model's priors are a mixture's."""
+        return self.expert_params() > 0
+
+    @property
     def device(self) -> Device:
         known = GPUS[self.gpu.lower()] if self.gpu is not None else None
         if known is not None and self.flops is None and self.bandwidth is None and self.memory is None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..sim.config import SimConfig
@@ -187,12 +187,17 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
         busy = sum(1 for seq in done if wave_end < (seq.finished_at or 0.0) <= last_send)
         if busy and last_send > wave_end:
             duration += (prompts - len(done)) * (last_send - wave_end) / busy
-    centre = _weighted_mean if row.statistic == "mean" else _weighted_median
+    centre = _centre(row)
     return replace(row,
                    ttft_p50_ms=centre([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
                    itl_p50_ms=_itl_centre(row, done, weights, first_wave, weight),
                    req_per_s=prompts / duration if duration > 0 else math.inf,
                    e2e_p50_ms=centre([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
+
+
+def _centre(row: SweepRow) -> Callable[[Sequence[tuple[float, float]]], float]:
+    """The statistic the row's source reports, over ``(value, weight)`` pairs: the median, or the mean."""
+    return _weighted_mean if row.statistic == "mean" else _weighted_median
 
 
 def _weighted_mean(values: Sequence[tuple[float, float]]) -> float:
@@ -205,7 +210,7 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float], fi
                 weight: float) -> float | None:
     """The ITL (ms) the row's source reports: the median (or mean, ``row.statistic``) of every gap
     (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT)."""
-    centre = _weighted_mean if row.statistic == "mean" else _weighted_median
+    centre = _centre(row)
     if row.itl_per == "request":
         means = [(seq.gaps.total() / seq.gaps.count, w) for seq, w in zip(done, weights) if seq.gaps.count]
         return centre(means) * 1000 if means else None

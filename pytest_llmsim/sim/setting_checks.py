@@ -45,6 +45,16 @@ def number(low: float, *, low_inclusive: bool = True, high: float = math.inf,
     return check
 
 
+def one_of(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
+    """A check that the value is one of ``choices`` (a setting with a few named modes)."""
+    def check(name: str, value: Any) -> str:
+        if value not in choices:
+            raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(choices)})")
+        return str(value)
+
+    return check
+
+
 # The largest integer setting: exact in JSON (a double) and far below what a deque or a
 # range can take (2^63 overflowed them: a 500 from the control API).
 MAX_INTEGER = 2**53
@@ -141,27 +151,23 @@ def optional_text(name: str, value: Any) -> str | None:
     return None if value is None else text(name, value)
 
 
-def output_mode(name: str, value: Any) -> str:
-    if value not in OUTPUT_MODES:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(OUTPUT_MODES)})")
-    return str(value)
+output_mode = one_of(OUTPUT_MODES)
 
 
 COMPRESSIONS = ("off", "gzip", "br")
 
 
+_known_compression = one_of(COMPRESSIONS)
+
+
 def compression(name: str, value: Any) -> str:
-    if value not in COMPRESSIONS:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(COMPRESSIONS)})")
-    if value == "br" and importlib.util.find_spec("brotli") is None:
+    known = _known_compression(name, value)
+    if known == "br" and importlib.util.find_spec("brotli") is None:
         raise ConfigError(f"{name!r} = 'br' needs the brotli package: pip install 'pytest-llmsim[brotli]'")
-    return str(value)
+    return known
 
 
-def scheduler(name: str, value: Any) -> str:
-    if value not in SCHEDULERS:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(SCHEDULERS)})")
-    return str(value)
+scheduler = one_of(SCHEDULERS)
 
 
 #: How a step is composed while prompts wait (``step_policy``): ``mixed`` (vLLM V1, chunked prefill: every decode,
@@ -170,10 +176,7 @@ def scheduler(name: str, value: Any) -> str:
 STEP_POLICIES = ("mixed", "prefill_first")
 
 
-def step_policy(name: str, value: Any) -> str:
-    if value not in STEP_POLICIES:
-        raise ConfigError(f"invalid value for {name!r}: {value!r} (expected one of {', '.join(STEP_POLICIES)})")
-    return str(value)
+step_policy = one_of(STEP_POLICIES)
 
 
 def optional_rate(name: str, value: Any) -> float | None:
