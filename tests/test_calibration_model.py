@@ -64,6 +64,21 @@ def test_scaled_priors_follow_the_lightest_row_and_fall_back_to_seconds() -> Non
                                   "step_overhead_reads": 2.55e-3 / weights_read(L4_QWEN)})
 
 
+def test_without_rows_host_time_per_sequence_is_a_share_of_the_priors_lone_itl() -> None:
+    """No row to take a share of: the host's time per decoding sequence is its share of the lone ITL the priors
+    predict (one sequence's read at the prior bandwidth, and the fixed cost), so a 0.5 B model's is a fraction
+    of an 8 B model's (one figure in seconds for both had a tiny model's ITL at 32 streams 2.7x its own)."""
+    small = ServingModel.for_rows(L4_QWEN, [])
+    large = ServingModel.for_rows(Hardware(8.03, "a100", kv_bytes_per_token=131072), [])
+    for model in (small, large):
+        lone = weights_read(model.hardware) / model.default("memory_efficiency") + model.prior("step_overhead")
+        assert model.priors_lone_itl() == pytest.approx(lone)
+        assert model.prior("step_per_decode_seq") == pytest.approx(model.default("step_per_decode_seq") * lone)
+    assert small.prior("step_per_decode_seq") < large.prior("step_per_decode_seq") / 2
+    given = ServingModel.for_rows(L4_QWEN, [], {"step_per_decode_seq": 0.02, "step_per_decode_seq_seconds": 1e-3})
+    assert given.prior("step_per_decode_seq") == pytest.approx(0.02 * given.priors_lone_itl())
+
+
 def test_a_mixture_of_experts_starts_from_the_priors_of_its_kind() -> None:
     """The shipped priors differ by kind: the development sweeps' mixtures of experts reach a far smaller share of
     the peaks than their dense models (20x in compute) and carry more fixed time per step."""

@@ -117,3 +117,49 @@ def test_gemini_live_over_tls_round_trips(llm_backend: LLMBackend, tmp_path: Pat
     finally:
         replayer.shutdown()
     assert llm_backend.requests == []
+
+
+def test_closing_the_recorder_waits_for_exchanges_still_being_recorded(tmp_path: Path) -> None:
+    """A WebSocket session is written once its upstream has closed too, after the client has its last message: a
+    recorder closed in between (the test above under load, ``llmsim record`` stopped) lost it. ``close()`` waits
+    for exchanges in flight (bounded) before the cassette is read."""
+    import threading
+
+    from pytest_llmsim.recording.cassette import Exchange
+
+    events: list[str] = []
+    release = threading.Event()
+
+    class SlowToRecord(RecordingProxy):
+        def forward(self, request: Any, body: bytes, start_response: Any) -> Any:
+            release.wait(30)  # the upstream's close handshake, still under way
+            self.cassette.append(Exchange.recorded("GET", "/v1/realtime", "", [], b"", 101, [], [], 0.1, 0.0))
+            events.append("recorded")
+            start_response("101 Switching Protocols", [])
+            return [b""]
+
+    path = tmp_path / "slow.jsonl"
+    proxy = SlowToRecord("http://127.0.0.1:9", Cassette(path, "http://127.0.0.1:9"))
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/v1/realtime", "wsgi.input": None, "SERVER_NAME": "x",
+               "SERVER_PORT": "80", "wsgi.url_scheme": "http"}
+    def serve() -> None:  # as a WSGI server does: the answer read, then closed
+        answer = proxy(environ, lambda *a: None)
+        list(answer)
+        answer.close()  # type: ignore[attr-defined]
+
+    call = threading.Thread(target=serve)
+    call.start()
+    while not proxy.in_flight:  # the exchange has begun
+        threading.Event().wait(0.005)
+    def close() -> None:
+        proxy.close()
+        events.append("closed")
+
+    closing = threading.Thread(target=close)
+    closing.start()
+    closing.join(0.2)  # still waiting (were it not, "closed" would come first below)
+    release.set()
+    closing.join(30)
+    call.join(30)
+    assert events == ["recorded", "closed"]
+    assert [e.status for e in read_cassette(path)] == [101] and proxy.in_flight == 0

@@ -47,6 +47,9 @@ class Parameter:
     #: models launch more and larger kernels per step), over ``seconds``
     reads: float | None = None
     moe_reads: float | None = None
+    #: where no row gives the figure: its share of the lone ITL the priors themselves predict
+    #: (:meth:`ServingModel.priors_lone_itl`), over ``seconds`` and given seconds
+    of_priors_lone_itl: bool = False
 
     def default(self, experts: bool) -> float:
         """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts."""
@@ -74,7 +77,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("request_overhead", 0.074, "the API server's time before a request reaches the scheduler, seconds",
               "ttft", 0.0068, moe=0.076, moe_seconds=0.10),
     Parameter("step_per_decode_seq", 0.0096, "the host's time per decoding sequence in a step, seconds", "itl",
-              2.5e-4, moe=0.0054, moe_seconds=1.4e-4),
+              moe=0.0054, of_priors_lone_itl=True),
     Parameter("step_prefill_base", 0.015, "extra fixed cost of a step with a prefill chunk in it, seconds",
               moe=0.0053),
     Parameter("request_serial", 0.001, "the API server's serial time per request (one event loop), seconds"),
@@ -243,7 +246,9 @@ class ServingModel:
         parameter = _BY_NAME[name]
         if name in self.starts:  # an efficiency the lightest row puts (efficiency_starts)
             return self.starts[name]
-        if parameter.scale and parameter.scale not in self.light:  # no row says the figure: reads, or seconds
+        if parameter.scale and parameter.scale not in self.light:  # no row says the figure
+            if parameter.of_priors_lone_itl:
+                return self.default(name) * self.priors_lone_itl()
             experts = self.hardware.mixture_of_experts
             given = self.priors.get(f"{name}_reads")  # given priors first, reads before seconds
             if given or self.priors.get(f"{name}_seconds"):
@@ -252,6 +257,16 @@ class ServingModel:
             return reads * weights_read(self.hardware) if reads else parameter.default_seconds(experts)
         value = self.default(name)
         return value * self.light[parameter.scale] if parameter.scale else value
+
+    def priors_lone_itl(self) -> float:
+        """A lone stream's ITL (seconds) as the priors alone predict it: one sequence's weights and experts read
+        at the prior bandwidth, and the step's fixed cost. Host time per sequence is a share of this (the
+        development sweeps' fits spread 2.4x in that share and 8x in seconds: a 0.5 B model's host time per
+        sequence is a sixth of a 70 B model's)."""
+        at_peak = self.hardware.costs(1.0, 1.0)
+        one = at_peak["step_base"] + at_peak.get("step_expert_weights", 0.0) * at_peak.get(
+            "expert_share_per_token", 0.0)
+        return one / self.default("memory_efficiency") + self.prior("step_overhead")
 
     def as_priors(self, values: Mapping[str, float]) -> dict[str, float]:
         """``values`` (a fit's numbers) as priors are kept: a scaled one as its share of the lightest figure

@@ -30,7 +30,7 @@ BANDS: dict[str, dict[str, float]] = {
     "inside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.12, "req_per_s": 0.12, "e2e_p50_ms": 0.06},
     "outside": {"ttft_p50_ms": 0.23, "itl_p50_ms": 0.18, "req_per_s": 0.16, "e2e_p50_ms": 0.10},
     # a profile from priors alone (nothing fitted): the median over the sweeps of their priors-alone errors
-    "priors": {"ttft_p50_ms": 0.46, "itl_p50_ms": 0.30, "req_per_s": 0.20, "e2e_p50_ms": 0.38},
+    "priors": {"ttft_p50_ms": 0.47, "itl_p50_ms": 0.16, "req_per_s": 0.20, "e2e_p50_ms": 0.23},
 }
 #: A length within this factor of the fitted range counts as inside it (a length is never exactly repeated).
 LENGTH_SLACK = 1.25

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 from werkzeug.wrappers import Request
+from werkzeug.wsgi import ClosingIterator
 
 from ..server.listener import ConnectionServer
 from ..server.tls import TLSMaterial
@@ -30,6 +31,8 @@ __all__ = ["ExchangeSink", "RecordingProxy", "Served", "serve_in_thread"]
 _REQUEST_DROPPED = frozenset({"host", "content-length", "connection", "keep-alive", "accept-encoding",
                               "proxy-connection", "te", "upgrade", "transfer-encoding"})
 _RESPONSE_DROPPED = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"})
+#: How long closing a recorder waits for exchanges still being recorded (a session's upstream close handshake).
+CLOSE_WAIT = 15.0
 
 
 class ExchangeSink(Protocol):
@@ -48,15 +51,39 @@ class RecordingProxy:
         self.resign_aws = resign_aws  # sign SigV4 requests again for the upstream (see .aws_signing)
         # the upstream's certificate authority, when it is not one the system trusts (another llmsim's, a proxy's)
         self.ssl_context = ssl.create_default_context(cafile=upstream_ca) if upstream_ca else None
+        self._in_flight = 0
+        self._idle = threading.Condition()
         self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=False,
                                     verify=self.ssl_context or True)
 
-    def close(self) -> None:
+    @property
+    def in_flight(self) -> int:
+        """Exchanges begun and not yet recorded."""
+        return self._in_flight
+
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
+        """Wait (at most ``timeout`` seconds) for the exchanges in flight to be recorded, then close the upstream
+        client. A WebSocket session is written once its upstream has closed too, after its client has the last
+        message: a recorder closed in between lost it."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout)
         self._client.close()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
-        return self.forward(request, request.get_data(), start_response)
+        with self._idle:
+            self._in_flight += 1
+        try:
+            answer = self.forward(request, request.get_data(), start_response)
+        except BaseException:
+            self._ended()
+            raise
+        return ClosingIterator(answer, self._ended)  # an answer's exchange is recorded when it is closed
+
+    def _ended(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     def forward(self, request: Request, body: bytes, start_response: Any) -> Iterable[bytes]:
         """Pass ``request`` (its ``body`` already read) to the upstream; answer with what comes back, recording it."""
