@@ -163,3 +163,40 @@ def test_closing_the_recorder_waits_for_exchanges_still_being_recorded(tmp_path:
     call.join(30)
     assert events == ["recorded", "closed"]
     assert [e.status for e in read_cassette(path)] == [101] and proxy.in_flight == 0
+
+
+def test_a_greeting_the_upstream_sends_at_once_is_recorded_before_the_clients_first_message(tmp_path: Path) -> None:
+    """Realtime's upstream greets (``session.created``) as soon as the session opens, and the SDK sends its
+    ``session.update`` without waiting for it: the relay's two threads recorded whichever they read first, and a
+    replay of "client first" waits for a client message before greeting (a client that waits for the greeting
+    hangs). The relay reads a greeting before the client's first message: recorded first."""
+    import threading
+    import time as clock
+
+    from websockets.sync.client import connect
+    from websockets.sync.server import ServerConnection, serve
+
+    def greet_late(connection: ServerConnection) -> None:
+        clock.sleep(0.02)  # the upstream's greeting is on its way when the client speaks
+        connection.send('{"type": "session.created"}')
+        for message in connection:
+            connection.send(f"echo {message}")
+
+    with serve(greet_late, "127.0.0.1", 0) as upstream:
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+        upstream_url = f"http://127.0.0.1:{upstream.socket.getsockname()[1]}"
+        path = tmp_path / "greeting.jsonl"
+        proxy = RecordingProxy(upstream_url, Cassette(path, upstream_url))
+        recorder, url = serve_in_thread(proxy)
+        try:
+            with connect("ws" + url[4:] + "/v1/realtime") as client:
+                client.send("hello")  # at once, as the SDK's session.update
+                answers = [client.recv(timeout=30), client.recv(timeout=30)]
+        finally:
+            recorder.shutdown()
+            proxy.close()
+        upstream.shutdown()
+    assert answers == ['{"type": "session.created"}', "echo hello"]
+    (session,) = [e for e in read_cassette(path) if e.status == 101]
+    assert [(m.side, m.data) for m in session.messages] == [
+        ("server", '{"type": "session.created"}'), ("client", "hello"), ("server", "echo hello")]

@@ -3,7 +3,8 @@
 Recording (``relay``): the client's upgrade is offered to the upstream first (its subprotocols and headers, keys
 and all: the upstream needs them), so a refusal is passed on as the HTTP answer it is; accepted, the session is
 relayed both ways on two threads and every message is kept (``from``: ``client`` or ``server``, ``at``: seconds
-after the upgrade was sent). Replaying (``replay``): the recorded server messages are sent in order; each waits,
+after the upgrade was sent); a greeting the upstream sends on opening is read before the client's first message
+(:data:`GREETING_WAIT`). Replaying (``replay``): the recorded server messages are sent in order; each waits,
 as the recording did, for the client message before it (any message: a replay cannot know what a new client
 will say) and then for its own time after that one, divided by ``speed``. The ``websockets`` package is the
 client to the upstream (the tests' extra installs it); without it a session is answered 501.
@@ -22,7 +23,14 @@ from werkzeug.wrappers import Request, Response
 from ..server.websocket import UPGRADE_KEY, HandshakeRefused, WebSocketUpgrade
 from .cassette import Exchange, SessionMessage
 
-__all__ = ["relay", "replay"]
+__all__ = ["GREETING_WAIT", "relay", "replay"]
+
+#: How long a relayed session waits for the upstream's greeting (Realtime's ``session.created``, Gemini Live's
+#: none) before it reads the client: a client that speaks at once (the openai SDK sends ``session.update`` without
+#: waiting) is otherwise recorded first, and its replay withholds the greeting until the client speaks. A session
+#: whose server never speaks first (the Responses API's WebSocket mode) has its first message relayed this much
+#: later, once.
+GREETING_WAIT = 0.25
 
 _DROPPED = frozenset({"host", "connection", "upgrade", "sec-websocket-key", "sec-websocket-version",
                       "sec-websocket-extensions", "sec-websocket-protocol", "content-length", "accept-encoding"})
@@ -78,6 +86,16 @@ def relay(upstream: str, request: Request, record: Any, start_response: Any,
     def keep(side: str, data: str | bytes) -> None:
         with lock:
             messages.append(SessionMessage(time.monotonic() - sent, side, data))
+
+    try:  # a greeting the upstream sends on opening goes first, whatever the client sends at once
+        greeting: str | bytes | None = upstream_ws.recv(timeout=GREETING_WAIT)
+    except TimeoutError:
+        greeting = None
+    except Exception:  # the upstream closed already: the loop below ends the session
+        greeting = None
+    if greeting is not None:
+        keep("server", greeting)
+        session.send(greeting)
 
     def from_client() -> None:
         try:
