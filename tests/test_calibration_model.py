@@ -9,7 +9,7 @@ import pytest
 
 from pytest_llmsim import SimConfig
 from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, from_priors, predict, predict_row
-from pytest_llmsim.calibration.benchmark import Benchmark
+from pytest_llmsim.calibration.benchmark import Benchmark, told_of
 from pytest_llmsim.calibration.model import (
     PARAMETERS,
     ServingModel,
@@ -223,3 +223,34 @@ def test_calibrate_without_a_sweep_writes_a_profile_from_the_priors(tmp_path: Pa
     assert main(["predict", "--config", str(profile), "--concurrency", "1", "--input", "280", "--output", "64"]) == 0
     out, err = capsys.readouterr()
     assert f"±{BANDS['priors']['ttft_p50_ms']:.0%}" in out and "a profile from priors alone" in err
+
+
+def test_predict_runs_the_benchmark_the_profile_was_fitted_to(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """What calibrate was told of the sweep's benchmark (means of TPOT, EOS-stopped lengths, prompts per level, the
+    clients' own time) is in the profile, and ``predict --config`` runs it unless a flag says otherwise: a profile
+    fitted to means predicted medians before, unless the user repeated every flag."""
+    sweep = tmp_path / "closed.csv"
+    sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s\n"
+                     "1,256,128,30.0,5.4,1.3\n8,256,128,66.0,6.0,9.8\n")
+    profile = tmp_path / "closed.toml"
+    told = ["--statistic", "mean", "--itl-per", "request", "--output-spread", "0.4", "--num-prompts", "40"]
+    assert main(["calibrate", str(sweep), "--load", "closed", *told, "--gpu", "l4", "--params", "0.494",
+                 "--kv-bytes-per-token", "12288", "--budget", "2048", "--jobs", "1", "-o", str(profile)]) == 0
+    assert "--statistic mean" in capsys.readouterr().err
+    assert told_of(str(profile)) == {"load": "closed", "num_prompts": 40, "itl_per": "request",
+                                     "statistic": "mean", "output_spread": 0.4}
+    loads = ["predict", "--config", str(profile), "--concurrency", "1,8", "--input", "256", "--output", "128"]
+    assert main(loads) == 0
+    by_default, err = capsys.readouterr()
+    assert "as the benchmark the profile was fitted to" in err
+    assert main([*loads, *told]) == 0
+    assert capsys.readouterr().out == by_default  # the same as every flag repeated
+    assert main([*loads, "--statistic", "median"]) == 0
+    assert capsys.readouterr().out != by_default  # a flag of the user's own wins
+    # a hand-edited table: what is not of its kind is left out, the rest kept
+    edited = tmp_path / "edited.toml"
+    edited.write_text(profile.read_text().replace('statistic = "mean"', 'statistic = "mode"').replace(
+        "num_prompts = 40", "num_prompts = -3"))
+    assert told_of(str(edited)) == {"load": "closed", "itl_per": "request", "output_spread": 0.4}
+    assert SimConfig().replace(profile=str(edited)).step_policy == "mixed"  # still loads as a profile

@@ -12,13 +12,17 @@ then runs as that benchmark ran.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from .sweep import SweepRow
 
-__all__ = ["LOADS", "STATISTICS", "Benchmark"]
+__all__ = ["LOADS", "STATISTICS", "TOLD_KEYS", "Benchmark", "told_of", "told_to_toml"]
 
 #: How a benchmark sends its requests: closed-loop clients, open-loop arrivals at a rate, or one burst.
 LOADS = ("closed", "open", "burst")
@@ -95,3 +99,48 @@ class Benchmark:
                     changes[name] = getattr(self, name)
             out.append(replace(row, **changes) if changes else row)
         return out
+
+
+#: What a profile's ``[calibration.benchmark]`` table holds: what ``llmsim calibrate`` was told the sweep's
+#: benchmark did (and the clients' own time it fitted), which ``llmsim predict --config`` then runs unless its own
+#: flags say otherwise: a profile fitted to means of TPOT under a 300-prompt open loop predicts those, not medians
+#: of gaps in a steady state.
+TOLD_KEYS: dict[str, type] = {"load": str, "num_prompts": int, "itl_per": str, "statistic": str,
+                              "output_spread": float, "input_spread": float, "client_gap_ms": float}
+
+
+def told_to_toml(told: Mapping[str, Any]) -> str:
+    """The ``[calibration.benchmark]`` table for ``told`` (its :data:`TOLD_KEYS` that are not None; empty: none)."""
+    lines = [f'{key} = "{told[key]}"' if kind is str else f"{key} = {told[key]:.6g}" if kind is float
+             else f"{key} = {int(told[key])}" for key, kind in TOLD_KEYS.items() if told.get(key) is not None]
+    if not lines:
+        return ""
+    return "\n".join(["", "[calibration.benchmark]  # what the sweep's benchmark did: llmsim predict runs it unless "
+                      "told otherwise", *lines]) + "\n"
+
+
+def told_of(profile: str | None) -> dict[str, Any]:
+    """A profile file's ``[calibration.benchmark]`` table (empty: a preset, no file or no table); a value of the
+    wrong kind is left out, as a hand-edited profile may carry one."""
+    if not profile or not profile.endswith(".toml") or not Path(profile).is_file():
+        return {}
+    with open(profile, "rb") as handle:
+        table = tomllib.load(handle).get("calibration", {})
+    told = table.get("benchmark") if isinstance(table, dict) else None
+    if not isinstance(told, dict):
+        return {}
+    return {key: float(told[key]) if kind is float else told[key] for key, kind in TOLD_KEYS.items()
+            if _valid(key, kind, told.get(key))}
+
+
+def _valid(key: str, kind: type, value: Any) -> bool:
+    if kind is str:
+        return value in _TOLD_WORDS[key]
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    if kind is int:
+        return isinstance(value, int) and value >= 1
+    return math.isfinite(value) and 0 <= value < (1 if key.endswith("spread") else math.inf)
+
+
+_TOLD_WORDS = {"load": LOADS, "itl_per": ("gap", "request"), "statistic": STATISTICS}

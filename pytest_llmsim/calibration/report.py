@@ -6,10 +6,11 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..sim.config import SimConfig
+from .benchmark import told_to_toml
 from .fit import FITTED, PRIORS
 from .sweep import METRICS, SweepRow
 from .uncertainty import FittedRange
@@ -22,12 +23,14 @@ LABELS = {"ttft_p50_ms": "TTFT p50 ms", "itl_p50_ms": "ITL p50 ms", "req_per_s":
 
 def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
                    predicted: Sequence[SweepRow] = (), measured: Sequence[SweepRow] = (),
-                   notes: Sequence[str] = (), fitted_range: FittedRange | None = None) -> str:
+                   notes: Sequence[str] = (), fitted_range: FittedRange | None = None,
+                   told: Mapping[str, Any] | None = None) -> str:
     """The step-cost settings of ``config`` as TOML, loadable by ``llmsim serve --config`` and ``SimConfig``
     (``budget_note``: how ``max_num_batched_tokens`` was chosen, as :meth:`Fit.budget_note` says); with
     ``predicted`` and ``measured`` rows, the fit's table follows as TOML comments (still a valid profile);
     ``notes`` are comment lines after the source (the priors used, say); ``fitted_range`` closes it as the
-    ``[calibration]`` table ``llmsim predict`` reads its warnings and bands from."""
+    ``[calibration]`` table ``llmsim predict`` reads its warnings and bands from, and ``told`` (what the sweep's
+    benchmark did, :data:`~pytest_llmsim.calibration.benchmark.TOLD_KEYS`) as the benchmark it runs by default."""
     lines = [f"# {source}" if source else "# fitted by llmsim calibrate", *(f"# {note}" for note in notes),
              'scheduler = "step"']
     experts = ("step_expert_weights", "expert_share_per_token") if config.expert_share_per_token else ()
@@ -45,7 +48,8 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
     if predicted:
         lines += ["", "# predicted (error vs measured) per row:"]
         lines += ["# " + line for line in render_table(predicted, measured or None).splitlines()]
-    return "\n".join(lines) + "\n" + (fitted_range.to_toml() if fitted_range is not None else "")
+    return ("\n".join(lines) + "\n" + (fitted_range.to_toml() if fitted_range is not None else "")
+            + told_to_toml(told or {}))
 
 
 def render_table(rows: Sequence[SweepRow], measured: Sequence[SweepRow] | None = None,

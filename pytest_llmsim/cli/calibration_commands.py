@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ..calibration import (
@@ -22,7 +23,7 @@ from ..calibration import (
     with_client_gap,
 )
 from ..calibration import predict as predict_sweep
-from ..calibration.benchmark import LOADS, STATISTICS, Benchmark
+from ..calibration.benchmark import LOADS, STATISTICS, Benchmark, told_of
 from ..calibration.cassette_fit import fit_cassettes
 from ..calibration.cassettes import cassette_rows
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
@@ -208,11 +209,14 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     notes = [f"priors: {hardware}", "fitted: " + ", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.fitted),
              "from priors: " + (", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.from_priors) or "none")
              ] if hardware is not None else []
-    if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server: a comment
+    if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server
         notes.append(f"the clients' own time between requests, from req/s: {fit.client_gap_ms:.3g} ms (not a "
-                     f"server setting; llmsim predict --client-gap {fit.client_gap_ms:.3g} simulates it)")
+                     f"server setting: llmsim predict --config simulates it, --client-gap 0 leaves it out)")
+    told = {"load": args.load, "num_prompts": args.num_prompts, "itl_per": args.itl_per, "statistic": args.statistic,
+            "output_spread": args.output_spread, "input_spread": args.input_spread,
+            "client_gap_ms": fit.client_gap_ms}
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
-                             fit.budget_note(), fit.predicted, rows, notes, FittedRange.of(rows))
+                             fit.budget_note(), fit.predicted, rows, notes, FittedRange.of(rows), told)
     print(profile, end="")
     for note in notes[1:]:
         print(f"llmsim calibrate: {note}", file=sys.stderr)
@@ -224,6 +228,9 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
               file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
           f"{fit.budget_note()}", file=sys.stderr)
+    if told_of_args := _told_words(told):
+        print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: "
+              f"{told_of_args}", file=sys.stderr)
     _write(args.output, profile)
     return 0
 
@@ -284,12 +291,39 @@ def _spreads(args: argparse.Namespace, rows: list[SweepRow],
     return [dataclasses.replace(row, output_spread=None) for row in rows], args.output_spread
 
 
+def _told_words(told: Mapping[str, Any]) -> str:
+    return ", ".join(f"--{key.replace('_ms', '').replace('_', '-')} {value}" for key, value in told.items()
+                     if value is not None)
+
+
+def _as_told(args: argparse.Namespace, told: Mapping[str, Any], compare: list[SweepRow] | None
+             ) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """``args`` with what the profile's benchmark did where a flag does not say it (the prompts per level only
+    for loads of its kind), and what was taken."""
+    kind = ("closed" if args.concurrency else "open" if args.rate else "burst" if args.burst else
+            told.get("load") if compare else None)
+    taken = {key: told[key] for key in ("itl_per", "statistic", "output_spread", "input_spread")
+             if key in told and getattr(args, key) is None}
+    if "client_gap_ms" in told and args.client_gap is None and kind != "open":
+        taken["client_gap"] = told["client_gap_ms"]
+    if "num_prompts" in told and args.num_prompts is None and kind == told.get("load") and kind != "burst":
+        taken["num_prompts"] = told["num_prompts"]
+    return argparse.Namespace(**{**vars(args), **taken}), taken
+
+
 def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         config = SimConfig().replace(profile=args.config) if args.config else SimConfig()
         compare = read_sweeps(args.compare)[0] if args.compare else None
+        told = told_of(args.config)
     except (ConfigError, OSError, ValueError) as error:
         parser.error(str(error))
+    args, taken = _as_told(args, told, compare)
+    if compare is not None and told.get("load") == "burst" and not (args.concurrency or args.rate or args.burst):
+        compare = Benchmark(load="burst").rows(compare)  # a burst's rows: N requests at once, one each
+    if taken:
+        print(f"llmsim predict: as the benchmark the profile was fitted to: {_told_words(taken)} (a flag of "
+              f"your own overrides it)", file=sys.stderr)
     if args.concurrency or args.rate:
         if args.input is None or args.output is None or args.input < 1 or args.output < 0:
             parser.error("--input (at least 1) and --output (at least 0) say each request's size")
