@@ -107,9 +107,18 @@ def test_csv_with_a_published_tables_columns(tmp_path: Path) -> None:
     path.write_text("Concurrency,Input len,Output len,Mean TTFT (ms),TPOT (ms),Output tok/s,num_prompts,GPU\n"
                     "8,1024,128,150,20,400,80,H100\n")
     rows, notes = read_sweeps([path])
-    assert rows == [SweepRow(8, None, 1024, 128, 150.0, 20.0, 400 / 128, None, 80, itl_per="request")]  # TPOT
-    assert "Mean TTFT (ms) -> TTFT p50" in notes[0] and "TPOT (ms) -> ITL p50" in notes[0]
+    # TPOT: each request's mean gap; a mean TTFT column: the row's latencies are means (a median of those
+    # numbers was fitted before, 20-60 % off on a queue's skewed TTFT)
+    assert rows == [SweepRow(8, None, 1024, 128, 150.0, 20.0, 400 / 128, None, 80, itl_per="request",
+                             statistic="mean")]
+    assert "Mean TTFT (ms) -> TTFT (mean)" in notes[0] and "TPOT (ms) -> ITL (mean)" in notes[0]
     assert "ignored: GPU" in notes[0]
+    path.write_text("concurrency,isl,osl,ttft_mean_ms,tpot_mean_ms\n4,512,64,80,9\n")
+    (row,), notes = read_sweeps([path])
+    assert (row.statistic, row.itl_per, row.ttft_p50_ms, row.itl_p50_ms) == ("mean", "request", 80.0, 9.0)
+    path.write_text("concurrency,isl,osl,ttft_p50_ms,tpot_p50_ms,ttft_mean_ms\n4,512,64,70,8,80\n")
+    (row,), notes = read_sweeps([path])  # medians where the file has both
+    assert (row.statistic, row.itl_per, row.ttft_p50_ms, row.itl_p50_ms) == ("median", "request", 70.0, 8.0)
 
 
 def test_bad_sweep_files_name_the_place(tmp_path: Path) -> None:

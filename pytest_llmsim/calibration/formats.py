@@ -10,7 +10,8 @@
   tables name them: median or mean TTFT, ITL or TPOT (as ITL), req/s or output tok/s, E2E,
   ``num_prompts``, the output and input lengths' spreads (``output_spread``, ``input_spread``) or standard
   deviations (``std_output_len``, ``std_input_len``); headers are matched ignoring case, spaces and units
-  (``Mean TTFT (ms)``).
+  (``Mean TTFT (ms)``); medians are taken where a file has both, and a table whose first latency column is a
+  mean is read as means (its rows' ``statistic``).
 
 A run's output- and input-length spreads come from its per-request ``output_lens`` and ``input_lens``
 (``--save-detailed``) or a guidellm report's ``output_token_count`` and ``prompt_token_count`` standard
@@ -44,13 +45,13 @@ _CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "rate": ("rate", "request_rate", "qps"),
     "input_tokens": ("input_tokens", "input_len", "prompt_tokens", "isl"),
     "output_tokens": ("output_tokens", "output_len", "osl", "completion_tokens"),
-    "ttft_p50_ms": ("ttft_p50_ms", "median_ttft_ms", "p50_ttft_ms", "ttft_ms", "mean_ttft_ms"),
-    "itl_p50_ms": ("itl_p50_ms", "median_itl_ms", "p50_itl_ms", "itl_ms", "mean_itl_ms", "median_tpot_ms",
-                   "tpot_ms", "mean_tpot_ms"),
+    "ttft_p50_ms": ("ttft_p50_ms", "median_ttft_ms", "p50_ttft_ms", "ttft_ms", "mean_ttft_ms", "ttft_mean_ms"),
+    "itl_p50_ms": ("itl_p50_ms", "median_itl_ms", "p50_itl_ms", "itl_ms", "median_tpot_ms", "tpot_p50_ms",
+                   "p50_tpot_ms", "tpot_ms", "mean_itl_ms", "itl_mean_ms", "mean_tpot_ms", "tpot_mean_ms"),
     "req_per_s": ("req_per_s", "request_throughput", "requests_per_s", "req_s"),
     "output_tok_per_s": ("output_throughput", "output_tok_per_s", "output_tokens_per_s", "output_tok_s"),
     "e2e_p50_ms": ("e2e_p50_ms", "median_e2el_ms", "median_e2e_latency_ms", "median_e2e_ms", "e2e_ms",
-                   "mean_e2el_ms", "mean_e2e_latency_ms"),
+                   "mean_e2el_ms", "mean_e2e_latency_ms", "e2e_mean_ms"),
     "num_prompts": ("num_prompts", "prompts", "completed"),
     "output_spread": ("output_spread", "output_len_spread"),
     "output_std": ("std_output_len", "output_len_std", "std_output_tokens", "output_tokens_std"),
@@ -58,6 +59,7 @@ _CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "input_std": ("std_input_len", "input_len_std", "std_input_tokens", "input_tokens_std"),
 }
 _LABELS = {"ttft_p50_ms": "TTFT p50", "itl_p50_ms": "ITL p50", "req_per_s": "req/s", "e2e_p50_ms": "E2E p50",
+           "ttft_mean": "TTFT (mean)", "itl_mean": "ITL (mean)", "e2e_mean": "E2E (mean)",
            "input_tokens": "input tokens", "output_tokens": "output tokens", "num_prompts": "prompts",
            "concurrency": "concurrency", "rate": "rate", "output_tok_per_s": "req/s (output tok/s / output)",
            "output_spread": "output spread", "output_std": "output spread (sqrt(3) std / mean)",
@@ -273,6 +275,12 @@ def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
         if needed not in chosen:
             raise ValueError(f"{path}, line 1: no {needed} column (headers: {', '.join(reader.fieldnames or [])})")
     itl_per = "request" if "tpot" in _normalised(chosen.get("itl_p50_ms", "")) else "gap"  # TPOT: a request's mean
+    # a table of means (AIPerf's, genai-perf's): its rows' latencies are means, the first latency column says
+    first = next((_normalised(chosen[f]) for f in ("ttft_p50_ms", "itl_p50_ms", "e2e_p50_ms") if f in chosen), "")
+    statistic = "mean" if "mean" in first.split("_") else "median"
+    if statistic == "mean":
+        notes.used.update({chosen[f]: f.replace("p50_ms", "mean") for f in ("ttft_p50_ms", "itl_p50_ms", "e2e_p50_ms")
+                           if f in chosen})
     rows = []
     for number, record in enumerate(reader, 2):
         def value(field: str, record: dict[str, str] = record) -> float | None:
@@ -288,6 +296,7 @@ def _csv_rows(text: str, path: Path, notes: _Notes) -> list[SweepRow]:
                                  round(value("input_tokens") or 0), round(output or 0), value("ttft_p50_ms"),
                                  value("itl_p50_ms"), req_per_s, value("e2e_p50_ms"),
                                  int(prompts) if prompts is not None else None, itl_per=itl_per,
+                                 statistic=statistic,
                                  output_spread=_csv_spread("output", value("output_spread"), value("output_std"),
                                                            output),
                                  input_spread=_csv_spread("input", value("input_spread"), value("input_std"),

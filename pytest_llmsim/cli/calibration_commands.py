@@ -292,8 +292,10 @@ def _spreads(args: argparse.Namespace, rows: list[SweepRow],
 
 
 def _told_words(told: Mapping[str, Any]) -> str:
-    return ", ".join(f"--{key.replace('_ms', '').replace('_', '-')} {value}" for key, value in told.items()
-                     if value is not None)
+    """``told`` as the flags that would say it (``--client-gap 20.1``)."""
+    return ", ".join(f"--{key.removesuffix('_ms').replace('_', '-')} {value:.3g}" if isinstance(value, float)
+                     else f"--{key.removesuffix('_ms').replace('_', '-')} {value}"
+                     for key, value in told.items() if value is not None)
 
 
 def _as_told(args: argparse.Namespace, told: Mapping[str, Any], compare: list[SweepRow] | None
