@@ -210,8 +210,9 @@ def test_calibrate_without_a_sweep_writes_a_profile_from_the_priors(tmp_path: Pa
     assert "hardware priors" in capsys.readouterr().err
     profile = tmp_path / "priors.toml"
     assert main(["calibrate", "--gpu", "a100", "--params", "8.03", "--kv-bytes-per-token", "131072",
-                 "--policy", "prefill_first", "--budget", "4096", "-o", str(profile)]) == 0
+                 "--policy", "prefill_first", "--budget", "4096", "--itl-per", "request", "-o", str(profile)]) == 0
     assert "fitted: none" in capsys.readouterr().err
+    assert told_of(str(profile)) == {"itl_per": "request"}  # the benchmark it is to predict, told without a sweep
     config = SimConfig().replace(profile=str(profile))
     expected = from_priors(Hardware(8.03, "a100", kv_bytes_per_token=131072), budget=4096)
     assert config.step_base == pytest.approx(expected.step_base, rel=1e-5)

@@ -212,9 +212,7 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server
         notes.append(f"the clients' own time between requests, from req/s: {fit.client_gap_ms:.3g} ms (not a "
                      f"server setting: llmsim predict --config simulates it, --client-gap 0 leaves it out)")
-    told = {"load": args.load, "num_prompts": args.num_prompts, "itl_per": args.itl_per, "statistic": args.statistic,
-            "output_spread": args.output_spread, "input_spread": args.input_spread,
-            "client_gap_ms": fit.client_gap_ms}
+    told = {**_benchmark_told(args), "client_gap_ms": fit.client_gap_ms}
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
                              fit.budget_note(), fit.predicted, rows, notes, FittedRange.of(rows), told)
     print(profile, end="")
@@ -228,9 +226,9 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
               file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
           f"{fit.budget_note()}", file=sys.stderr)
-    if told_of_args := _told_words(told):
+    if told_words := _told_words(told):
         print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: "
-              f"{told_of_args}", file=sys.stderr)
+              f"{told_words}", file=sys.stderr)
     _write(args.output, profile)
     return 0
 
@@ -241,10 +239,14 @@ def _from_priors(args: argparse.Namespace, hardware: Hardware, base: SimConfig) 
     notes = [f"priors: {hardware}", "fitted: none (no sweep); from priors: every number. Over the development "
              "sweeps such profiles missed TTFT, ITL or req/s by up to several times: fit at least one measured row"]
     budget = "given" if args.budget else "vLLM V1's default for the device; give --budget for the server's own"
+    told = _benchmark_told(args)
     profile = render_profile(config, "from priors alone by llmsim calibrate (no sweep)", budget, notes=notes,
-                             fitted_range=FittedRange.nothing())
+                             fitted_range=FittedRange.nothing(), told=told)
     print(profile, end="")
     print(f"llmsim calibrate: {notes[1]}", file=sys.stderr)
+    if told_words := _told_words(told):
+        print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: "
+              f"{told_words}", file=sys.stderr)
     _write(args.output, profile)
     return 0
 
@@ -289,6 +291,12 @@ def _spreads(args: argparse.Namespace, rows: list[SweepRow],
     if not 0 <= args.output_spread < 1:
         parser.error("--output-spread must be at least 0 and below 1")
     return [dataclasses.replace(row, output_spread=None) for row in rows], args.output_spread
+
+
+def _benchmark_told(args: argparse.Namespace) -> dict[str, Any]:
+    """What the calibrate flags say the sweep's benchmark did (the profile's ``[calibration.benchmark]``)."""
+    return {"load": args.load, "num_prompts": args.num_prompts, "itl_per": args.itl_per, "statistic": args.statistic,
+            "output_spread": args.output_spread, "input_spread": args.input_spread}
 
 
 def _told_words(told: Mapping[str, Any]) -> str:
