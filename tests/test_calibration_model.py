@@ -19,7 +19,7 @@ from pytest_llmsim.calibration.model import (
     lone_itl,
     weights_read,
 )
-from pytest_llmsim.calibration.priors import GPUS
+from pytest_llmsim.calibration.priors import GPUS, device_key
 from pytest_llmsim.calibration.report import render_svg
 from pytest_llmsim.calibration.uncertainty import BANDS, FittedRange, fitted_range_of
 from pytest_llmsim.cli import main
@@ -105,6 +105,21 @@ def test_scaled_priors_are_shares_of_a_lone_streams_itl() -> None:
     assert model.prior("step_overhead") < model.default("step_overhead") * 0.049 / 2
     # a short prompt's TTFT is mostly waiting: the compute efficiency starts at its kind's prior, not below
     assert model.prior("compute_efficiency") == pytest.approx(model.default("compute_efficiency"))
+
+
+def test_a_device_is_found_by_the_names_people_write() -> None:
+    """``--gpu`` as a sweep's source writes it: case, spaces, hyphens and vendor words aside; a variant word only
+    where the table's entry is that variant (its A100 is the 80 GB SXM, not the 40 GB or a PCIe card)."""
+    for name, key in (("NVIDIA A100-SXM4-80GB", "a100"), ("H100 SXM5", "h100"), ("GeForce RTX 4090", "rtx4090"),
+                      ("Intel Gaudi 3", "gaudi3"), ("AMD Instinct MI300X", "mi300x"), ("TPU7x", "tpu-v7"),
+                      ("Ascend-910B", "ascend910b"), ("rtx a6000", "a6000"), ("L40S", "l40s")):
+        assert device_key(name) == key, name
+        assert Hardware(8.0, name).device == GPUS[key]
+    for variant in ("a100-40gb", "H100 PCIe"):
+        with pytest.raises(ValueError, match="for another variant give --flops, --bandwidth and --memory"):
+            device_key(variant)
+    with pytest.raises(ValueError, match="known: v100, a100"):
+        Hardware(8.0, "tpu9")
 
 
 def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:

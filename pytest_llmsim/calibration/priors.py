@@ -25,9 +25,10 @@ change with load).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_BYTES", "FP4_TYPES", "GPUS", "Device", "Hardware", "expert_share"]
+__all__ = ["DTYPE_BYTES", "FP4_TYPES", "GPUS", "Device", "Hardware", "device_key", "expert_share"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,34 @@ GPUS: dict[str, Device] = {
                                          "publishes it: the least certain entry)", 64e9),
 }
 
+#: Words a device's name may carry beside its table name (vendors, product lines), and other names of entries.
+_VENDOR_WORDS = frozenset({"nvidia", "amd", "instinct", "intel", "habana", "google", "cloud", "huawei", "geforce",
+                           "tesla", "radeon"})
+_ALIASES = {"tpu7x": "tpu-v7", "ironwood": "tpu-v7", "910b": "ascend910b", "rtxa6000": "a6000"}
+
+
+def device_key(name: str) -> str:
+    """The :data:`GPUS` key ``name`` means, case, spaces, hyphens and vendor words aside (``NVIDIA A100-80GB``,
+    ``RTX 4090``, ``gaudi-3``, ``TPU7x``); a variant word only where the entry is that variant (the table's A100
+    is the 80 GB SXM: ``a100 sxm4 80gb`` is it, ``a100 40gb`` another device). Raises ValueError naming the
+    known ones, or the entry a variant word did not match."""
+    words = [w for w in re.split(r"[\s_\-/]+", name.lower()) if w and w not in _VENDOR_WORDS]
+    keys = {re.sub(r"[^a-z0-9]", "", key): key for key in GPUS} | _ALIASES
+    for end in range(len(words), 0, -1):
+        key = keys.get("".join(words[:end]))
+        if key is None:
+            continue
+        source = set(re.split(r"[^a-z0-9]+", re.sub(r"(\d)\s*gb\b", r"\1gb", GPUS[key].source.lower())))
+        variant = words[end:]
+        if all(word in source or any(word[:len(s)] == s and word[len(s):].isdigit() and s.isalpha()
+                                     for s in source) for word in variant):
+            return key
+        entry = GPUS[key].source.split(":")[0].removesuffix(" datasheet")
+        raise ValueError(f"unknown GPU {name!r}: the table's {key} is the {entry}; for another variant give "
+                         f"--flops, --bandwidth and --memory")
+    raise ValueError(f"unknown GPU {name!r}; known: {', '.join(GPUS)} (or give --flops and --bandwidth)")
+
+
 #: Bytes per parameter (or per KV element) of a data type.
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5,
                "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8}  # MX: an 8-bit scale per 32 values; NVFP4: FP8 per 16
@@ -138,8 +167,8 @@ class Hardware:
     memory: float | None = None
 
     def __post_init__(self) -> None:
-        if self.gpu is not None and self.gpu.lower() not in GPUS:
-            raise ValueError(f"unknown GPU {self.gpu!r}; known: {', '.join(GPUS)} (or give --flops and --bandwidth)")
+        if self.gpu is not None:
+            device_key(self.gpu)  # raises for a name the table does not have
         if self.gpu is None and (self.flops is None or self.bandwidth is None):
             raise ValueError("hardware priors need a --gpu or both --flops and --bandwidth")
         if self.dtype not in DTYPE_BYTES:
@@ -170,7 +199,7 @@ class Hardware:
 
     @property
     def device(self) -> Device:
-        known = GPUS[self.gpu.lower()] if self.gpu is not None else None
+        known = GPUS[device_key(self.gpu)] if self.gpu is not None else None
         if known is not None and self.flops is None and self.bandwidth is None and self.memory is None:
             return known
         return Device(self.flops or (known.flops if known else 0.0),
