@@ -30,7 +30,7 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
     ``predicted`` and ``measured`` rows, the fit's table follows as TOML comments (still a valid profile);
     ``notes`` are comment lines after the source (the priors used, say); ``fitted_range`` closes it as the
     ``[calibration]`` table ``llmsim predict`` reads its warnings and bands from, and ``told`` (what the sweep's
-    benchmark did, :data:`~pytest_llmsim.calibration.benchmark.TOLD_KEYS`) as the benchmark it runs by default."""
+    benchmark did, ``benchmark.TOLD_KEYS``) as the benchmark it runs by default."""
     lines = [f"# {source}" if source else "# fitted by llmsim calibrate", *(f"# {note}" for note in notes),
              'scheduler = "step"']
     experts = ("step_expert_weights", "expert_share_per_token") if config.expert_share_per_token else ()
