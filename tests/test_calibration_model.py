@@ -250,10 +250,16 @@ def test_predict_runs_the_benchmark_the_profile_was_fitted_to(tmp_path: Path,
     sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s\n"
                      "1,256,128,30.0,5.4,1.3\n8,256,128,66.0,6.0,9.8\n")
     profile = tmp_path / "closed.toml"
+    hardware = ["--gpu", "l4", "--params", "0.494", "--kv-bytes-per-token", "12288", "--jobs", "1"]
+    assert main(["calibrate", str(sweep), *hardware, "-o", str(profile)]) == 0  # told nothing: says what it assumed
+    err = capsys.readouterr().err
+    assert "a closed-loop row says no prompt count; simulated as 10 requests per client" in err
+    assert "token budget (max_num_batched_tokens) 2048: the device's default" in err  # not "given": it was not
     told = ["--statistic", "mean", "--itl-per", "request", "--output-spread", "0.4", "--num-prompts", "40"]
     assert main(["calibrate", str(sweep), "--load", "closed", *told, "--gpu", "l4", "--params", "0.494",
                  "--kv-bytes-per-token", "12288", "--budget", "2048", "--jobs", "1", "-o", str(profile)]) == 0
-    assert "--statistic mean" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--statistic mean" in err and "prompt count" not in err and "2048: given" in err
     assert told_of(str(profile)) == {"load": "closed", "num_prompts": 40, "itl_per": "request",
                                      "statistic": "mean", "output_spread": 0.4}
     loads = ["predict", "--config", str(profile), "--concurrency", "1,8", "--input", "256", "--output", "128"]

@@ -169,6 +169,14 @@ def _told(args: argparse.Namespace, rows: list[SweepRow], parser: argparse.Argum
         parser.error(str(error))
     if any(row.output_tokens < 1 for row in rows):
         parser.error("a row has no output length (answers that stop at EOS): give --output-tokens, their mean")
+    uncounted = {("an open-loop" if row.rate is not None else "a closed-loop") for row in rows
+                 if not row.num_prompts and args.load != "burst"}
+    for kind in sorted(uncounted):  # a finite run past capacity is not the steady state a default count makes
+        assumed = ("a minute of arrivals (at most 2,000)" if kind == "an open-loop"
+                   else "10 requests per client")
+        print(f"llmsim calibrate: note: {kind} row says no prompt count; simulated as {assumed}. A benchmark that "
+              f"sent a fixed number per level (vllm bench serve --num-prompts, 1,000 by default) is fitted and "
+              f"predicted as that run only when told: --num-prompts N", file=sys.stderr)
     return rows
 
 
@@ -206,6 +214,9 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         print(f"llmsim calibrate: read {note}", file=sys.stderr)
     fit = calibrate(rows, base, spread=spread, budgets=(args.budget,) if args.budget else BUDGETS,
                     workers=args.jobs, hardware=hardware)
+    budget_note = fit.budget_note()
+    if budget_note == "given" and not args.budget:  # one candidate: the device's default, not the user's
+        budget_note = "the device's default (vLLM V1's): too few rows to rank budgets; give --budget, the server's own"
     notes = [f"priors: {hardware}", "fitted: " + ", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.fitted),
              "from priors: " + (", ".join(f"{k} {fit.efficiencies[k]:.3g}" for k in fit.from_priors) or "none")
              ] if hardware is not None else []
@@ -214,7 +225,7 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
                      f"server setting: llmsim predict --config simulates it, --client-gap 0 leaves it out)")
     told = {**_benchmark_told(args), "client_gap_ms": fit.client_gap_ms}
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
-                             fit.budget_note(), fit.predicted, rows, notes, FittedRange.of(rows), told)
+                             budget_note, fit.predicted, rows, notes, FittedRange.of(rows), told)
     print(profile, end="")
     for note in notes[1:]:
         print(f"llmsim calibrate: {note}", file=sys.stderr)
@@ -225,7 +236,7 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
               f"beside the server's costs: {fit.client_gap_ms:.3g} ms (llmsim predict --client-gap)",
               file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
-          f"{fit.budget_note()}", file=sys.stderr)
+          f"{budget_note}", file=sys.stderr)
     if told_words := _told_words(told):
         print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: "
               f"{told_words}", file=sys.stderr)
