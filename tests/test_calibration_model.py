@@ -270,6 +270,11 @@ def test_predict_runs_the_benchmark_the_profile_was_fitted_to(tmp_path: Path,
     assert capsys.readouterr().out == by_default  # the same as every flag repeated
     assert main([*loads, "--statistic", "median"]) == 0
     assert capsys.readouterr().out != by_default  # a flag of the user's own wins
+    compare = ["predict", "--config", str(profile), "--compare", str(sweep)]  # the sweep's rows say no count
+    assert main(compare) == 0
+    compared = capsys.readouterr().out
+    assert main([*compare, *told]) == 0 and capsys.readouterr().out == compared
+    assert main([*compare, "--num-prompts", "8"]) == 0 and capsys.readouterr().out != compared
     # a hand-edited table: what is not of its kind is left out, the rest kept
     edited = tmp_path / "edited.toml"
     edited.write_text(profile.read_text().replace('statistic = "mean"', 'statistic = "mode"').replace(

@@ -357,6 +357,9 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         rows = [SweepRow(n, None, args.input, args.output, num_prompts=n) for n in args.burst]
     elif compare is not None:
         rows = compare
+        if args.num_prompts is not None:  # a flag: every row; the profile's benchmark: rows that say none
+            rows = [dataclasses.replace(row, num_prompts=row.num_prompts if "num_prompts" in taken and row.num_prompts
+                                        else args.num_prompts) for row in rows]
     else:
         parser.error("say the loads: --concurrency, --rate or --burst (with --input and --output), or --compare SWEEP")
     rows, spread = _spreads(args, rows, parser)
