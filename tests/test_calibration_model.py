@@ -255,6 +255,7 @@ def test_predict_runs_the_benchmark_the_profile_was_fitted_to(tmp_path: Path,
     err = capsys.readouterr().err
     assert "a closed-loop row says no prompt count; simulated as 10 requests per client" in err
     assert "token budget (max_num_batched_tokens) 2048: the device's default" in err  # not "given": it was not
+    assert told_of(str(profile)) == {"load": "closed"}  # the rows' kind, so a prompt count told later has a load
     told = ["--statistic", "mean", "--itl-per", "request", "--output-spread", "0.4", "--num-prompts", "40"]
     assert main(["calibrate", str(sweep), "--load", "closed", *told, "--gpu", "l4", "--params", "0.494",
                  "--kv-bytes-per-token", "12288", "--budget", "2048", "--jobs", "1", "-o", str(profile)]) == 0

@@ -223,7 +223,9 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server
         notes.append(f"the clients' own time between requests, from req/s: {fit.client_gap_ms:.3g} ms (not a "
                      f"server setting: llmsim predict --config simulates it, --client-gap 0 leaves it out)")
-    told = {**_benchmark_told(args), "client_gap_ms": fit.client_gap_ms}
+    kinds = {"closed" if row.concurrency is not None else "open" for row in rows}
+    told = {**_benchmark_told(args), "client_gap_ms": fit.client_gap_ms,
+            "load": args.load or (kinds.pop() if len(kinds) == 1 else None)}  # the rows' own where not told
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
                              budget_note, fit.predicted, rows, notes, FittedRange.of(rows), told)
     print(profile, end="")
