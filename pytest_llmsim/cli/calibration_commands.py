@@ -235,13 +235,11 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     print(f"llmsim calibrate: median |error| per metric: {errors}", file=sys.stderr)
     if fit.client_gap_ms is not None:
         print(f"llmsim calibrate: the clients' own time between requests (closed-loop req/s beyond E2E), fitted "
-              f"beside the server's costs: {fit.client_gap_ms:.3g} ms (llmsim predict --client-gap)",
+              f"beside the server's costs: {fit.client_gap_ms:.3g} ms (llmsim predict --config simulates it)",
               file=sys.stderr)
     print(f"llmsim calibrate: token budget (max_num_batched_tokens) {fit.config.max_num_batched_tokens}: "
           f"{budget_note}", file=sys.stderr)
-    if told_words := _told_words(told):
-        print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: "
-              f"{told_words}", file=sys.stderr)
+    _say_told(told)
     _write(args.output, profile)
     return 0
 
@@ -257,9 +255,7 @@ def _from_priors(args: argparse.Namespace, hardware: Hardware, base: SimConfig) 
                              fitted_range=FittedRange.nothing(), told=told)
     print(profile, end="")
     print(f"llmsim calibrate: {notes[1]}", file=sys.stderr)
-    if told_words := _told_words(told):
-        print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: "
-              f"{told_words}", file=sys.stderr)
+    _say_told(told)
     _write(args.output, profile)
     return 0
 
@@ -310,6 +306,12 @@ def _benchmark_told(args: argparse.Namespace) -> dict[str, Any]:
     """What the calibrate flags say the sweep's benchmark did (the profile's ``[calibration.benchmark]``)."""
     return {"load": args.load, "num_prompts": args.num_prompts, "itl_per": args.itl_per, "statistic": args.statistic,
             "output_spread": args.output_spread, "input_spread": args.input_spread}
+
+
+def _say_told(told: Mapping[str, Any]) -> None:
+    if words := _told_words(told):
+        print(f"llmsim calibrate: the benchmark, which llmsim predict --config runs unless told otherwise: {words}",
+              file=sys.stderr)
 
 
 def _told_words(told: Mapping[str, Any]) -> str:
