@@ -22,12 +22,14 @@ import tomllib
 
 from .sweep import SweepRow
 
-__all__ = ["LOADS", "STATISTICS", "TOLD_KEYS", "Benchmark", "told_of", "told_to_toml"]
+__all__ = ["ITL_PER", "LOADS", "STATISTICS", "TOLD_KEYS", "Benchmark", "told_of", "told_to_toml"]
 
 #: How a benchmark sends its requests: closed-loop clients, open-loop arrivals at a rate, or one burst.
 LOADS = ("closed", "open", "burst")
 #: What a row's latency figures are: medians (``vllm bench serve``, SGLang, guidellm) or means.
 STATISTICS = ("median", "mean")
+#: What a row's ITL is: the median of every gap (vLLM, SGLang) or of each request's mean gap (TPOT).
+ITL_PER = ("gap", "request")
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class Benchmark:
             raise ValueError(f"load {self.load!r}: one of {', '.join(LOADS)}")
         if self.statistic is not None and self.statistic not in STATISTICS:
             raise ValueError(f"statistic {self.statistic!r}: one of {', '.join(STATISTICS)}")
-        if self.itl_per is not None and self.itl_per not in ("gap", "request"):
+        if self.itl_per is not None and self.itl_per not in ITL_PER:
             raise ValueError(f"itl_per {self.itl_per!r}: gap or request")
         if self.arrivals is not None and self.arrivals not in ("poisson", "constant"):
             raise ValueError(f"arrivals {self.arrivals!r}: poisson or constant")
@@ -107,6 +109,8 @@ class Benchmark:
 #: of gaps in a steady state.
 TOLD_KEYS: dict[str, type] = {"load": str, "num_prompts": int, "itl_per": str, "statistic": str,
                               "output_spread": float, "input_spread": float, "client_gap_ms": float}
+#: The words each of its text keys may say.
+_TOLD_WORDS = {"load": LOADS, "itl_per": ITL_PER, "statistic": STATISTICS}
 
 
 def told_to_toml(told: Mapping[str, Any]) -> str:
@@ -142,5 +146,3 @@ def _valid(key: str, kind: type, value: Any) -> bool:
         return isinstance(value, int) and value >= 1
     return math.isfinite(value) and 0 <= value < (1 if key.endswith("spread") else math.inf)
 
-
-_TOLD_WORDS = {"load": LOADS, "itl_per": ("gap", "request"), "statistic": STATISTICS}

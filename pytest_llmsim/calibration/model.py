@@ -73,7 +73,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("memory_efficiency", 0.95, "fraction of peak memory bandwidth a step's reads reach", moe=0.58),
     Parameter("compute_efficiency", 0.60, "fraction of peak compute a step's tokens reach", moe=0.043),
     Parameter("step_overhead", 0.40, "fixed time per step beside its reads (launches, collectives), seconds",
-              "itl", 0.0072, moe=0.89, moe_seconds=0.034, reads=0.79, moe_reads=1.87),
+              "itl", moe=0.89, reads=0.79, moe_reads=1.87),
     Parameter("request_overhead", 0.074, "the API server's time before a request reaches the scheduler, seconds",
               "ttft", 0.0068, moe=0.076, moe_seconds=0.10),
     Parameter("step_per_decode_seq", 0.0096, "the host's time per decoding sequence in a step, seconds", "itl",
@@ -129,12 +129,17 @@ def in_flight(row: SweepRow) -> float:
     return min(max(row.rate * seconds, 1.0), float(prompts_of(row)))
 
 
-def _read(at_peak: Mapping[str, float], row: SweepRow, batch: float) -> float:
-    """A decode step's reads at peak bandwidth with ``batch`` sequences of the row's lengths: the weights, the
-    experts their tokens route to, the KV cache they attend (half the output in, on average)."""
-    return float(at_peak["step_base"] + at_peak.get("step_per_kv_token", 0.0) * batch * (
-        row.input_tokens + row.output_tokens / 2) + at_peak.get("step_expert_weights", 0.0) * (
-        1 - (1 - at_peak.get("expert_share_per_token", 0.0)) ** batch))
+def _read(at_peak: Mapping[str, float], batch: float, context: float) -> float:
+    """A decode step's reads at peak bandwidth with ``batch`` sequences of ``context`` tokens each: the weights,
+    the experts their tokens route to, the KV cache they attend."""
+    return float(at_peak["step_base"] + at_peak.get("step_per_kv_token", 0.0) * batch * context
+                 + at_peak.get("step_expert_weights", 0.0) * (
+                     1 - (1 - at_peak.get("expert_share_per_token", 0.0)) ** batch))
+
+
+def _context(row: SweepRow) -> float:
+    """The tokens a decoding sequence of the row attends on average: its prompt and half its output."""
+    return row.input_tokens + row.output_tokens / 2
 
 
 def lone_itl(hardware: Hardware, row: SweepRow, memory_efficiency: float, per_seq_share: float) -> float:
@@ -147,7 +152,7 @@ def lone_itl(hardware: Hardware, row: SweepRow, memory_efficiency: float, per_se
     if batch <= 1 or not itl:
         return itl
     at_peak = hardware.costs(1.0, 1.0)
-    extra = (_read(at_peak, row, batch) - _read(at_peak, row, 1.0)) / max(memory_efficiency, 1e-3)
+    extra = (_read(at_peak, batch, _context(row)) - _read(at_peak, 1.0, _context(row))) / max(memory_efficiency, 1e-3)
     return max((itl - extra) / (1 + per_seq_share * (batch - 1)), itl / 5)
 
 
@@ -174,7 +179,7 @@ def efficiency_starts(hardware: Hardware, light: SweepRow | None, overhead: floa
     if light.itl_p50_ms:
         itl = light.itl_p50_ms / 1000
         reading = max(itl - overhead - per_seq * batch, itl / 10)
-        found["memory_efficiency"] = min(max(_read(at_peak, light, batch) / reading, low), high)
+        found["memory_efficiency"] = min(max(_read(at_peak, batch, _context(light)) / reading, low), high)
     if light.ttft_p50_ms:
         prefill = at_peak["step_compute_per_token"] * light.input_tokens
         found["compute_efficiency"] = min(max(prefill / (light.ttft_p50_ms / 1000 * PREFILL_SHARE), compute_prior,
@@ -263,9 +268,7 @@ class ServingModel:
         at the prior bandwidth, and the step's fixed cost. Host time per sequence is a share of this (the
         development sweeps' fits spread 2.4x in that share and 8x in seconds: a 0.5 B model's host time per
         sequence is a sixth of a 70 B model's)."""
-        at_peak = self.hardware.costs(1.0, 1.0)
-        one = at_peak["step_base"] + at_peak.get("step_expert_weights", 0.0) * at_peak.get(
-            "expert_share_per_token", 0.0)
+        one = _read(self.hardware.costs(1.0, 1.0), 1.0, 0.0)
         return one / self.default("memory_efficiency") + self.prior("step_overhead")
 
     def as_priors(self, values: Mapping[str, float]) -> dict[str, float]:

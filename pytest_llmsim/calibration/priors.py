@@ -24,6 +24,7 @@ change with load).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -104,6 +105,7 @@ _VENDOR_WORDS = frozenset({"nvidia", "amd", "instinct", "intel", "habana", "goog
 _ALIASES = {"tpu7x": "tpu-v7", "ironwood": "tpu-v7", "910b": "ascend910b", "rtxa6000": "a6000"}
 
 
+@functools.lru_cache(maxsize=64)  # Hardware.device asks at every cost lookup of a fit
 def device_key(name: str) -> str:
     """The :data:`GPUS` key ``name`` means, case, spaces, hyphens and vendor words aside (``NVIDIA A100-80GB``,
     ``RTX 4090``, ``gaudi-3``, ``TPU7x``); a variant word only where the entry is that variant (the table's A100

@@ -23,7 +23,7 @@ from ..calibration import (
     with_client_gap,
 )
 from ..calibration import predict as predict_sweep
-from ..calibration.benchmark import LOADS, STATISTICS, Benchmark, told_of
+from ..calibration.benchmark import ITL_PER, LOADS, STATISTICS, Benchmark, told_of
 from ..calibration.cassette_fit import fit_cassettes
 from ..calibration.cassettes import cassette_rows
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
@@ -137,7 +137,7 @@ def add_calibration_commands(commands: Any) -> None:
     predict.add_argument("--compare", metavar="SWEEP", nargs="+",
                          help="measured sweep files: show each prediction's error (without --concurrency or "
                               "--rate, predict the sweep's own rows)")
-    predict.add_argument("--itl-per", choices=("gap", "request"), default=None,
+    predict.add_argument("--itl-per", choices=ITL_PER, default=None,
                          help="the ITL to predict: the median of every gap (vLLM, SGLang) or of each request's mean "
                               "gap (TPOT)")
     predict.add_argument("--statistic", choices=STATISTICS, default=None, help="medians (default) or means")
@@ -152,7 +152,7 @@ def _benchmark_arguments(group: Any) -> None:
     group.add_argument("--num-prompts", type=_positive_int, default=None, metavar="N",
                        help="requests the benchmark sent per level (default: the rows' own, else 10 per client or a "
                             "minute of arrivals)")
-    group.add_argument("--itl-per", choices=("gap", "request"), default=None,
+    group.add_argument("--itl-per", choices=ITL_PER, default=None,
                        help="the rows' ITL: the median of every gap (vLLM, SGLang) or of each request's mean gap "
                             "(TPOT)")
     group.add_argument("--statistic", choices=STATISTICS, default=None,

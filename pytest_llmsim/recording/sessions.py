@@ -25,8 +25,8 @@ from .cassette import Exchange, SessionMessage
 
 __all__ = ["GREETING_WAIT", "relay", "replay"]
 
-#: How long a relayed session waits for the upstream's greeting (Realtime's ``session.created``, Gemini Live's
-#: none) before it reads the client: a client that speaks at once (the openai SDK sends ``session.update`` without
+#: How long a relayed session waits for the upstream's greeting (Realtime's ``session.created``) before it
+#: reads the client: a client that speaks at once (the openai SDK sends ``session.update`` without
 #: waiting) is otherwise recorded first, and its replay withholds the greeting until the client speaks. A session
 #: whose server never speaks first (the Responses API's WebSocket mode) has its first message relayed this much
 #: later, once.
@@ -89,9 +89,7 @@ def relay(upstream: str, request: Request, record: Any, start_response: Any,
 
     try:  # a greeting the upstream sends on opening goes first, whatever the client sends at once
         greeting: str | bytes | None = upstream_ws.recv(timeout=GREETING_WAIT)
-    except TimeoutError:
-        greeting = None
-    except Exception:  # the upstream closed already: the loop below ends the session
+    except Exception:  # none in time (TimeoutError), or the upstream closed already (the loop below ends it)
         greeting = None
     if greeting is not None:
         keep("server", greeting)
