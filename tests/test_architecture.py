@@ -10,6 +10,7 @@ modules on top (the plugin, the handles, the command line) import anything. Impo
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 from pathlib import Path
 
@@ -93,10 +94,11 @@ def _room(module: str) -> str:
     return parts[1] if (PACKAGE / parts[1]).is_dir() else "top"
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache  # one parse of the package for the module's tests (the sources do not change during a run)
+def _graph() -> dict[str, frozenset[str]]:
     modules = _modules()
     known = set(modules)
-    return {name: _imports(name, path, known) for name, path in modules.items()}
+    return {name: frozenset(_imports(name, path, known)) for name, path in modules.items()}
 
 
 def test_imports_point_down_only() -> None:

@@ -163,11 +163,12 @@ HTTP_SUITES = ["test_http_openai.py", "test_http_anthropic.py", "test_http_respo
 def test_the_http_level_suites_pass_in_process_mode() -> None:
     """The same HTTP-level tests, each backend an `llmsim serve --io loop` subprocess instead of a thread (a
     greenlet per connection on gevent's loop; `--io gevent` is another name for it). Every mode frames
-    connections with the same class."""
+    connections with the same class. One worker: the outer run already keeps both cores busy, and two inner
+    workers cost 17 CPU-seconds more (each imports every SDK) for a run of the same length."""
     isolation, suites = "process-loop", HTTP_SUITES
     here = Path(__file__).parent
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "-W",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "-W",
          "ignore::pytest_llmsim.LLMSimLagWarning", f"--llmsim-isolation={isolation}",
          *[str(here / name) for name in suites]],
         capture_output=True, text=True, timeout=600, cwd=here.parent,
