@@ -11,24 +11,17 @@ in ``docs/reference.md`` to it.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from . import setting_checks as check
+from .profiles import PROFILES_DIR, check_profile, is_profile_path, load_profile, profile_names
 from .setting_checks import COMPRESSIONS, OUTPUT_MODES, SCHEDULERS, ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
-__all__ = ["COMPRESSIONS", "ENV_PREFIX", "OUTPUT_MODES", "SCHEDULERS", "SETTING_ALIASES", "SETTING_HELP",
-           "SETTING_NAMES", "ConfigError",
-           "SimConfig", "environment_name", "is_profile_path", "parse_setting", "profile_names",
-           "settings_from_environment"]
+__all__ = ["COMPRESSIONS", "ENV_PREFIX", "OUTPUT_MODES", "PROFILES_DIR", "SCHEDULERS", "SETTING_ALIASES",
+           "SETTING_HELP", "SETTING_NAMES", "ConfigError", "SimConfig", "environment_name", "is_profile_path",
+           "parse_setting", "profile_names", "settings_from_environment"]
 
 T = TypeVar("T")
 ENV_PREFIX = "LLMSIM_"  # llmsim serve reads LLMSIM_TTFT and so on (flags win over them, they over --config)
@@ -62,50 +55,6 @@ def parse_range(raw: str) -> int | tuple[int, int]:
     """``N`` or ``MIN-MAX`` as text."""
     low, _, high = raw.partition("-")
     return (int(low), int(high)) if high else int(low)
-
-
-PROFILES_DIR = Path(__file__).parent.parent / "profiles"  # pytest_llmsim/profiles
-
-
-def profile_names() -> list[str]:
-    """The presets shipped with pytest-llmsim (``profile="NAME"``)."""
-    return sorted(path.stem for path in PROFILES_DIR.glob("*.toml"))
-
-
-def is_profile_path(name: str) -> bool:
-    """Whether a ``profile`` value names a file (``.toml``) rather than a shipped preset."""
-    return name.endswith(".toml")
-
-
-def load_profile(name: Any) -> dict[str, Any]:
-    """A preset's settings (``pytest_llmsim/profiles/NAME.toml``), or a TOML file's when ``name`` is a path."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"invalid value for 'profile': {name!r} (expected a preset name or a .toml path)")
-    if is_profile_path(name):
-        path = Path(name)
-        try:
-            found = path.is_file()
-        except OSError:  # a name too long for the file system, ...
-            found = False
-    else:  # a preset: only the shipped names, never a path made of one ("../x")
-        path = PROFILES_DIR / f"{name}.toml"
-        found = name in profile_names()
-    if not found:
-        raise ConfigError(f"unknown profile {name[:100]!r}; presets: {', '.join(profile_names())} (or a .toml path)")
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"profile {name!r} cannot be read: {error}") from None
-    data.pop("profile", None)
-    data.pop("calibration", None)  # llmsim calibrate's record of what the fit saw: for llmsim predict, not a setting
-    return data
-
-
-def _profile(name: str, value: Any) -> str | None:
-    if value is not None:
-        load_profile(value)  # raises ConfigError naming the presets
-    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -356,7 +305,7 @@ class SimConfig:
         1, check.integer(1),
         "LoRA adapters active in one batch; requests for others wait")
     profile: str | None = setting(
-        None, _profile,
+        None, check_profile,
         "A preset of settings (e.g. qwen2.5-0.5b-l4: step costs fitted to a real vLLM sweep) or a .toml "
         "file; settings given beside it win")
 
