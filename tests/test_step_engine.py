@@ -256,6 +256,44 @@ def test_prefill_first_runs_waiting_prompts_alone_and_the_decoders_wait(listener
         SimConfig().replace(step_policy="decode_first")
 
 
+@pytest.mark.parametrize("listener", [Recorder, _FinishesOnly])
+def test_prefill_when_due_holds_prompts_until_enough_wait_or_the_wait_is_long(listener: type[Recorder]) -> None:
+    """TGI's router: while a batch decodes, waiting prompts get a prefill step of their own (the decoders wait)
+    once at least ``waiting_served_ratio`` x the batch would fit in it, or once ``max_waiting_steps`` decode
+    steps have run since the last prefill; until then the batch decodes alone."""
+    def run(policy: str, late: int, **settings: Any) -> tuple[list[SimSequence], list[SimSequence]]:
+        eng = StepEngine(SimConfig().replace(**COSTS, step_policy=policy, **settings), listener())
+        batch = [SimSequence(prompt(10, 100 * i), 30, index=i) for i in range(3)]
+        for seq in batch:
+            eng.submit(seq)
+        eng.advance(0.006)  # their prefill step (30 tokens: 5.5 ms) ended; the first decode step is in flight
+        arrivals = [SimSequence(prompt(10, 1000 + 100 * i), 2, index=3 + i) for i in range(late)]
+        for seq in arrivals:
+            eng.submit(seq)
+        eng.run_until_idle()
+        assert all(seq.state is SeqState.FINISHED for seq in batch + arrivals)
+        return batch, arrivals
+
+    _, (alone,) = run("prefill_first", 1)
+    batch, (held,) = run("prefill_when_due", 1, max_waiting_steps=5)
+    assert alone.ttft is not None and held.ttft is not None
+    # one prompt, 3 decoding (1.2 x 3 = 3.6): held for the decode step in flight and three more (TGI counts the
+    # steps from its last prefill: 1 after it, 5 before the next), then its own prefill step
+    decode_step = 0.004 + 3 * 0.0001
+    assert alone.ttft + 3 * decode_step < held.ttft < alone.ttft + 3.5 * decode_step
+    gaps = list(batch[0].gaps)  # the batch decoded alone, a step a gap, while the prompt waited (4 steps) ...
+    assert max(gaps[:4]) < decode_step + 0.0001 and gaps[4] > decode_step + 0.0045  # ... then waited for its prefill
+    assert sum(gap > decode_step + 0.0001 for gap in gaps) == 1
+    # enough waiting at once (4 >= 3.6), or a ratio of 0: they join at the next step, as prefill_first's do
+    _, first = run("prefill_first", 4)
+    _, enough = run("prefill_when_due", 4)
+    assert [seq.ttft for seq in enough] == pytest.approx([seq.ttft for seq in first])
+    _, (eager,) = run("prefill_when_due", 1, waiting_served_ratio=0.0)
+    assert eager.ttft == pytest.approx(alone.ttft)
+    with pytest.raises(ConfigError, match="max_waiting_steps"):
+        SimConfig().replace(max_waiting_steps=0)
+
+
 def test_cancel_and_slow_sequences() -> None:
     eng, rec = engine()
     normal, slow, gone = (SimSequence(prompt(8, 100 * i), 6, index=i) for i in range(3))

@@ -110,8 +110,8 @@ def add_calibration_commands(commands: Any) -> None:
     told.add_argument("--output-tokens", type=_positive_int, metavar="N",
                       help="the mean output length where the rows leave it out (answers that stop at EOS)")
     calibrate.add_argument("--policy", choices=STEP_POLICIES, default="mixed",
-                           help="how the server composes a step while prompts wait: mixed (vLLM V1, chunked prefill) "
-                                "or prefill_first (SGLang, TGI, vLLM V0 without chunked prefill)")
+                           help="how the server composes a step while prompts wait: mixed (vLLM V1, chunked prefill), "
+                                "prefill_first (SGLang, vLLM V0 without chunked prefill) or prefill_when_due (TGI)")
     calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                            help="processes searching in parallel (default: one per core; the fit does not "
                                 "depend on it)")

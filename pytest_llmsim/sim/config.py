@@ -121,7 +121,16 @@ class SimConfig:
         "routed experts); a step of T tokens reads 1 - (1 - share)^T of step_expert_weights")
     step_policy: str = setting(
         "mixed", check.step_policy, "step mode, while prompts wait: mixed (every decode, then prefill chunks: "
-        "vLLM V1) or prefill_first (the prompts alone, decoders wait: SGLang, TGI, vLLM V0 unchunked)")
+        "vLLM V1), prefill_first (the prompts alone, decoders wait: SGLang, vLLM V0 unchunked) or "
+        "prefill_when_due (as prefill_first once waiting_served_ratio or max_waiting_steps says: TGI)")
+    waiting_served_ratio: float = setting(
+        1.2, check.number(0.0),
+        "step mode, prefill_when_due: prompts join a running batch once at least this many times its size "
+        "would fit one prefill step (TGI's --waiting-served-ratio)")
+    max_waiting_steps: int = setting(
+        20, check.integer(1),
+        "step mode, prefill_when_due: ... or once the batch has decoded this many steps since the last "
+        "prefill, counting that one (TGI's --max-waiting-tokens)", aliases=("max-waiting-tokens",))
     max_num_batched_tokens: int = setting(
         8192, check.integer(1),
         "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",

@@ -171,9 +171,10 @@ scheduler = one_of(SCHEDULERS)
 
 
 #: How a step is composed while prompts wait (``step_policy``): ``mixed`` (vLLM V1, chunked prefill: every decode,
-#: then prefill chunks in what is left of the budget) or ``prefill_first`` (SGLang, TGI, vLLM V0 without chunked
-#: prefill: a step with prompts waiting prefills them alone, its decoders wait).
-STEP_POLICIES = ("mixed", "prefill_first")
+#: then prefill chunks in what is left of the budget), ``prefill_first`` (SGLang, vLLM V0 without chunked
+#: prefill: a step with prompts waiting prefills them alone, its decoders wait) or ``prefill_when_due`` (TGI: as
+#: ``prefill_first`` once enough prompts wait or they have waited long; see :mod:`.step_composition`).
+STEP_POLICIES = ("mixed", "prefill_first", "prefill_when_due")
 
 
 step_policy = one_of(STEP_POLICIES)

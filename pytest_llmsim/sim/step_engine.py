@@ -1,33 +1,19 @@
 """The step-cost scheduler (``scheduler="step"``): one step clock shared by the batch.
 
 Shaped as vLLM's V1 scheduler and Vidur model it. The engine runs steps back
-to back while there is work. A step is composed when it starts: every
-running sequence past its prefill decodes one token, then prefill chunks of
-the sequences still prefilling (oldest admitted first) fill what is left of
-the token budget ``max_num_batched_tokens`` (a decode counts one token);
-with ``step_policy="prefill_first"`` a step with prompts waiting holds only
-their chunks (SGLang, TGI). Its duration is a function of that composition::
-
-    step = max(step_base + step_per_kv_token * context tokens the decodes attend,   (memory: weights, KV)
-               + step_expert_weights * (1 - (1 - expert_share_per_token) ** T),     (the experts T tokens use)
-               step_compute_per_token * (T = prefill tokens + decoding sequences))   (compute)
-         + step_prefill_base      if the step has a prefill chunk in it
-         + step_per_prefill_token * prefill tokens in the step
-         + step_per_decode_seq    * decoding sequences in the step
-
-The first term is a roofline: a step takes the longer of reading the
-weights and the KV cache it attends and computing its tokens, so ITL stays
-flat while decoding is bound by memory and bends once compute catches up;
-the last two are linear costs (older profiles use them alone).
-
+to back while there is work. A step is composed when it starts, by
+``step_policy`` (every decode and then prefill chunks in the token budget;
+the prompts alone; the prompts alone once due), and costs what it holds:
+both rules are in :mod:`.step_composition`. Its cost is drawn
 (times ``1 + jitter * N(0, 1)``, clamped as in the default mode). The
 ``step_prefill_base`` term is there because vLLM replays a captured CUDA
 graph for a decode-only step and runs a step with prefill in it piecewise.
 At the step's end every decode in it emits its token, and a sequence whose
 last prefill chunk was in it emits its first token. A request that arrives
 while a step runs joins at the next one (one back-dated to before the step
-in flight started is in it, while its budget has room: the server hands a
-request over once its handler has parsed it), so its first token waits for the
+in flight started is in it, while its budget has room and, unless ``mixed``,
+it holds prompts alone: the server hands a request over once its handler has
+parsed it), so its first token waits for the
 step in flight. Before it reaches the scheduler a request spends
 ``request_serial`` in the API server's one event loop, in turn with the
 requests sent before it (so requests sent together arrive one after
@@ -73,6 +59,7 @@ from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
 from .front_end import FrontEndTurns
 from .lazy_decoders import LazyDecoders
+from .step_composition import prefill_is_due, step_cost
 
 __all__ = ["StepEngine"]
 
@@ -120,6 +107,7 @@ class StepEngine(Engine):
         # sends its next request), so the next step ends as an event of its own, not as a quiet step.
         self._told = False
         self._step_decodes = 0
+        self._prefill_step = 0  # self.steps when the last step of prompts alone was started
 
     def advance(self, to: float, max_events: int | None = None) -> bool:
         self._horizon = to
@@ -233,7 +221,12 @@ class StepEngine(Engine):
         config = self.config
         budget = config.max_num_batched_tokens
         decoders = self._decoders
-        if self._prefills and config.step_policy == "prefill_first":  # the prompts alone; every decoder waits
+        prompts_alone = held = False
+        if self._prefills and config.step_policy != "mixed":
+            prompts_alone = config.step_policy == "prefill_first" or prefill_is_due(
+                config, self._prompts_that_fit(budget), len(decoders), self.steps - self._prefill_step)
+            held = not prompts_alone  # the batch decodes alone; the prompts wait
+        if prompts_alone:  # every decoder waits
             for seq in self._lazy_decoders.members():
                 self._settle(seq)
             decoding, kv_tokens, decodes = [], 0, 0
@@ -250,7 +243,7 @@ class StepEngine(Engine):
         budget -= decodes
         prefilling = []
         prefill_tokens = 0
-        if budget > 0:
+        if budget > 0 and not held:
             for seq in self._prefills:
                 chunk = min(seq.prefill_left, budget)
                 prefilling.append((seq, chunk))
@@ -264,9 +257,21 @@ class StepEngine(Engine):
         self._decoding, self._prefilling, self._step_decodes = decoding, prefilling, decodes
         end = self._put_in_flight(start, kv_tokens, self._step_cost(decodes, kv_tokens, prefill_tokens,
                                                                     bool(prefilling)))
-        if self._lazy and not decoding and not prefilling and not self._told:
-            end = self._ride_quiet_steps(end)
+        if prompts_alone:
+            self._prefill_step = self.steps
+        if self._lazy and not decoding and not prefilling and not self._told and not held:
+            end = self._ride_quiet_steps(end)  # (not while prompts are held: each step may make them due)
         self._push(end, _BATCH_STEP, next(iter(decoders)) if decoders else prefilling[0][0])
+
+    def _prompts_that_fit(self, budget: int) -> int:
+        """How many waiting prompts one prefill step's ``budget`` holds whole (at least the first, chunked)."""
+        count = 0
+        for seq in self._prefills:
+            budget -= seq.prefill_left
+            if budget < 0:
+                break
+            count += 1
+        return max(count, 1)
 
     def _put_in_flight(self, start: float, kv_tokens: int, raw: float) -> float:
         """The step composed at ``start`` (``raw``: its cost before jitter) is in flight: returns its end."""
@@ -280,17 +285,7 @@ class StepEngine(Engine):
         return end
 
     def _step_cost(self, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
-        """A step's duration before jitter, from its composition."""
-        config = self.config
-        # The roofline: a step reads the weights and the KV it attends (memory) and computes its tokens; it
-        # takes the longer of the two, so decode steps stay flat until the batch's compute catches up.
-        tokens = prefill_tokens + decodes
-        memory = config.step_base + config.step_per_kv_token * kv_tokens
-        if config.step_expert_weights:  # a mixture of experts reads only the experts its tokens route to
-            memory += config.step_expert_weights * (1.0 - (1.0 - config.expert_share_per_token) ** tokens)
-        compute = config.step_compute_per_token * tokens
-        return (max(memory, compute) + (config.step_prefill_base if prefilling else 0.0)
-                + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * decodes)
+        return step_cost(self.config, decodes, kv_tokens, prefill_tokens, prefilling)
 
     def _join_step_in_flight(self, seq: SimSequence) -> None:
         """``seq`` arrived before the step in flight started, but reached the engine after (the server
@@ -298,6 +293,8 @@ class StepEngine(Engine):
         that step, as it would have been, as far as the step's token budget has room; the step ends later.
         Its tokens are not out yet (a step's come at its end), so nobody has seen the shorter step."""
         prefilling = self._prefilling
+        if self._step_decodes and self.config.step_policy != "mixed":
+            return  # a step of decodes alone stays one: the prompt goes in the next
         prefill_tokens = sum(chunk for _, chunk in prefilling)
         room = self.config.max_num_batched_tokens - self._step_decodes - prefill_tokens
         if room <= 0:

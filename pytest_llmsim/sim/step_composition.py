@@ -1,0 +1,59 @@
+"""What one step of the step scheduler holds and what it costs: the rules :mod:`.step_engine` runs.
+
+What a step holds while prompts wait (``step_policy``):
+
+- ``mixed`` (vLLM V1, TensorRT-LLM): every running sequence past its prefill decodes one token, then prefill
+  chunks of the sequences still prefilling (oldest admitted first) fill what is left of the token budget
+  ``max_num_batched_tokens`` (a decode counts one token).
+- ``prefill_first`` (SGLang, vLLM V0 without chunked prefill): a step with prompts waiting holds only their
+  chunks; every decoder waits for it.
+- ``prefill_when_due`` (TGI's router): the prompts get a step of their own as in ``prefill_first``, but only
+  once it is due (:func:`prefill_is_due`); until then the batch decodes alone and the prompts wait.
+
+A step's duration is a function of what it holds (:func:`step_cost`)::
+
+    step = max(step_base + step_per_kv_token * context tokens the decodes attend,   (memory: weights, KV)
+               + step_expert_weights * (1 - (1 - expert_share_per_token) ** T),     (the experts T tokens use)
+               step_compute_per_token * (T = prefill tokens + decoding sequences))   (compute)
+         + step_prefill_base      if the step has a prefill chunk in it
+         + step_per_prefill_token * prefill tokens in the step
+         + step_per_decode_seq    * decoding sequences in the step
+
+The first term is a roofline: a step takes the longer of reading the weights and the KV cache it attends and
+computing its tokens, so ITL stays flat while decoding is bound by memory and bends once compute catches up;
+the last two are linear costs (older profiles use them alone).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .config import SimConfig
+
+__all__ = ["prefill_is_due", "step_cost"]
+
+
+def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
+    """A step's duration before jitter: ``decodes`` sequences decoding, attending ``kv_tokens`` of context in all,
+    and ``prefill_tokens`` of prompts (``prefilling``: a prefill chunk is in it)."""
+    tokens = prefill_tokens + decodes
+    memory = config.step_base + config.step_per_kv_token * kv_tokens
+    if config.step_expert_weights:  # a mixture of experts reads only the experts its tokens route to
+        memory += config.step_expert_weights * (1.0 - (1.0 - config.expert_share_per_token) ** tokens)
+    compute = config.step_compute_per_token * tokens
+    return (max(memory, compute) + (config.step_prefill_base if prefilling else 0.0)
+            + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * decodes)
+
+
+def prefill_is_due(config: SimConfig, prompts: int, decoding: int, decode_steps: int) -> bool:
+    """Under ``prefill_when_due``, whether the waiting prompts get the next step (the decoders wait for it).
+
+    TGI's router (``--waiting-served-ratio``, ``--max-waiting-tokens``): with a batch running, a new prefill
+    batch is formed only when it would hold at least ``waiting_served_ratio`` x the running batch (``prompts``:
+    how many waiting prompts fit one step's budget; ``decoding``: the running batch), or once the batch has
+    decoded ``max_waiting_steps`` times since the last prefill (TGI counts the prefill as the first: so
+    ``decode_steps + 1``). With no batch running every prompt that fits goes at once."""
+    if not decoding:
+        return True
+    return (decode_steps + 1 >= config.max_waiting_steps
+            or prompts >= math.floor(decoding * config.waiting_served_ratio))
