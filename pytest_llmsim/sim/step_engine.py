@@ -223,8 +223,9 @@ class StepEngine(Engine):
         decoders = self._decoders
         prompts_alone = held = False
         if self._prefills and config.step_policy != "mixed":
+            enough = math.floor(len(decoders) * config.waiting_served_ratio)  # counted no further
             prompts_alone = config.step_policy == "prefill_first" or prefill_is_due(
-                config, self._prompts_that_fit(budget), len(decoders), self.steps - self._prefill_step)
+                config, self._prompts_that_fit(budget, enough), len(decoders), self.steps - self._prefill_step)
             held = not prompts_alone  # the batch decodes alone; the prompts wait
         if prompts_alone:  # every decoder waits
             for seq in self._lazy_decoders.members():
@@ -263,12 +264,13 @@ class StepEngine(Engine):
             end = self._ride_quiet_steps(end)  # (not while prompts are held: each step may make them due)
         self._push(end, _BATCH_STEP, next(iter(decoders)) if decoders else prefilling[0][0])
 
-    def _prompts_that_fit(self, budget: int) -> int:
-        """How many waiting prompts one prefill step's ``budget`` holds whole (at least the first, chunked)."""
+    def _prompts_that_fit(self, budget: int, enough: int) -> int:
+        """How many waiting prompts one prefill step's ``budget`` holds whole (at least the first, chunked), counted
+        up to ``enough``."""
         count = 0
         for seq in self._prefills:
             budget -= seq.prefill_left
-            if budget < 0:
+            if budget < 0 or count >= enough:
                 break
             count += 1
         return max(count, 1)
