@@ -307,6 +307,45 @@ def test_cancel_and_slow_sequences() -> None:
     assert slow.e2e is not None and normal.e2e is not None and slow.e2e > 1.8 * normal.e2e - 0.01
 
 
+@pytest.mark.parametrize("ratio", [1.2, 0.0])
+def test_a_tgi_like_backend_holds_a_lone_prompt_while_its_batch_decodes(llm_backend: LLMBackend, ratio: float) -> None:
+    """``prefill_when_due`` through the openai SDK: three streams decode (let in one by one at a ratio of 0: at
+    1.2 a third arriving while two decode would wait for them); then a fourth request, alone (fewer than 1.2 x the
+    batch) and with no forced turn (``max_waiting_steps`` large), waits until the batch is done; with a ratio of 0
+    it joins at once. Times are simulated: the engine's order, whatever the machine's pace."""
+    import concurrent.futures
+    import threading
+
+    import openai
+
+    llm_backend.configure(scheduler="step", step_base=0.01, speed=2.0, step_policy="prefill_when_due",
+                          waiting_served_ratio=0.0, max_waiting_steps=1000, answer_length=100)
+    client = openai.OpenAI(base_url=llm_backend.url_for("/v1"), api_key="k", max_retries=0, timeout=60)
+    started = threading.Barrier(4)
+
+    def stream(index: int) -> None:
+        chunks = client.chat.completions.create(model="m", stream=True, max_tokens=100,
+                                                messages=[{"role": "user", "content": f"batch {index}"}])
+        for number, _ in enumerate(chunks):
+            if number == 1:  # decoding
+                started.wait(timeout=30)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        streams = [pool.submit(stream, index) for index in range(3)]
+        started.wait(timeout=30)  # the batch decodes (its three joined one by one, at a ratio of 0)
+        llm_backend.configure(waiting_served_ratio=ratio)
+        lone = client.chat.completions.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "late"}])
+        for each in streams:
+            each.result()
+    assert lone.choices[0].message.content
+    (late,) = [record for record in llm_backend.requests if record.max_tokens == 5]  # the log is in finishing order
+    assert late.ttft is not None and len(llm_backend.requests) == 4
+    if ratio:  # held for the rest of the batch's 100 decode steps (10 ms each), most of a second
+        assert late.ttft > 0.5
+    else:  # one step in flight, then its own prefill step
+        assert late.ttft < 0.05
+
+
 def test_scheduler_changes_only_when_idle(llm_backend: LLMBackend) -> None:
     llm_backend.configure(scheduler="step", step_base=0.01, speed=float("inf"))
     httpx.post(llm_backend.url_for("/v1/completions"), json={"model": "m", "prompt": "hi", "max_tokens": 3})
