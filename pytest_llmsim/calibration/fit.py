@@ -197,7 +197,9 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     ``base``). Returns the :class:`Fit`.
 
     Each budget gets a short search; the two best (``FINALISTS``) are then searched to convergence and
-    the lower loss wins. The searches of a stage step together: with ``workers`` above 1 every evaluation
+    the lower loss wins; where the rows say the clients' own time between requests (:func:`client_gap`), the
+    winner is searched once more with its clients waiting that long, as they are predicted (the first
+    searches' clients never wait, and load the server more). The searches of a stage step together: with ``workers`` above 1 every evaluation
     they wait for is spread over that many processes (``llmsim calibrate`` uses one per core), started by
     ``forkserver`` or ``spawn``, so a script calling this needs the usual ``if __name__ == "__main__":``
     guard. The result does not depend on ``workers``. With ``hardware`` (a
@@ -243,11 +245,18 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
         final = dict(zip(finalists, _run([_Search(base, rows, spread, budget, FULL_SEARCH,
                                                   short[budget][1] if short else start, space)
                                           for budget in finalists], evaluate)))
-    best = min(final, key=lambda budget: final[budget][0])
-    config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
+        best = min(final, key=lambda budget: final[budget][0])
+        config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
+        gap, predicted = _settle_gap(config, rows, spread)
+        refit: list[SearchResult] = []
+        if gap:  # searched with clients that never wait: once more as the rows' clients do (they load it less)
+            refit = _run([_Search(base, with_client_gap(rows, gap), spread, best, FULL_SEARCH, final[best][1],
+                                  space)], evaluate)
+            final[best] = refit[0]
+            config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
+            gap, predicted = _settle_gap(config, rows, spread)
     losses = {budget: (final if budget in final else short)[budget][0] for budget in budgets}
-    evaluations = sum(result[2] for result in (*ranked, *final.values()))
-    gap, predicted = _settle_gap(config, rows, spread)
+    evaluations = sum(result[2] for result in (*ranked, *final.values(), *refit))
     fit = Fit(config, rows, predicted, evaluations, losses, space.efficiencies(final[best][1]), gap)
     if model is not None:
         fit.fitted, fit.from_priors, fit.shares = model.free, model.fixed, model.as_priors(fit.efficiencies)
