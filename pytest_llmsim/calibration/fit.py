@@ -199,8 +199,9 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     Each budget gets a short search; the two best (``FINALISTS``) are then searched to convergence and
     the lower loss wins; where the rows say the clients' own time between requests (:func:`client_gap`), the
     winner is searched once more with its clients waiting that long, as they are predicted (the first
-    searches' clients never wait, and load the server more). The searches of a stage step together: with ``workers`` above 1 every evaluation
-    they wait for is spread over that many processes (``llmsim calibrate`` uses one per core), started by
+    searches' clients never wait, and load the server more). The searches of a stage step together: with
+    ``workers`` above 1 every evaluation they wait for is spread over that many processes (``llmsim calibrate``
+    uses one per core), started by
     ``forkserver`` or ``spawn``, so a script calling this needs the usual ``if __name__ == "__main__":``
     guard. The result does not depend on ``workers``. With ``hardware`` (a
     :class:`~pytest_llmsim.calibration.Hardware`) the roofline's three costs come from the device and the
