@@ -38,6 +38,7 @@ from pytest_llmsim.calibration import (
     with_client_gap,
 )
 from pytest_llmsim.calibration.benchmark import Benchmark
+from pytest_llmsim.calibration.model import PARAMETERS
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.calibration.workload import errors
 from pytest_llmsim.sim.config import SimConfig
@@ -123,6 +124,25 @@ def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], 
     return median_errors(guess, held_out), took, values
 
 
+#: The numbers whose priors go by the device's stack, not the model's kind (``model.Parameter.by_stack``).
+_BY_STACK = tuple(parameter.name for parameter in PARAMETERS if parameter.by_stack)
+
+
+def _stack(sweep: Sweep) -> str:
+    """Lean or not (``priors.Hardware.lean_stack``): the shipped priors of :data:`_BY_STACK` differ by it."""
+    return "lean" if sweep.hardware.lean_stack else "heavy"
+
+
+def _leave_one_out(sweep: Sweep, sweeps: list[Sweep], own: dict[str, dict[str, float]],
+                   group: Any) -> dict[str, float]:
+    """The geometric medians of the all-row fits of the other sweeps in ``sweep``'s group (every other sweep's
+    where fewer than two share it)."""
+    others = [own[s.name] for s in sweeps if s.name != sweep.name and group(s) == group(sweep)]
+    if len(others) < 2:
+        others = [values for name, values in own.items() if name != sweep.name]
+    return geometric_median_priors(others) if others else {}
+
+
 def _kind(sweep: Sweep) -> str:
     """Dense or a mixture of experts: the shipped priors differ by it (``model.Parameter.moe``)."""
     return "moe" if sweep.hardware.mixture_of_experts else "dense"
@@ -138,16 +158,16 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
         own[sweep.name] = values
         log(f"# {sweep.name}: all-row fit with the shipped priors in {took:.1f} s: "
             + ", ".join(f"{k} {v:.3g}" for k, v in values.items()))
-    for kind in ("dense", "moe"):
-        fits = [own[s.name] for s in sweeps if _kind(s) == kind]
-        log(f"# geometric medians over the {kind} sweeps (the shipped priors' source): "
+    for group, label in ((_kind, "dense"), (_kind, "moe"), (_stack, "lean"), (_stack, "heavy")):
+        fits = [own[s.name] for s in sweeps if group(s) == label]
+        log(f"# geometric medians over the {label} sweeps (the shipped priors' source): "
             + ", ".join(f"{k} {v:.3g}" for k, v in geometric_median_priors(fits).items()))
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     for sweep in sweeps:
-        others = [own[s.name] for s in sweeps if s.name != sweep.name and _kind(s) == _kind(sweep)]
-        if len(others) < 2:  # too few of its kind to say a median: every other sweep's
-            others = [values for name, values in own.items() if name != sweep.name]
-        priors = geometric_median_priors(others) if others else {}
+        priors = _leave_one_out(sweep, sweeps, own, _kind)
+        stacked = _leave_one_out(sweep, sweeps, own, _stack)  # the numbers that go by the device's stack
+        priors.update({key: value for key, value in stacked.items()
+                       if any(key == name or key.startswith(name + "_") for name in _BY_STACK)})
         found: dict[str, dict[str, list[float]]] = {}
         for split, (fit_rows, held_out) in splits(sweep.rows).items():
             if split not in chosen or not held_out:

@@ -34,7 +34,9 @@ class Parameter:
     share of the fitted rows' lightest figure of that metric (``"itl"``: its ITL, ``"ttft"``: its TTFT), as
     fixed costs differ across servers by more than their share of what they cost does. ``moe`` and
     ``moe_seconds``: the priors for a mixture of experts, where they differ from a dense model's (its grouped
-    expert matmuls and routing reach a smaller share of the peaks, and its steps carry more fixed work)."""
+    expert matmuls and routing reach a smaller share of the peaks). ``heavy``, ``heavy_seconds`` and
+    ``heavy_reads``: where given, the number's priors go by the device's stack instead of the model's kind (its
+    own for a lean stack, :attr:`~pytest_llmsim.calibration.priors.Hardware.lean_stack`, these for another)."""
 
     name: str
     prior: float
@@ -50,30 +52,47 @@ class Parameter:
     #: where no row gives the figure: its share of the lone ITL the priors themselves predict
     #: (:meth:`ServingModel.priors_lone_itl`), over ``seconds`` and given seconds
     of_priors_lone_itl: bool = False
+    heavy: float | None = None
+    heavy_seconds: float | None = None
+    heavy_reads: float | None = None
 
-    def default(self, experts: bool) -> float:
-        """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts."""
+    @property
+    def by_stack(self) -> bool:
+        """Whether its priors go by the device's stack (lean or not) rather than the model's kind."""
+        return self.heavy is not None
+
+    def default(self, experts: bool, lean: bool = True) -> float:
+        """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts (for a
+        number that goes by the stack: on a lean stack or, ``lean`` false, another)."""
+        if self.heavy is not None:
+            return self.prior if lean else self.heavy
         return self.moe if experts and self.moe is not None else self.prior
 
-    def default_reads(self, experts: bool) -> float | None:
+    def default_reads(self, experts: bool, lean: bool = True) -> float | None:
         """A scaled number's shipped prior in reads of the weights at peak, where no row gives its figure."""
+        if self.heavy is not None:
+            return self.reads if lean else self.heavy_reads
         return self.moe_reads if experts and self.moe_reads is not None else self.reads
 
-    def default_seconds(self, experts: bool) -> float:
+    def default_seconds(self, experts: bool, lean: bool = True) -> float:
         """A scaled number's shipped prior in seconds, where no row gives the figure it is a share of."""
-        found = self.moe_seconds if experts and self.moe_seconds is not None else self.seconds
-        return found if found is not None else self.default(experts)
+        if self.heavy is not None:
+            found = self.seconds if lean else self.heavy_seconds
+        else:
+            found = self.moe_seconds if experts and self.moe_seconds is not None else self.seconds
+        return found if found is not None else self.default(experts, lean)
 
 
 #: In the order the search ranks them when the rows identify them equally. Priors: the geometric medians of the
 #: development sweeps' all-row fits, the dense models' and the mixtures of experts' apart (a scaled number's as
 #: its share, and in seconds for priors alone), as ``python benchmarks/calibration_holdout.py --manifest
-#: benchmarks/development_sweeps.toml`` prints them first (2026-12-06: four dense sweeps, four of experts).
+#: benchmarks/development_sweeps.toml`` prints them first (2026-12-06: four dense sweeps, four of experts; by
+#: stack, four lean, NVIDIA's and TPU's, four not, MI300X's and Gaudi 3's).
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("memory_efficiency", 0.95, "fraction of peak memory bandwidth a step's reads reach", moe=0.58),
+    Parameter("memory_efficiency", 0.88, "fraction of peak memory bandwidth a step's reads reach", heavy=0.63),
     Parameter("compute_efficiency", 0.60, "fraction of peak compute a step's tokens reach", moe=0.043),
     Parameter("step_overhead", 0.40, "fixed time per step beside its reads (launches, collectives), seconds",
-              "itl", moe=0.89, reads=0.79, moe_reads=1.87),
+              "itl", reads=0.60, heavy=0.90, heavy_reads=1.88),
     Parameter("request_overhead", 0.074, "the API server's time before a request reaches the scheduler, seconds",
               "ttft", 0.0068, moe=0.076, moe_seconds=0.10),
     Parameter("step_per_decode_seq", 0.0096, "the host's time per decoding sequence in a step, seconds", "itl",
@@ -242,9 +261,10 @@ class ServingModel:
                                                        model.default("compute_efficiency")))
 
     def default(self, name: str) -> float:
-        """A number's prior before any row: the given one, else the shipped one for the model's kind (a scaled
-        one as its share)."""
-        return self.priors.get(name) or _BY_NAME[name].default(self.hardware.mixture_of_experts)
+        """A number's prior before any row: the given one, else the shipped one for the model's kind or, for a number
+        that goes by it, the device's stack (a scaled one as its share)."""
+        return self.priors.get(name) or _BY_NAME[name].default(self.hardware.mixture_of_experts,
+                                                                self.hardware.lean_stack)
 
     def prior(self, name: str) -> float:
         """A number's prior (seconds or a fraction): a scaled one times the lightest row's figure."""
@@ -258,8 +278,9 @@ class ServingModel:
             given = self.priors.get(f"{name}_reads")  # given priors first, reads before seconds
             if given or self.priors.get(f"{name}_seconds"):
                 return given * weights_read(self.hardware) if given else self.priors[f"{name}_seconds"]
-            reads = parameter.default_reads(experts)
-            return reads * weights_read(self.hardware) if reads else parameter.default_seconds(experts)
+            lean = self.hardware.lean_stack
+            reads = parameter.default_reads(experts, lean)
+            return reads * weights_read(self.hardware) if reads else parameter.default_seconds(experts, lean)
         value = self.default(name)
         return value * self.light[parameter.scale] if parameter.scale else value
 

@@ -29,7 +29,8 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_BYTES", "FP4_TYPES", "GPUS", "Device", "Hardware", "device_key", "expert_share"]
+__all__ = ["DTYPE_BYTES", "FP4_TYPES", "GPUS", "LEAN_STACK_VENDORS", "Device", "Hardware", "device_key",
+           "expert_share"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class Device:
         if (dtype == "fp8" or dtype in FP4_TYPES) and self.fp8_flops:
             return self.fp8_flops
         return self.flops
+
+
+#: Vendors whose serving stacks the development sweeps saw run a step with little fixed work beside its reads, near
+#: the datasheet's bandwidth: CUDA graphs (vLLM, TensorRT-LLM/NIM on NVIDIA) and XLA compiling a whole step (TPU):
+#: 0.5-0.8 of a weight read per step beside it, 70-95 % of peak bandwidth. The ROCm and Gaudi stacks of the sweeps
+#: (MI300X, Gaudi 3, early 2025) spent 1.4-2.6 weight reads and reached 60-70 %, for dense models and mixtures alike.
+LEAN_STACK_VENDORS = ("NVIDIA", "Google")
 
 
 #: Known devices (dense tensor peaks, HBM/GDDR bandwidth and capacity), from the vendors' datasheets.
@@ -198,6 +206,13 @@ class Hardware:
     def mixture_of_experts(self) -> bool:
         """Whether its tokens route to experts (``experts`` given): the serving model's priors are a mixture's."""
         return self.expert_params() > 0
+
+    @property
+    def lean_stack(self) -> bool:
+        """Whether the device's vendor's stack runs lean steps (:data:`LEAN_STACK_VENDORS`): the serving model's
+        priors for the fixed cost per step and the bandwidth reached are then those stacks'. A device given by its
+        figures alone counts as one."""
+        return self.gpu is None or GPUS[device_key(self.gpu)].source.split()[0] in LEAN_STACK_VENDORS
 
     @property
     def device(self) -> Device:
