@@ -124,8 +124,8 @@ def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], 
     return median_errors(guess, held_out), took, values
 
 
-#: The numbers whose priors go by the device's stack, not the model's kind (``model.Parameter.by_stack``).
-_BY_STACK = tuple(parameter.name for parameter in PARAMETERS if parameter.by_stack)
+#: The priors that go by the device's stack, not the model's kind (``model.Parameter.stack_keys``).
+_BY_STACK = {key for parameter in PARAMETERS for key in parameter.stack_keys}
 
 
 def _stack(sweep: Sweep) -> str:
@@ -166,8 +166,7 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
     for sweep in sweeps:
         priors = _leave_one_out(sweep, sweeps, own, _kind)
         stacked = _leave_one_out(sweep, sweeps, own, _stack)  # the numbers that go by the device's stack
-        priors.update({key: value for key, value in stacked.items()
-                       if any(key == name or key.startswith(name + "_") for name in _BY_STACK)})
+        priors.update({key: value for key, value in stacked.items() if key in _BY_STACK})
         found: dict[str, dict[str, list[float]]] = {}
         for split, (fit_rows, held_out) in splits(sweep.rows).items():
             if split not in chosen or not held_out:

@@ -313,4 +313,6 @@ def test_the_fixed_cost_per_step_and_the_bandwidth_reached_go_by_the_devices_sta
         assert model.prior("step_overhead") / weights_read(hardware) == pytest.approx(reads), device
         assert model.default("memory_efficiency") == pytest.approx(bandwidth), device
         assert model.default("compute_efficiency") == pytest.approx(0.043 if mixture_of_experts else 0.60)
+        # with a row, the fixed cost is a share of its ITL: a mixture's larger share goes by the kind
+        assert model.default("step_overhead") == pytest.approx(0.89 if mixture_of_experts else 0.40)
     assert Hardware(flops=1e15, bandwidth=3e12, params=8.0).lean_stack

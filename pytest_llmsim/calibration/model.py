@@ -34,9 +34,10 @@ class Parameter:
     share of the fitted rows' lightest figure of that metric (``"itl"``: its ITL, ``"ttft"``: its TTFT), as
     fixed costs differ across servers by more than their share of what they cost does. ``moe`` and
     ``moe_seconds``: the priors for a mixture of experts, where they differ from a dense model's (its grouped
-    expert matmuls and routing reach a smaller share of the peaks). ``heavy``, ``heavy_seconds`` and
-    ``heavy_reads``: where given, the number's priors go by the device's stack instead of the model's kind (its
-    own for a lean stack, :attr:`~pytest_llmsim.calibration.priors.Hardware.lean_stack`, these for another)."""
+    expert matmuls and routing reach a smaller share of the peaks). ``heavy`` and ``heavy_reads``: where given,
+    the prior (``heavy``) or the prior in reads (``heavy_reads``) goes by the device's stack instead of the model's
+    kind (``prior``, ``reads`` on a lean stack, :attr:`~pytest_llmsim.calibration.priors.Hardware.lean_stack`,
+    these on another)."""
 
     name: str
     prior: float
@@ -53,13 +54,14 @@ class Parameter:
     #: (:meth:`ServingModel.priors_lone_itl`), over ``seconds`` and given seconds
     of_priors_lone_itl: bool = False
     heavy: float | None = None
-    heavy_seconds: float | None = None
     heavy_reads: float | None = None
 
     @property
-    def by_stack(self) -> bool:
-        """Whether its priors go by the device's stack (lean or not) rather than the model's kind."""
-        return self.heavy is not None
+    def stack_keys(self) -> tuple[str, ...]:
+        """Its priors that go by the device's stack (lean or not) rather than the model's kind, as
+        :meth:`ServingModel.as_priors` names them."""
+        return ((self.name,) if self.heavy is not None else ()) + (
+            (f"{self.name}_reads",) if self.heavy_reads is not None else ())
 
     def default(self, experts: bool, lean: bool = True) -> float:
         """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts (for a
@@ -70,16 +72,13 @@ class Parameter:
 
     def default_reads(self, experts: bool, lean: bool = True) -> float | None:
         """A scaled number's shipped prior in reads of the weights at peak, where no row gives its figure."""
-        if self.heavy is not None:
+        if self.heavy_reads is not None:
             return self.reads if lean else self.heavy_reads
         return self.moe_reads if experts and self.moe_reads is not None else self.reads
 
     def default_seconds(self, experts: bool, lean: bool = True) -> float:
         """A scaled number's shipped prior in seconds, where no row gives the figure it is a share of."""
-        if self.heavy is not None:
-            found = self.seconds if lean else self.heavy_seconds
-        else:
-            found = self.moe_seconds if experts and self.moe_seconds is not None else self.seconds
+        found = self.moe_seconds if experts and self.moe_seconds is not None else self.seconds
         return found if found is not None else self.default(experts, lean)
 
 
@@ -87,12 +86,13 @@ class Parameter:
 #: development sweeps' all-row fits, the dense models' and the mixtures of experts' apart (a scaled number's as
 #: its share, and in seconds for priors alone), as ``python benchmarks/calibration_holdout.py --manifest
 #: benchmarks/development_sweeps.toml`` prints them first (2026-12-06: four dense sweeps, four of experts; by
-#: stack, four lean, NVIDIA's and TPU's, four not, MI300X's and Gaudi 3's).
+#: stack, for the bandwidth and the fixed cost in reads, four lean, NVIDIA's and TPU's, four not, MI300X's and
+#: Gaudi 3's).
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("memory_efficiency", 0.88, "fraction of peak memory bandwidth a step's reads reach", heavy=0.63),
     Parameter("compute_efficiency", 0.60, "fraction of peak compute a step's tokens reach", moe=0.043),
     Parameter("step_overhead", 0.40, "fixed time per step beside its reads (launches, collectives), seconds",
-              "itl", reads=0.60, heavy=0.90, heavy_reads=1.88),
+              "itl", moe=0.89, reads=0.60, heavy_reads=1.88),
     Parameter("request_overhead", 0.074, "the API server's time before a request reaches the scheduler, seconds",
               "ttft", 0.0068, moe=0.076, moe_seconds=0.10),
     Parameter("step_per_decode_seq", 0.0096, "the host's time per decoding sequence in a step, seconds", "itl",
