@@ -126,7 +126,8 @@ def main() -> None:
                         "benchmarks/development_sweeps.toml): the splits, one row with priors, and leave-one-"
                         "sweep-out, the priors from the other sweeps (see holdout_manifest.py)")
     parser.add_argument("--sweeps-root", default="../shared/calibration", help="where the manifest's paths are")
-    parser.add_argument("--only", default="", help="with --manifest: these entries (comma-separated)")
+    parser.add_argument("--only", default="", help="with --manifest: these entries' splits (comma-separated; the "
+                        "priors still from every entry's all-row fit)")
     parser.add_argument("--splits", default=",".join(SPLITS), help="with --manifest: these splits")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--priors", metavar="K=V,...", help="hardware and model priors, e.g. "
@@ -142,8 +143,11 @@ def main() -> None:
                         help="output lengths uniform within mean * (1 +- S), as answers ending at EOS")
     args = parser.parse_args()
     if args.manifest:
-        sweeps = load_manifest(args.manifest, args.sweeps_root, [n for n in args.only.split(",") if n])
-        results = run(sweeps, args.seeds, args.jobs, args.splits.split(","))
+        sweeps = load_manifest(args.manifest, args.sweeps_root)
+        only = [n for n in args.only.split(",") if n]
+        if unknown := set(only) - {sweep.name for sweep in sweeps}:
+            parser.error(f"--only: no entry {', '.join(sorted(unknown))} in {args.manifest}")
+        results = run(sweeps, args.seeds, args.jobs, args.splits.split(","), only=only)
         print(summary(results), flush=True)
         print(f"uncertainty bands (pytest_llmsim.calibration.uncertainty.BANDS): {bands(results)}", flush=True)
         return

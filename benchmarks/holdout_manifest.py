@@ -149,8 +149,9 @@ def _kind(sweep: Sweep) -> str:
 
 
 def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLITS,
-        log: Any = print) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """Every split of every sweep: ``{sweep: {split: {metric: [error per seed]}}}`` (and ``fit s``)."""
+        log: Any = print, only: Sequence[str] = ()) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Every split of every sweep (of those named in ``only``, if any; the priors still come from every sweep):
+    ``{sweep: {split: {metric: [error per seed]}}}`` (and ``fit s``)."""
     # 1. each sweep's all-row fit with the shipped priors: what each says the numbers are
     own: dict[str, dict[str, float]] = {}
     for sweep in sweeps:
@@ -164,6 +165,8 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
             + ", ".join(f"{k} {v:.3g}" for k, v in geometric_median_priors(fits).items()))
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     for sweep in sweeps:
+        if only and sweep.name not in only:
+            continue
         priors = _leave_one_out(sweep, sweeps, own, _kind)
         stacked = _leave_one_out(sweep, sweeps, own, _stack)  # the numbers that go by the device's stack
         priors.update({key: value for key, value in stacked.items() if key in _BY_STACK})
