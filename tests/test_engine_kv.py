@@ -23,6 +23,22 @@ def test_blocks_count_prompt_and_generated_tokens_and_share_prefixes() -> None:
     assert engine.kv.used == 0 and engine.preemptions == 0
 
 
+def test_blocks_held_by_several_sequences_are_counted_once_until_the_last_lets_go() -> None:
+    """Prefixes of several depths, held by one to four running sequences that finish at different steps: the
+    ledger's count (set operations on the blocks, counts only for blocks held more than once) agrees with a
+    recount at every step and is zero at the end."""
+    engine, _ = make_engine(ttft=0.3, itl=0.1, block_size=4, kv_cache_blocks=400)
+    base = prompt(40)
+    for index, (depth, extra, output) in enumerate([(40, 0, 3), (40, 5, 9), (24, 7, 5), (8, 2, 12), (0, 20, 4),
+                                                   (24, 0, 7)]):
+        engine.advance(0.05 * index)
+        engine.submit(SimSequence([*base[:depth], *prompt(extra, 1000 * (index + 1))], output, index=index))
+    while engine.running_count or engine.waiting_count:
+        assert engine.kv.used == usage_of(engine._running, 4)
+        engine.advance(engine.now + 0.05)
+    assert engine.kv.used == 0
+
+
 def test_a_sequence_waits_until_its_prompt_fits() -> None:
     engine, _ = make_engine(ttft=1.0, itl=0.1, block_size=4, kv_cache_blocks=6)
     big = SimSequence(prompt(16), output_length=2)  # 16 + 1 tokens: 5 blocks

@@ -1,0 +1,83 @@
+"""How long one prediction of each development sweep takes, at two git revisions side by side in one run.
+
+A fit is some 50-150 predictions of its sweep (``llmsim calibrate`` prints how many), so this is what a fit's
+wall time is made of. Checks the base revision out into a temporary git worktree; each round runs one process
+per tree (its own code on ``sys.path``) that predicts every sweep of ``development_sweeps.toml`` once at the
+serving model's start, with the shipped priors and a fixed seed, and reports each prediction's CPU time and a
+digest of what it predicted. Rounds alternate the trees, so drift on a shared machine hits both alike. Prints
+per sweep the median CPU seconds at each revision, their ratio new / base, and whether the two predicted the
+same figures to the last digit (a speed-up that changes the simulation is not one).
+
+    python benchmarks/prediction_speed.py --base REV [--rounds 5] [--sweeps-root ../shared/calibration]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from common import HERE, worktree
+
+ROOT = os.path.dirname(HERE)
+
+# Run in each tree: its benchmarks/ and package first on the path.
+_ONE_ROUND = """
+import hashlib, json, sys, time
+tree, root = sys.argv[1], sys.argv[2]
+sys.path[:0] = [tree, tree + "/benchmarks"]
+from holdout_manifest import load_manifest, _base
+from pytest_llmsim.calibration import predict
+from pytest_llmsim.calibration.fit import PRIORS
+from pytest_llmsim.calibration.model import ServingModel
+found = {}
+for sweep in load_manifest(tree + "/benchmarks/development_sweeps.toml", root):
+    model = ServingModel.for_rows(sweep.hardware, sweep.rows, None)
+    base = _base(sweep, 0).replace(scheduler="step", **PRIORS, max_num_batched_tokens=sweep.budget or 8192)
+    config = model.config(base, model.start())
+    started = time.process_time()
+    guess = predict(config, sweep.rows)
+    took = time.process_time() - started
+    digest = hashlib.sha256(repr([(g.ttft_p50_ms, g.itl_p50_ms, g.req_per_s, g.e2e_p50_ms) for g in guess])
+                            .encode()).hexdigest()[:12]
+    found[sweep.name] = [took, digest]
+print(json.dumps(found))
+"""
+
+
+def one_round(tree: str, sweeps_root: str) -> dict[str, list[object]]:
+    out = subprocess.run([sys.executable, "-c", _ONE_ROUND, tree, os.path.abspath(sweeps_root)], check=True,
+                         capture_output=True, text=True, cwd=tree).stdout
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the revision to compare against (e.g. HEAD~1)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sweeps-root", default="../shared/calibration")
+    args = parser.parse_args()
+    times: dict[str, dict[str, list[float]]] = {"base": {}, "new": {}}
+    digests: dict[str, dict[str, set[str]]] = {"base": {}, "new": {}}
+    with worktree(args.base) as base_tree:
+        for _ in range(args.rounds):
+            for label, tree in (("base", base_tree), ("new", ROOT)):
+                for name, (took, digest) in one_round(tree, args.sweeps_root).items():
+                    times[label].setdefault(name, []).append(float(took))  # type: ignore[arg-type]
+                    digests[label].setdefault(name, set()).add(str(digest))
+    print(f"| sweep | {args.base} CPU s | this tree CPU s | ratio | same figures |\n|---|---|---|---|---|")
+    total = {"base": 0.0, "new": 0.0}
+    for name in times["new"]:
+        base, new = (statistics.median(times[label][name]) for label in ("base", "new"))
+        total["base"] += base
+        total["new"] += new
+        same = "yes" if digests["base"][name] == digests["new"][name] else "**no**"
+        print(f"| {name} | {base:.2f} | {new:.2f} | {new / base:.2f} | {same} |")
+    print(f"| all | {total['base']:.2f} | {total['new']:.2f} | {total['new'] / total['base']:.2f} | |")
+
+
+if __name__ == "__main__":
+    main()
