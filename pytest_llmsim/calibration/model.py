@@ -36,7 +36,7 @@ class Parameter:
     ``moe_seconds``: the priors for a mixture of experts, where they differ from a dense model's (its grouped
     expert matmuls and routing reach a smaller share of the peaks). ``heavy`` and ``heavy_reads``: where given,
     the prior (``heavy``) or the prior in reads (``heavy_reads``) goes by the device's stack instead of the model's
-    kind (``prior``, ``reads`` on a lean stack, :attr:`~pytest_llmsim.calibration.priors.Hardware.lean_stack`,
+    kind (``prior``, ``reads`` on a lean stack, :attr:`~pytest_llmsim.calibration.Hardware.lean_stack`,
     these on another)."""
 
     name: str

@@ -209,9 +209,10 @@ class Hardware:
 
     @property
     def lean_stack(self) -> bool:
-        """Whether the device's vendor's stack runs lean steps (:data:`LEAN_STACK_VENDORS`): the serving model's
-        priors for the fixed cost per step and the bandwidth reached are then those stacks'. A device given by its
-        figures alone counts as one."""
+        """Whether the device's vendor's stack runs lean steps
+        (:data:`~pytest_llmsim.calibration.priors.LEAN_STACK_VENDORS`): the serving model's priors for the fixed
+        cost per step and the bandwidth reached are then those stacks'. A device given by its figures alone counts
+        as one."""
         return self.gpu is None or GPUS[device_key(self.gpu)].source.split()[0] in LEAN_STACK_VENDORS
 
     @property
