@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from pytest_llmsim import SimConfig
-from pytest_llmsim.calibration import SweepRow, levenberg_marquardt, predict_row, workload
+from pytest_llmsim.calibration import SweepRow, fit, levenberg_marquardt, predict_row, workload
 from pytest_llmsim.calibration.search import _broyden_update, evaluator, levenberg_marquardt_steps, run_together
 from pytest_llmsim.sim.sequence import SimSequence
 
@@ -118,3 +118,20 @@ def test_numbered_or_uncached_prompts_predict_exactly_what_hashed_tokens_do(monk
     preempted = sum(seq.preemptions for seq in _HashedSequence.made)
     assert preempted > 0 if kv_cache_blocks else preempted == 0
     assert numbered.ttft_p50_ms and numbered.itl_p50_ms and numbered.req_per_s
+
+
+def test_a_fits_rows_go_to_the_workers_dearest_first() -> None:
+    """Each row of an evaluation is a task; once a row's cost is known, the dearest go out first (the sweep's
+    order left the heaviest row to start last while the other core idled), and the answers come back in order."""
+    rows = [SweepRow(c, None, 64, 8) for c in (1, 4, 16)]
+    sent: list[list[int | None]] = []
+
+    def evaluate(tasks: list[Any]) -> list[Any]:  # a row's residual is its concurrency, its cost a tenth of it
+        sent.append([task.task.rows[0].concurrency for task in tasks])
+        return [([float(task.task.rows[0].concurrency)], task.task.rows[0].concurrency / 10) for task in tasks]
+
+    by_row = fit._by_row(evaluate)
+    point = fit._Evaluation(SimConfig(), rows, 0.0, None)
+    assert by_row([point]) == [[1.0, 4.0, 16.0]]
+    assert by_row([point, point]) == [[1.0, 4.0, 16.0], [1.0, 4.0, 16.0]]
+    assert sent == [[1, 4, 16], [16, 16, 4, 4, 1, 1]]
