@@ -87,8 +87,14 @@ class PrefixCache:
         """Add a computed prompt's full blocks, evicting the least recently used."""
         if self.capacity_blocks == 0:
             return
+        blocks = self._blocks
         for block_hash in hashes if hashes is not None else block_hashes(tokens, self.block_size):
-            self._blocks[block_hash] = None
-            self._blocks.move_to_end(block_hash)
-        while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
+            if block_hash in blocks:
+                blocks.move_to_end(block_hash)
+            else:  # a new key goes in at the end already
+                blocks[block_hash] = None
+        excess = len(blocks) - self.capacity_blocks
+        if excess > 0:  # counted once: a long prompt evicts hundreds (its length checked per block was a fifth)
+            evict = blocks.popitem
+            for _ in range(excess):
+                evict(False)
