@@ -30,7 +30,7 @@ import math
 
 from .config import SimConfig
 
-__all__ = ["prefill_is_due", "step_cost"]
+__all__ = ["prefill_is_due", "prompts_enough", "step_cost"]
 
 
 def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
@@ -45,6 +45,12 @@ def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: i
             + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * decodes)
 
 
+def prompts_enough(config: SimConfig, decoding: int) -> int:
+    """Under ``prefill_when_due``, how many waiting prompts make a prefill step due with ``decoding`` sequences
+    running (TGI's ``--waiting-served-ratio``): a caller counting the prompts that fit need count no further."""
+    return math.floor(decoding * config.waiting_served_ratio)
+
+
 def prefill_is_due(config: SimConfig, prompts: int, decoding: int, decode_steps: int) -> bool:
     """Under ``prefill_when_due``, whether the waiting prompts get the next step (the decoders wait for it).
 
@@ -56,4 +62,4 @@ def prefill_is_due(config: SimConfig, prompts: int, decoding: int, decode_steps:
     if not decoding:
         return True
     return (decode_steps + 1 >= config.max_waiting_steps
-            or prompts >= math.floor(decoding * config.waiting_served_ratio))
+            or prompts >= prompts_enough(config, decoding))

@@ -59,7 +59,7 @@ from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
 from .front_end import FrontEndTurns
 from .lazy_decoders import LazyDecoders
-from .step_composition import prefill_is_due, step_cost
+from .step_composition import prefill_is_due, prompts_enough, step_cost
 
 __all__ = ["StepEngine"]
 
@@ -199,7 +199,7 @@ class StepEngine(Engine):
             self._last_end = lazy_decoders.through_end = self.now = end
             lazy_decoders.through += 1
             kv_tokens = self._decoder_context + lazy_decoders.context()
-            end = self._put_in_flight(end, kv_tokens, self._step_cost(count, kv_tokens, 0, False))
+            end = self._put_in_flight(end, kv_tokens, step_cost(self.config, count, kv_tokens, 0, False))
         self.step_tokens.observe(count, lazy_decoders.through - first)  # each quiet step decoded them all
         return end
 
@@ -223,9 +223,9 @@ class StepEngine(Engine):
         decoders = self._decoders
         prompts_alone = held = False
         if self._prefills and config.step_policy != "mixed":
-            enough = math.floor(len(decoders) * config.waiting_served_ratio)  # counted no further
             prompts_alone = config.step_policy == "prefill_first" or prefill_is_due(
-                config, self._prompts_that_fit(budget, enough), len(decoders), self.steps - self._prefill_step)
+                config, self._prompts_that_fit(budget, prompts_enough(config, len(decoders))), len(decoders),
+                self.steps - self._prefill_step)
             held = not prompts_alone  # the batch decodes alone; the prompts wait
         if prompts_alone:  # every decoder waits
             for seq in self._lazy_decoders.members():
@@ -256,8 +256,8 @@ class StepEngine(Engine):
             self._step_end = None
             return
         self._decoding, self._prefilling, self._step_decodes = decoding, prefilling, decodes
-        end = self._put_in_flight(start, kv_tokens, self._step_cost(decodes, kv_tokens, prefill_tokens,
-                                                                    bool(prefilling)))
+        end = self._put_in_flight(start, kv_tokens, step_cost(config, decodes, kv_tokens, prefill_tokens,
+                                                              bool(prefilling)))
         if prompts_alone:
             self._prefill_step = self.steps
         if self._lazy and not decoding and not prefilling and not self._told and not held:
@@ -286,9 +286,6 @@ class StepEngine(Engine):
             self._trim_timeline()
         return end
 
-    def _step_cost(self, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
-        return step_cost(self.config, decodes, kv_tokens, prefill_tokens, prefilling)
-
     def _join_step_in_flight(self, seq: SimSequence) -> None:
         """``seq`` arrived before the step in flight started, but reached the engine after (the server
         hands a request over once its handler has parsed it, back-dated to its receive time): it is in
@@ -303,7 +300,7 @@ class StepEngine(Engine):
             return
         prefilling.append((seq, min(seq.prefill_left, room)))
         prefill_tokens += prefilling[-1][1]
-        cost = self._step_cost(self._step_decodes, self._step_kv_tokens, prefill_tokens, True)
+        cost = step_cost(self.config, self._step_decodes, self._step_kv_tokens, prefill_tokens, True)
         end = max(self.now, self._step_start + cost * self._step_jitter)
         if self._step_end is not None and end > self._step_end:
             self._step_end = end
