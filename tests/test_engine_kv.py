@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from engine_helpers import gaps, make_engine, prompt
 
-from pytest_llmsim.sim.engine import SeqState, SimSequence
+from pytest_llmsim import LLMBackend
+from pytest_llmsim.sim.engine import Engine, SeqState, SimSequence
 from pytest_llmsim.sim.kv_blocks import usage_of
 
 
@@ -125,3 +128,59 @@ def test_preemption_at_the_first_token_and_random_loads_never_strand_a_sequence(
             if seq.state is SeqState.FINISHED:
                 lowest = 0.1 * (1 - 3 * jitter)  # jitter's clamp
                 assert seq.emitted == 12 and seq.ttft is not None and seq.ttft >= lowest - 1e-9
+
+
+@pytest.mark.parametrize("kind", ["event", "step"])
+def test_reserving_max_tokens_holds_a_request_until_its_whole_answer_fits_and_never_preempts(kind: str) -> None:
+    """``kv_reserve_max_tokens`` (TGI's router, TensorRT-LLM's GUARANTEED_NO_EVICT): a request is admitted only
+    when its prompt plus its max_tokens fit, however few tokens it ends up generating; without it the same
+    cache admits both at once (room for the prompt) and preempts when it runs out."""
+    from pytest_llmsim.sim.step_engine import StepEngine
+
+    engine_kind = StepEngine if kind == "step" else Engine
+    for reserve in (False, True):
+        engine, _ = make_engine(engine_kind, ttft=1.0, itl=0.1, block_size=4, kv_cache_blocks=10,
+                                cache_capacity_blocks=0, kv_reserve_max_tokens=reserve,
+                                **({"scheduler": "step", "step_base": 0.1} if kind == "step" else {}))
+        # each: 8 prompt tokens (2 blocks) and max_tokens 20 (5 blocks more), ending after 6 tokens
+        first = SimSequence(prompt(8), output_length=6, reserve_tokens=20)
+        second = SimSequence(prompt(8, start=5000), output_length=6, index=1, reserve_tokens=20)
+        engine.submit(first)
+        engine.submit(second)
+        if reserve:
+            assert (engine.running_count, engine.waiting_count) == (1, 1) and engine.kv.used == 7
+        else:
+            assert (engine.running_count, engine.waiting_count) == (2, 0)
+        engine.run_until_idle()
+        assert engine.preemptions == 0 and engine.kv.used == 0
+        assert first.state is second.state is SeqState.FINISHED
+        if reserve:  # the second waits for the first to finish and free its reservation
+            assert second.admitted_at == pytest.approx(first.finished_at) and second.queue_time >= 0.5
+        else:
+            assert second.queue_time == 0
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+def test_a_backend_reserving_max_tokens_queues_a_request_whose_budget_does_not_fit(llm_backend: LLMBackend,
+                                                                                   reserve: bool) -> None:
+    """Through the openai SDK: a KV cache of 20 blocks (320 tokens) holds one request of max_tokens 200 reserved
+    whole, so with ``kv_reserve_max_tokens`` a second request sent while the first streams waits until the first
+    ends, though each answer is 50 tokens; without it, both run at once. Times are simulated."""
+    import openai
+
+    llm_backend.configure(ttft=0.05, itl=0.01, speed=2.0, answer_length=50, kv_cache_blocks=20,
+                          kv_reserve_max_tokens=reserve)
+    client = openai.OpenAI(base_url=llm_backend.url_for("/v1"), api_key="k", max_retries=0, timeout=60)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    first = client.chat.completions.create(model="m", stream=True, max_tokens=200, messages=messages)
+    next(iter(first))  # the first is decoding
+    second = client.chat.completions.create(model="m", max_tokens=200, messages=[{"role": "user", "content": "two"}])
+    assert second.choices[0].message.content and "".join(
+        chunk.choices[0].delta.content or "" for chunk in first if chunk.choices)
+    assert llm_backend.wait_idle(timeout=30)
+    (late,) = [record for record in llm_backend.requests if not record.stream]
+    assert late.status == 200 and late.ttft is not None
+    if reserve:  # waited for most of the first's 50 decode steps (10 ms each)
+        assert late.ttft > 0.3
+    else:
+        assert late.ttft < 0.1

@@ -166,6 +166,11 @@ class SimConfig:
         "KV-cache capacity in blocks of block_size tokens: a sequence waits for room for its prompt, and "
         "a full cache preempts the latest admitted sequence; unset means unbounded",
         aliases=("num-gpu-blocks-override", "kv-cache-size"))
+    kv_reserve_max_tokens: bool = setting(
+        False, check.boolean,
+        "Admit a request only when its prompt plus its max_tokens fit in the KV cache, and hold them until it "
+        "ends (TGI's router, TensorRT-LLM's GUARANTEED_NO_EVICT): nothing is preempted; false: blocks as "
+        "tokens are generated (vLLM)")
     output: str = setting(
         "filler", check.output_mode,
         "Generated content: filler (seeded) or echo (last user message)")

@@ -89,7 +89,7 @@ class Engine:
         # LoRA adapters in the batch (name -> running sequences) and waiting sequences that name one
         self._active_adapters: dict[str, int] = {}
         self._adapter_waiting = 0
-        self.kv = KVBlocks(config.kv_cache_blocks, config.block_size)
+        self.kv = KVBlocks(config.kv_cache_blocks, config.block_size, config.kv_reserve_max_tokens)
         self.preemptions = 0
         self.step_tokens = BucketCounts(STEP_TOKEN_BUCKETS)  # per step: only the step scheduler has shared steps
         self._admissions = itertools.count()  # preemption picks the latest admitted
@@ -147,6 +147,7 @@ class Engine:
                 self.config.block_size, self.config.cache_capacity_blocks):
             self.cache = PrefixCache(config.block_size, config.cache_capacity_blocks)
         self.kv.capacity = config.kv_cache_blocks  # a smaller cache preempts at the next new block
+        self.kv.reserve_max_tokens = config.kv_reserve_max_tokens  # for sequences admitted from now on
         # (a new block size applies to sequences admitted from now on)
         self.config = config
         self.latency = LatencyModel(config, self.latency.rng)

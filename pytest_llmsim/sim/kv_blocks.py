@@ -11,6 +11,11 @@ fits) and before each decode step that starts a new block (when none is free,
 the most recently admitted sequence is preempted: its blocks are freed and
 it waits to be recomputed, as vLLM's V1 scheduler does). Without one,
 nothing is refused, and :func:`usage_of` reports what the batch holds.
+
+With ``reserve_max_tokens`` (``kv_reserve_max_tokens``), a sequence takes the blocks of its prompt and of its
+whole answer's budget (the request's max_tokens, ``SimSequence.reserve_tokens``) when admitted, as TGI's router
+and TensorRT-LLM's GUARANTEED_NO_EVICT scheduler allocate: it waits until all of them fit, never needs another
+block while it runs, and so is never preempted.
 """
 
 from __future__ import annotations
@@ -49,9 +54,10 @@ def usage_of(running: Iterable[SimSequence], block_size: int) -> int:
 class KVBlocks:
     """The ledger of a KV cache of ``capacity`` blocks (None: unbounded)."""
 
-    def __init__(self, capacity: int | None, block_size: int) -> None:
+    def __init__(self, capacity: int | None, block_size: int, reserve_max_tokens: bool = False) -> None:
         self.capacity = capacity
         self.block_size = block_size
+        self.reserve_max_tokens = reserve_max_tokens
         self.used = 0
         # a prompt block held by any sequence, and the references past the first of one held by several: set
         # operations in C over a 5,000-token prompt's ~300 blocks, where a count per block was a Python loop
@@ -63,14 +69,22 @@ class KVBlocks:
     def free(self) -> float:
         return math.inf if self.capacity is None else self.capacity - self.used
 
+    def _admitted_tokens(self, seq: SimSequence) -> int:
+        """The tokens ``seq`` holds blocks for from its admission: its prompt, what it generated and room for one
+        more token, or, reserving, for the rest of its answer's budget too."""
+        tokens = seq.emitted + 1
+        if self.reserve_max_tokens:
+            tokens = max(tokens, seq.reserve_tokens or seq.output_length)
+        return len(seq.prompt_tokens) + tokens
+
     def admission_need(self, seq: SimSequence) -> int:
-        """New blocks ``seq`` takes when admitted: its prompt, what it generated, room for one more token."""
-        shared, private = blocks_held(seq, self.block_size, len(seq.prompt_tokens) + seq.emitted + 1)
+        """New blocks ``seq`` takes when admitted (see :meth:`_admitted_tokens`), less prompt blocks already held."""
+        shared, private = blocks_held(seq, self.block_size, self._admitted_tokens(seq))
         return len(shared) - len(self._held.intersection(shared)) + private
 
     def take(self, seq: SimSequence) -> None:
         """``seq`` is admitted: it holds its blocks from now on."""
-        shared, private = blocks_held(seq, self.block_size, len(seq.prompt_tokens) + seq.emitted + 1)
+        shared, private = blocks_held(seq, self.block_size, self._admitted_tokens(seq))
         already = self._held.intersection(shared) if shared else set()
         for block_hash in already:
             self._extra_refs[block_hash] = self._extra_refs.get(block_hash, 0) + 1

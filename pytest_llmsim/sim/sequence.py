@@ -135,7 +135,8 @@ class Gaps:
 class SimSequence:
     """One generation: a prompt, how many tokens to emit, and what happened.
 
-    ``output_length`` tokens are emitted unless the sequence is cancelled.
+    ``output_length`` tokens are emitted unless the sequence is cancelled (``reserve_tokens``: at most how
+    many it could have been, the request's max_tokens).
     ``latency_scale`` stretches this sequence's own steps (a slow fault); ``latency_shape`` moves its
     latency over time (a scenario).
     ``owner`` and ``index`` are the caller's (the runtime keeps its feed in
@@ -150,6 +151,9 @@ class SimSequence:
     owner: Any = None
     adapter: str | None = None
     latency_shape: Any = None  # a scenario's phases aimed at it (.scenario.LatencyShape): its latency over time
+    #: the most tokens it may generate (the request's max_tokens; 0: ``output_length``), what a KV cache that
+    #: reserves an answer's budget at admission holds for it (``kv_reserve_max_tokens``)
+    reserve_tokens: int = 0
     preemptions: int = 0  # times the KV cache ran out and this sequence was sent back to wait
     kv_private: int = 0  # KV blocks held that no other sequence shares
     kv_shared: int = 0  # full prompt blocks held (shared with sequences of the same prefix)

@@ -299,7 +299,7 @@ class Simulator:
                 echo_prefixes.append(source if request.echo else "")
                 sequences.append(SimSequence(ids, output.length, latency_scale=latency_scale,
                                              index=prompt_index * request.n + choice, adapter=adapter,
-                                             latency_shape=request.latency_shape))
+                                             latency_shape=request.latency_shape, reserve_tokens=max_tokens))
         load_time = 0.0
         if request.keep_alive is not None:
             load_time = self.residency.acquire(request.model, self.runtime.virtual_now(), config.ollama_load_seconds,
