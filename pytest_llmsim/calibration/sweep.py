@@ -44,6 +44,10 @@ class SweepRow:
     # what the latency figures are: "median" (vllm bench serve, SGLang, guidellm) or "mean" (a table that reports
     # averages); the fields keep their p50 names either way
     statistic: str = "median"
+    # not the benchmark's: at a fixed concurrency, the waves after the first a prediction simulates (None: until
+    # they settle, at least SETTLED_WAVES; a predicted row says how many it simulated). A fit fixes each row's
+    # once, so its searches compare predictions of the same length.
+    waves: int | None = None
 
     def workload(self) -> str:
         if self.concurrency is not None:  # each client sending one request is a burst

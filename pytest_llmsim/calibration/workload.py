@@ -17,9 +17,10 @@ clients send their next request as soon as an answer ends, or after the row's
 Simulating every prompt of a long benchmark costs a fit time where the
 statistic has long settled. ``llmsim predict`` simulates every prompt
 (``EVERY_PROMPT``); a fit, at fixed concurrency, at most ``SETTLED_WAVES`` waves
-after the first: requests after the first wave are weighted
-so they stand for all the benchmark's later ones (the medians are weighted
-medians), and the run's duration is the simulated one plus the remaining
+after the first: the next to last wave's requests are weighted so they stand
+for the benchmark's waves not simulated (the medians are weighted medians;
+the waves before count as the benchmark's first ones, the last, which drains,
+as its last), and the run's duration is the simulated one plus the remaining
 requests at the steady rate the last waves had. At a fixed rate every
 arrival is simulated (the benchmark's own count, or ``OPEN_LOOP_SECONDS``
 of arrivals, at most ``MOST_ARRIVALS``).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -45,6 +47,9 @@ __all__ = ["EVERY_PROMPT", "MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES"
 #: weighted to stand for the rest. On the shipped sweep's rows the medians come within 10 % of simulating every
 #: prompt (tests/test_calibration_inputs.py); each wave more costs as much time as the first.
 SETTLED_WAVES = 4
+#: A closed loop is simulated a wave further while its two latest complete waves' median TTFTs differ by more
+#: than this share (``_settled``), up to every prompt.
+SETTLE_TOLERANCE = 0.1
 #: ``waves`` that simulates every prompt of a closed loop (``llmsim predict``: one workload, where simulating all
 #: of it costs a fraction of a second; the fit, which runs thousands, keeps ``SETTLED_WAVES``).
 EVERY_PROMPT = 1 << 30
@@ -110,7 +115,8 @@ def _uncached(config: SimConfig) -> SimConfig:
 def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0,
                 waves: int | None = None) -> SweepRow:
     """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts
-    (``waves``: closed-loop waves simulated after the first, ``SETTLED_WAVES`` unless given; at least 2).
+    (``waves``: closed-loop waves simulated after the first, at least 2; unless given, the row's ``waves``, else
+    at least ``SETTLED_WAVES`` and more until they settle (``SETTLE_TOLERANCE``); the predicted row says how many).
     A row's own ``output_spread`` (its source measured it) wins over ``spread``."""
     if (row.concurrency is None) == (row.rate is None):
         raise ValueError("a sweep row sets exactly one of concurrency or rate")
@@ -118,9 +124,11 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     prompts = prompts_of(row)
     closed = row.concurrency is not None
     clients = min(row.concurrency or 1, prompts)
-    simulated = min(prompts, clients * (1 + max(2, waves or SETTLED_WAVES))) if closed else prompts
-    lengths = _lengths(row.output_tokens, spread, simulated, random.Random(f"lengths:{seed}"))
-    inputs = _lengths(row.input_tokens, row.input_spread or 0.0, simulated, random.Random(f"inputs:{seed}"))
+    fixed = waves if waves is not None else row.waves  # else simulated until the waves settle
+    simulated = min(prompts, clients * (1 + max(2, fixed or SETTLED_WAVES))) if closed else prompts
+    # lengths for every prompt: a loop that has not settled is simulated further (the first ones are the same)
+    lengths = _lengths(row.output_tokens, spread, prompts, random.Random(f"lengths:{seed}"))
+    inputs = _lengths(row.input_tokens, row.input_spread or 0.0, prompts, random.Random(f"inputs:{seed}"))
     config = config.replace(max_batch_size=max(config.max_batch_size, clients), max_waiting=max(
         config.max_waiting, 100_000), max_model_len=max(config.max_model_len, max(inputs) + max(lengths) + 1))
     config = _uncached(config)
@@ -162,6 +170,8 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
         engine.advance(math.inf, max_events=1)  # one event (the engine may end quiet steps after it)
         if closed:
             for _ in recorder.finished[seen:]:
+                if fixed is None and len(started) == simulated < prompts and not _settled(started, clients):
+                    simulated = min(prompts, simulated + clients)  # one wave more
                 if len(started) < simulated:
                     last_send = engine.now + gap
                     send(last_send)  # the client's next request, after its own time
@@ -169,15 +179,47 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     done = [seq for seq in started if seq.state is SeqState.FINISHED]
     if not done:
         raise ValueError(f"no request finished for {row.workload()}")
-    return _statistics(row, done, prompts, clients if closed else 0, last_send)
+    found = _statistics(row, done, prompts, clients if closed else 0, last_send)
+    return replace(found, waves=len(started) // clients - 1) if closed else found
+
+
+def _settled(started: list[SimSequence], clients: int) -> bool:
+    """Whether a closed loop's waves have settled, asked as its next wave would start: the median TTFTs of the
+    two latest waves whose requests all have their first token (not the first wave, a burst) within
+    ``SETTLE_TOLERANCE`` of each other. Clients that start together with long prompts take several waves to
+    spread out (the TPU v7 sweep's 64 clients of 8,192-token prompts: medians 862, 591, 506 and 334 ms in its
+    second to fifth waves); where too few waves were asked for to tell, it is."""
+    latest = len(started) // clients - 2  # the wave before the one in flight
+    if latest < 2:
+        return True
+    medians: list[float] = []
+    for wave in (latest - 1, latest):
+        ttfts = [seq.ttft for seq in started[wave * clients:(wave + 1) * clients]]
+        known = [ttft for ttft in ttfts if ttft is not None]
+        if len(known) < len(ttfts):
+            return True  # not all known yet: no reason to go on
+        medians.append(statistics.median(known))
+    return abs(medians[1] - medians[0]) <= SETTLE_TOLERANCE * max(medians[0], 1e-9)
+
+
+def _standing_for_the_rest(count: int, prompts: int, clients: int) -> tuple[int, int, float]:
+    """Of ``count`` closed-loop requests simulated (in the order they were sent) out of the benchmark's
+    ``prompts``: ``(start, end, weight)``, the wave that stands for the benchmark's waves not simulated and the
+    weight each of its requests gets (the others count once). That is the next to last wave: the waves before it
+    count as the benchmark's own first waves (a burst of long prompts takes several to spread out), and the last,
+    which ends as the clients stop sending, as the benchmark's last (it drains too)."""
+    if not clients or prompts <= count:
+        return 0, 0, 1.0
+    if count < 3 * clients:  # too few waves to keep the drain apart: every later wave stands for the rest
+        return clients, count, (prompts - clients) / max(1, count - clients)
+    return count - 2 * clients, count - clients, (prompts - count + clients) / clients
 
 
 def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave: int,
                 last_send: float) -> SweepRow:
     """Weighted medians and the throughput of ``prompts`` requests, from the ``done`` ones simulated."""
-    later = len(done) - first_wave
-    weight = (prompts - first_wave) / later if first_wave and later > 0 else 1.0
-    weights = [1.0 if i < first_wave else weight for i in range(len(done))]
+    heavy_from, heavy_to, weight = _standing_for_the_rest(len(done), prompts, first_wave)
+    weights = [weight if heavy_from <= i < heavy_to else 1.0 for i in range(len(done))]
     start = min(seq.arrival for seq in done)
     duration = max(seq.finished_at or 0.0 for seq in done) - start
     if first_wave and prompts > len(done):
@@ -190,7 +232,7 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
     centre = _centre(row)
     return replace(row,
                    ttft_p50_ms=centre([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
-                   itl_p50_ms=_itl_centre(row, done, weights, first_wave, weight),
+                   itl_p50_ms=_itl_centre(row, done, weights, (heavy_from, heavy_to), weight),
                    req_per_s=prompts / duration if duration > 0 else math.inf,
                    e2e_p50_ms=centre([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
 
@@ -206,22 +248,23 @@ def _weighted_mean(values: Sequence[tuple[float, float]]) -> float:
     return sum(value * weight for value, weight in values) / total if total > 0 else 0.0
 
 
-def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float], first_wave: int,
+def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float], heavy: tuple[int, int],
                 weight: float) -> float | None:
     """The ITL (ms) the row's source reports: the median (or mean, ``row.statistic``) of every gap
-    (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT)."""
+    (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT); the requests in ``heavy``
+    (a range of ``done``) count ``weight`` times, the others once."""
     centre = _centre(row)
     if row.itl_per == "request":
         means = [(seq.gaps.total() / seq.gaps.count, w) for seq, w in zip(done, weights) if seq.gaps.count]
         return centre(means) * 1000 if means else None
     # Gaps by value: the decodes of one step share its gap, so there are about as many values as steps.
-    # Counted per wave (in C, see Gaps.tally), then weighted.
-    first_gaps: Counter[float] = Counter()
-    later_gaps: Counter[float] = Counter()
+    # Counted per group (in C, see Gaps.tally), then weighted.
+    once: Counter[float] = Counter()
+    weighted: Counter[float] = Counter()
     for i, seq in enumerate(done):
-        seq.gaps.tally(first_gaps if i < first_wave else later_gaps)
-    by_gap = {gap: float(count) for gap, count in first_gaps.items()}
-    for gap, count in later_gaps.items():
+        seq.gaps.tally(weighted if heavy[0] <= i < heavy[1] else once)
+    by_gap = {gap: float(count) for gap, count in once.items()}
+    for gap, count in weighted.items():
         by_gap[gap] = by_gap.get(gap, 0.0) + weight * count
     return centre(list(by_gap.items())) * 1000 if by_gap else None
 
