@@ -16,8 +16,10 @@ clients send their next request as soon as an answer ends, or after the row's
 
 Simulating every prompt of a long benchmark costs a fit time where the
 statistic has long settled. ``llmsim predict`` simulates every prompt
-(``EVERY_PROMPT``); a fit, at fixed concurrency, at most ``SETTLED_WAVES`` waves
-after the first: the next to last wave's requests are weighted so they stand
+(``EVERY_PROMPT``); a fit, at fixed concurrency, ``SETTLED_WAVES`` waves after
+the first, and a wave more while the latest have not settled (``_settled``; a
+fit decides each row's count once, ``SweepRow.waves``, at its start): the
+next to last wave's requests are weighted so they stand
 for the benchmark's waves not simulated (the medians are weighted medians;
 the waves before count as the benchmark's first ones, the last, which drains,
 as its last), and the run's duration is the simulated one plus the remaining
@@ -40,18 +42,19 @@ from ..sim.engine import Engine, SeqState, SimSequence
 from ..sim.step_engine import StepEngine
 from .sweep import METRICS, SweepRow
 
-__all__ = ["EVERY_PROMPT", "MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES", "errors", "predict",
-           "predict_row", "prompts_of"]
+__all__ = ["EVERY_PROMPT", "MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES", "SETTLE_TOLERANCE", "errors",
+           "predict", "predict_row", "prompts_of"]
 
-#: Waves of a closed loop simulated after the first (at least 2: the last is the drain); later requests are
-#: weighted to stand for the rest. On the shipped sweep's rows the medians come within 10 % of simulating every
-#: prompt (tests/test_calibration_inputs.py); each wave more costs as much time as the first.
+#: The fewest waves of a closed loop simulated after the first (at least 2: the last is the drain; more while they
+#: have not settled, ``SETTLE_TOLERANCE``); the next to last stands for the rest. On the shipped sweep's rows the
+#: medians come within 10 % of simulating every prompt (tests/test_calibration_inputs.py); each wave more costs as
+#: much time as the first.
 SETTLED_WAVES = 4
 #: A closed loop is simulated a wave further while its two latest complete waves' median TTFTs differ by more
 #: than this share (``_settled``), up to every prompt.
 SETTLE_TOLERANCE = 0.1
 #: ``waves`` that simulates every prompt of a closed loop (``llmsim predict``: one workload, where simulating all
-#: of it costs a fraction of a second; the fit, which runs thousands, keeps ``SETTLED_WAVES``).
+#: of it costs a fraction of a second; the fit, which runs thousands, stops where the waves settle).
 EVERY_PROMPT = 1 << 30
 #: An open-loop row without its own prompt count runs this many simulated seconds of arrivals ...
 OPEN_LOOP_SECONDS = 60.0
