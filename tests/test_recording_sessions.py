@@ -200,3 +200,41 @@ def test_a_greeting_the_upstream_sends_at_once_is_recorded_before_the_clients_fi
     (session,) = [e for e in read_cassette(path) if e.status == 101]
     assert [(m.side, m.data) for m in session.messages] == [
         ("server", '{"type": "session.created"}'), ("client", "hello"), ("server", "echo hello")]
+
+
+def test_an_upstream_the_recorder_cannot_reach_is_a_502_saying_so(tmp_path: Path) -> None:
+    """Nothing listens where the recorder forwards: an HTTP request (the openai SDK) and a WebSocket upgrade each
+    get a 502 whose body names the upstream and what went wrong, as a gateway answers, not the server's bare 500
+    (an unhandled exception); nothing is recorded, and the recorder keeps serving."""
+    import socket
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        upstream = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    path = tmp_path / "nothing.jsonl"
+    proxy = RecordingProxy(upstream, Cassette(path, upstream))
+    recorder, url = serve_in_thread(proxy)
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        for _ in range(2):  # and again: still serving
+            try:
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            except openai.APIStatusError as error:
+                assert error.status_code == 502 and upstream in error.message and "could not reach" in error.message
+            else:
+                raise AssertionError("a request through an unreachable upstream succeeded")
+        client.close()
+        try:
+            connect("ws" + url[4:] + "/v1/realtime?model=gpt-realtime", open_timeout=10)
+        except InvalidStatus as refusal:
+            body = json.loads(bytes(refusal.response.body or b""))
+            assert refusal.response.status_code == 502 and upstream in body["error"]["message"]
+        else:
+            raise AssertionError("a WebSocket session through an unreachable upstream opened")
+    finally:
+        recorder.shutdown()
+        proxy.close()
+    assert not path.exists() or list(read_cassette(path)) == []

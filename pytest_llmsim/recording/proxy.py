@@ -94,8 +94,12 @@ class RecordingProxy:
         url = self.upstream + request.path + (f"?{query}" if query else "")
         forwarded = resign(request.method, url, headers, body) if self.resign_aws else headers
         sent, started = time.monotonic(), time.time()
-        upstream = self._client.send(self._client.build_request(
-            request.method, url, headers=[*forwarded, ("Accept-Encoding", "identity")], content=body), stream=True)
+        try:
+            upstream = self._client.send(self._client.build_request(
+                request.method, url, headers=[*forwarded, ("Accept-Encoding", "identity")], content=body),
+                stream=True)
+        except httpx.TransportError as error:  # refused, reset, timed out: nothing to record
+            return sessions.unreachable(self.upstream, error, request.environ, start_response)
         answer_headers = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in _RESPONSE_DROPPED]
         start_response(f"{upstream.status_code} {upstream.reason_phrase}", answer_headers)
         return self._relay(upstream, sent, request.method, request.path, query, list(request.headers.items()), body,

@@ -12,6 +12,7 @@ client to the upstream (the tests' extra installs it); without it a session is a
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 import time
@@ -23,7 +24,7 @@ from werkzeug.wrappers import Request, Response
 from ..server.websocket import UPGRADE_KEY, HandshakeRefused, WebSocketUpgrade
 from .cassette import Exchange, SessionMessage
 
-__all__ = ["GREETING_WAIT", "relay", "replay"]
+__all__ = ["GREETING_WAIT", "relay", "replay", "unreachable"]
 
 #: How long a relayed session waits for the upstream's greeting (Realtime's ``session.created``) before it
 #: reads the client: a client that speaks at once (the openai SDK sends ``session.update`` without
@@ -34,6 +35,14 @@ GREETING_WAIT = 0.25
 
 _DROPPED = frozenset({"host", "connection", "upgrade", "sec-websocket-key", "sec-websocket-version",
                       "sec-websocket-extensions", "sec-websocket-protocol", "content-length", "accept-encoding"})
+
+
+def unreachable(upstream: str, error: BaseException, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+    """A 502 naming ``upstream`` and what went wrong reaching it (refused, reset, timed out, TLS), as a gateway
+    answers: the server's own answer to an unhandled exception is a bare 500."""
+    message = f"the recorder could not reach the upstream {upstream}: {type(error).__name__}: {error}"
+    return _refused(502, json.dumps({"error": {"message": message, "type": "upstream_unreachable"}}), environ,
+                    start_response)
 
 
 def _refused(status: int, text: str, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
@@ -79,6 +88,8 @@ def relay(upstream: str, request: Request, record: Any, start_response: Any,
                         headers=[(k, v) for k, v in answer.headers.raw_items()
                                  if k.lower() not in ("content-length", "connection", "transfer-encoding")]
                         )(environ, start_response)
+    except Exception as error:  # refused, reset, timed out, a TLS failure, a malformed handshake answer
+        return unreachable(upstream, error, environ, start_response)
     session = upgrade.accept(upstream_ws.subprotocol)
     messages: list[SessionMessage] = []
     lock = threading.Lock()
