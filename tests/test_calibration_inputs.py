@@ -158,9 +158,9 @@ def test_a_prediction_counts_every_request_from_a_cold_start(monkeypatch: pytest
 def test_clients_that_take_several_waves_to_spread_out_are_simulated_until_they_have() -> None:
     """64 clients start together with 7,373-token prompts and a 2,048-token step budget (the TPU v7 sweep's last
     row, its priors' step costs): the first burst takes several waves to spread out, so four waves after it put
-    the median TTFT 18 % above simulating every prompt (26 % when the four stood evenly for the rest). A prediction
-    simulates waves until two in a row agree, the waves before the one that stands for the rest counting as the
-    benchmark's own, and a fit fixes each row's count once (the settled row says how many)."""
+    the median TTFT 26 % above simulating every prompt. A prediction simulates waves until two in a row agree, the
+    latest four standing for the rest and those before them counting as the benchmark's own, and a fit fixes each
+    row's count once (the settled row says how many)."""
     config = SimConfig().replace(
         scheduler="step", step_base=0.00736, step_compute_per_token=2.148e-05, step_per_kv_token=6.54e-10,
         step_prefill_base=0.0053, step_per_decode_seq=4.22e-05, request_overhead=0.0241, request_serial=0.001,
@@ -169,7 +169,7 @@ def test_clients_that_take_several_waves_to_spread_out_are_simulated_until_they_
     every = predict_row(config, row, waves=workload.EVERY_PROMPT)
     four = predict_row(config, row, waves=workload.SETTLED_WAVES)
     settled = predict_row(config, row)
-    assert four.ttft_p50_ms > 1.15 * every.ttft_p50_ms  # why: the transient, weighted as if it were the rest
+    assert four.ttft_p50_ms > 1.2 * every.ttft_p50_ms  # why: the transient, weighted as if it were the rest
     assert settled.ttft_p50_ms == pytest.approx(every.ttft_p50_ms, rel=0.10)
     assert settled.waves is not None and workload.SETTLED_WAVES < settled.waves < 9  # 10 waves in all
     assert predict_row(config, replace(row, waves=settled.waves)) == settled  # fixed, the same prediction

@@ -19,11 +19,11 @@ statistic has long settled. ``llmsim predict`` simulates every prompt
 (``EVERY_PROMPT``); a fit, at fixed concurrency, ``SETTLED_WAVES`` waves after
 the first, and a wave more while the latest have not settled (``_settled``; a
 fit decides each row's count once, ``SweepRow.waves``, at its start): the
-next to last wave's requests are weighted so they stand
-for the benchmark's waves not simulated (the medians are weighted medians;
-the waves before count as the benchmark's first ones, the last, which drains,
-as its last), and the run's duration is the simulated one plus the remaining
-requests at the steady rate the last waves had. At a fixed rate every
+latest ``SETTLED_WAVES`` waves' requests are weighted so they stand for the
+benchmark's waves not simulated (the medians are weighted medians; the waves
+simulated before them count as the benchmark's own early ones), and the run's
+duration is the simulated one plus the remaining requests at the steady rate
+the last waves had. At a fixed rate every
 arrival is simulated (the benchmark's own count, or ``OPEN_LOOP_SECONDS``
 of arrivals, at most ``MOST_ARRIVALS``).
 """
@@ -46,7 +46,7 @@ __all__ = ["EVERY_PROMPT", "MOST_ARRIVALS", "OPEN_LOOP_SECONDS", "SETTLED_WAVES"
            "predict", "predict_row", "prompts_of"]
 
 #: The fewest waves of a closed loop simulated after the first (at least 2: the last is the drain; more while they
-#: have not settled, ``SETTLE_TOLERANCE``); the next to last stands for the rest. On the shipped sweep's rows the
+#: have not settled, ``SETTLE_TOLERANCE``); the latest this many stand for the rest. On the shipped sweep's rows the
 #: medians come within 10 % of simulating every prompt (tests/test_calibration_inputs.py); each wave more costs as
 #: much time as the first.
 SETTLED_WAVES = 4
@@ -207,15 +207,14 @@ def _settled(started: list[SimSequence], clients: int) -> bool:
 
 def _standing_for_the_rest(count: int, prompts: int, clients: int) -> tuple[int, int, float]:
     """Of ``count`` closed-loop requests simulated (in the order they were sent) out of the benchmark's
-    ``prompts``: ``(start, end, weight)``, the wave that stands for the benchmark's waves not simulated and the
-    weight each of its requests gets (the others count once). That is the next to last wave: the waves before it
-    count as the benchmark's own first waves (a burst of long prompts takes several to spread out), and the last,
-    which ends as the clients stop sending, as the benchmark's last (it drains too)."""
+    ``prompts``: ``(start, end, weight)``, the requests that stand for the benchmark's waves not simulated and the
+    weight each gets (the others count once). Those are the latest ``SETTLED_WAVES`` waves (the last, which
+    drains as the clients stop, among them): the waves simulated beyond those because they had not settled
+    count as the benchmark's own early waves, and the first wave, a burst, as its first."""
     if not clients or prompts <= count:
         return 0, 0, 1.0
-    if count < 3 * clients:  # too few waves to keep the drain apart: every later wave stands for the rest
-        return clients, count, (prompts - clients) / max(1, count - clients)
-    return count - 2 * clients, count - clients, (prompts - count + clients) / clients
+    start = max(clients, count - SETTLED_WAVES * clients)
+    return start, count, (prompts - start) / max(1, count - start)
 
 
 def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave: int,
