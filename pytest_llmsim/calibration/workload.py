@@ -234,7 +234,7 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
     centre = _centre(row)
     return replace(row,
                    ttft_p50_ms=centre([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
-                   itl_p50_ms=_itl_centre(row, done, weights, (heavy_from, heavy_to), weight),
+                   itl_p50_ms=_itl_centre(row, done, weights),
                    req_per_s=prompts / duration if duration > 0 else math.inf,
                    e2e_p50_ms=centre([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
 
@@ -250,24 +250,23 @@ def _weighted_mean(values: Sequence[tuple[float, float]]) -> float:
     return sum(value * weight for value, weight in values) / total if total > 0 else 0.0
 
 
-def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float], heavy: tuple[int, int],
-                weight: float) -> float | None:
+def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float]) -> float | None:
     """The ITL (ms) the row's source reports: the median (or mean, ``row.statistic``) of every gap
-    (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT); the requests in ``heavy``
-    (a range of ``done``) count ``weight`` times, the others once."""
+    (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT), each request's counting its
+    weight times."""
     centre = _centre(row)
     if row.itl_per == "request":
         means = [(seq.gaps.total() / seq.gaps.count, w) for seq, w in zip(done, weights) if seq.gaps.count]
         return centre(means) * 1000 if means else None
     # Gaps by value: the decodes of one step share its gap, so there are about as many values as steps.
-    # Counted per group (in C, see Gaps.tally), then weighted.
-    once: Counter[float] = Counter()
-    weighted: Counter[float] = Counter()
-    for i, seq in enumerate(done):
-        seq.gaps.tally(weighted if heavy[0] <= i < heavy[1] else once)
-    by_gap = {gap: float(count) for gap, count in once.items()}
-    for gap, count in weighted.items():
-        by_gap[gap] = by_gap.get(gap, 0.0) + weight * count
+    # Counted per weight (in C, see Gaps.tally: two weights, once and standing for the rest), then weighted.
+    by_weight: dict[float, Counter[float]] = {}
+    for seq, w in zip(done, weights):
+        seq.gaps.tally(by_weight.setdefault(w, Counter()))
+    by_gap: dict[float, float] = {}
+    for w, counts in by_weight.items():
+        for gap, count in counts.items():
+            by_gap[gap] = by_gap.get(gap, 0.0) + w * count
     return centre(list(by_gap.items())) * 1000 if by_gap else None
 
 
