@@ -9,7 +9,6 @@ import pytest
 
 from pytest_llmsim import SimConfig
 from pytest_llmsim.calibration import SweepRow, fit, levenberg_marquardt, predict_row, workload
-from pytest_llmsim.calibration.identify import candidates, gauss_newton_step, largest_columns
 from pytest_llmsim.calibration.search import _broyden_update, evaluator, levenberg_marquardt_steps, run_together
 from pytest_llmsim.sim.sequence import SimSequence
 
@@ -136,21 +135,3 @@ def test_a_fits_rows_go_to_the_workers_dearest_first() -> None:
     assert by_row([point]) == [[1.0, 4.0, 16.0]]
     assert by_row([point, point]) == [[1.0, 4.0, 16.0], [1.0, 4.0, 16.0]]
     assert sent == [[1, 4, 16], [16, 16, 4, 4, 1, 1]]
-
-
-def test_a_few_rows_try_freeing_the_numbers_that_fit_them_not_only_those_that_move_them_most() -> None:
-    """Four numbers, residuals linear in them: ``c`` and ``d`` move the rows most (the largest columns) but no
-    move of theirs fits the first two rows together; ``a`` and ``b`` fit all three, and are tried next."""
-    at_start = [1.0, 1.0, 0.0]
-    columns = {"a": [0.5, 0.0, 0.0], "b": [0.0, 0.5, 0.0], "c": [0.0, 0.0, 3.0], "d": [1.5, -1.5, 2.0]}
-    names = tuple(columns)
-
-    def residuals(points: list[list[float]]) -> list[list[float]]:
-        return [[r + sum(column[k] * x for column, x in zip(columns.values(), point)) for k, r in enumerate(at_start)]
-                for point in points]
-
-    assert largest_columns(list(columns.values()), 2) == (2, 3)
-    assert candidates(names, [0.0] * 4, 2, residuals, tried=1) == [("c", "d"), ("a", "b")]
-    step = gauss_newton_step(list(columns.values()), at_start, [0, 1], 0.0)
-    assert step == pytest.approx([-2.0, -2.0])  # undamped, a and b fit exactly
-    assert candidates(names, [0.0] * 4, 4, residuals) == [names]  # every number free: nothing to choose

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..sim.config import SimConfig
-from .identify import candidates
 from .model import PARAMETERS, ServingModel, default_budget
 from .priors import Hardware
 from .search import Evaluate, SearchSteps, evaluator, levenberg_marquardt_steps, run_together
@@ -146,14 +145,6 @@ def with_client_gap(rows: Sequence[SweepRow], gap_ms: float | None) -> list[Swee
             else row for row in rows]
 
 
-def _measured_gap(rows: Sequence[SweepRow]) -> float | None:
-    """The clients' own time (ms) the rows' measured E2E leave in their req/s (:func:`client_gap` with the
-    measured E2E for the server's time): where a fit starts, before it predicts any."""
-    measured = [replace(row, req_per_s=(row.concurrency or 0) * 1000 / row.e2e_p50_ms)
-                if row.e2e_p50_ms and row.concurrency else row for row in rows]
-    return client_gap(measured, rows, 0.0)
-
-
 #: Corrections of the clients' time at most (each one prediction of the sweep), and when it has settled (ms).
 GAP_ROUNDS, GAP_SETTLED_MS = 4, 0.5
 
@@ -235,33 +226,29 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     space = _Space(model, hardware is None and base.expert_share_per_token > 0)
     start = space.start(rows)
     rows = _settled_rows(space.config(base.replace(max_num_batched_tokens=budgets[0]), start), rows, spread)
-    waiting = with_client_gap(rows, _measured_gap(rows))  # ranked with the clients' time the rows' E2E leave
     with evaluator(min(workers, len(budgets) * len(space.names))) as each:
         evaluate = _by_row(each)  # every search's rows spread over the processes, dearest first
-        spaces = [space]
-        if model is not None and len(model.free) < len(PARAMETERS):  # which numbers to free: a few to try
-            spaces = [_Space(replace(model, free=free)) for free in _candidates(
-                model, base.replace(max_num_batched_tokens=budgets[0]), waiting, spread, evaluate)]
-        # short searches rank the budgets, the numbers freed and the starts: each budget keeps its best
-        # (every number free with several budgets, or a set beside the rows' largest columns: one start, the priors)
-        tried = [(budget, space, point) for budget in budgets for i, space in enumerate(spaces)
-                 for point in space.start_points(space.start(rows))
-                 [:1 if i or (len(budgets) > 1 and len(space.names) == len(PARAMETERS)) else None]]
-        short: dict[int, tuple[SearchResult, _Space]] = {}
-        ranked = _run([_Search(base, waiting, spread, budget, SHORT_SEARCH, point, space, RANKING_WAVES)
-                       for budget, space, point in tried], evaluate) if len(tried) > 1 else []
-        for (budget, searched, _), result in zip(tried, ranked):
-            if budget not in short or result[0] < short[budget][0][0]:
-                short[budget] = result, searched
-        finalists = (sorted(short, key=lambda budget: short[budget][0][0])[:FINALISTS] if short
-                     else list(budgets))
-        chosen = {budget: short[budget][1] if short else space for budget in finalists}
+        if model is not None and len(model.free) < len(PARAMETERS):  # free what these rows say most about
+            model = replace(model, free=_identified(model, base.replace(max_num_batched_tokens=budgets[0]), rows,
+                                                    spread, evaluate))
+            space = _Space(model)
+            start = space.start(rows)
+        # short searches rank the budgets and, with a serving model, its starts: each budget keeps its best start
+        points = space.start_points(start)
+        if len(budgets) > 1 and model is not None and len(model.free) == len(PARAMETERS):
+            points = points[:1]  # every number free, a search per budget already: other starts would triple it
+        tried = [(budget, point) for budget in budgets for point in points]
+        short: dict[int, SearchResult] = {}
+        ranked = _run([_Search(base, rows, spread, budget, SHORT_SEARCH, point, space, RANKING_WAVES)
+                       for budget, point in tried], evaluate) if len(tried) > 1 else []
+        for (budget, _), result in zip(tried, ranked):
+            if budget not in short or result[0] < short[budget][0]:
+                short[budget] = result
+        finalists = sorted(short, key=lambda budget: short[budget][0])[:FINALISTS] if short else list(budgets)
         final = dict(zip(finalists, _run([_Search(base, rows, spread, budget, FULL_SEARCH,
-                                                  short[budget][0][1] if short else start, chosen[budget])
+                                                  short[budget][1] if short else start, space)
                                           for budget in finalists], evaluate)))
         best = min(final, key=lambda budget: final[budget][0])
-        space = chosen[best]
-        model = space.model
         config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
         gap, predicted = _settle_gap(config, rows, spread)
         refit: list[SearchResult] = []
@@ -271,7 +258,7 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
             final[best] = refit[0]
             config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
             gap, predicted = _settle_gap(config, rows, spread)
-    losses = {budget: final[budget][0] if budget in final else short[budget][0][0] for budget in budgets}
+    losses = {budget: (final if budget in final else short)[budget][0] for budget in budgets}
     evaluations = sum(result[2] for result in (*ranked, *final.values(), *refit))
     fit = Fit(config, rows, predicted, evaluations, losses, space.efficiencies(final[best][1]), gap)
     if model is not None:
@@ -357,13 +344,25 @@ class _Evaluation:
                 for i, row in enumerate(self.rows)]
 
 
-def _candidates(model: ServingModel, base: SimConfig, rows: list[SweepRow], spread: float,
-                evaluate: Evaluate) -> list[tuple[str, ...]]:
-    """The sets of numbers worth freeing for ``rows``, as many as ``model`` frees
-    (:func:`~pytest_llmsim.calibration.identify.candidates`); the short searches choose among them."""
+#: The Jacobian's step when ranking what the rows identify (the search's own).
+IDENTIFY_STEP = 0.05
+
+
+def _identified(model: ServingModel, base: SimConfig, rows: list[SweepRow], spread: float,
+                evaluate: Evaluate) -> tuple[str, ...]:
+    """The numbers these rows say most about, as many as ``model`` frees: the largest columns of the residuals'
+    Jacobian at the search's start with every number free (in :data:`PARAMETERS`' order among equals). Which of
+    the roofline's sides a row sits on decides it: a row whose prefill is bound by reading the experts says
+    nothing of the compute efficiency, one whose decodes cost little beside their fixed step says more of that
+    cost than of the bandwidth."""
     every = replace(model, free=tuple(p.name for p in PARAMETERS))
-    return candidates(every.free, every.start(), len(model.free), lambda points: evaluate(
-        [_Evaluation(every.config(base, point), rows, spread, RANKING_WAVES) for point in points]))
+    start = every.start()
+    points = [start] + [[x + (IDENTIFY_STEP if i == j else 0.0) for i, x in enumerate(start)]
+                        for j in range(len(start))]
+    found = evaluate([_Evaluation(every.config(base, point), rows, spread, RANKING_WAVES) for point in points])
+    norms = [math.sqrt(sum(((a - b) / IDENTIFY_STEP) ** 2 for a, b in zip(moved, found[0]))) for moved in found[1:]]
+    chosen = set(sorted(range(len(norms)), key=lambda j: -norms[j])[:len(model.free)])
+    return tuple(name for j, name in enumerate(every.free) if j in chosen)
 
 
 @dataclass(frozen=True)

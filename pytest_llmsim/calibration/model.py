@@ -9,8 +9,7 @@ cost of a step with a prefill in it and the API server's serial turn. Each has a
 of what the development sweeps' fits found (``benchmarks/calibration_holdout.py --manifest``), one for dense
 models and one for mixtures of experts where the two kinds' fits differ (14x in compute efficiency), and a fit
 frees never more of them than it has rows (:func:`free_parameters`: two with one or two rows, all seven with
-seven), chosen among the sets the rows say most about and those one step from the priors fits best
-(:mod:`~pytest_llmsim.calibration.identify`) by the fit's short searches. A free number is also pulled towards its prior
+seven), those the rows say most about (``fit._identified``). A free number is also pulled towards its prior
 (:data:`PRIOR_WIDTH`), so a fit to a few rows stays near the priors where the rows say nothing.
 """
 

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 __all__ = ["Evaluate", "SearchSteps", "evaluator", "levenberg_marquardt", "levenberg_marquardt_steps",
-           "run_together", "solve"]
+           "run_together"]
 
 #: A search in progress: yields the points it needs, is sent their residuals, returns (point, cost, evaluations).
 SearchSteps = Generator[list[list[float]], list[list[float]], tuple[list[float], float, int]]
@@ -69,7 +69,7 @@ def levenberg_marquardt_steps(start: list[float], iterations: int = 14, step: fl
         for _ in range(DAMPING_TRIES):  # raise the damping until a step lowers the cost
             damped = [[normal[i][j] * (1 + damping if i == j else 1) + (1e-9 if i == j else 0.0)
                        for j in range(size)] for i in range(size)]
-            delta = solve(damped, [-g for g in gradient])
+            delta = _solve(damped, [-g for g in gradient])
             candidate = [x + min(max(d, -2.0), 2.0) for x, d in zip(point, delta)]  # at most e^2 per step
             (trial,) = yield [candidate]
             used += 1
@@ -161,7 +161,7 @@ def evaluator(workers: int) -> Iterator[Evaluate]:
         yield lambda tasks: list(pool.map(_call, tasks))
 
 
-def solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     """``matrix x = vector`` by Gaussian elimination with partial pivoting (a small, dense system)."""
     size = len(vector)
     rows = [[*row, value] for row, value in zip(matrix, vector)]
