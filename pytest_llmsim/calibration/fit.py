@@ -299,7 +299,7 @@ SECANT = True
 #: A search stops at an iteration that lowers its loss by less than this share. The final search went on at
 #: 1e-4: the 2xH100 sweep's spent 36 of its 47 s lowering its loss from 0.6147 to 0.6131 (0.3 %), which moves
 #: no prediction by a tenth of a per cent; at 1e-3 every development sweep's all-row fit ends within 0.22 % of
-#: that loss (docs/simulation.md, "Fit time").
+#: that loss (docs/simulation.md, "A search stops at 0.1 %").
 SEARCH_TOLERANCE = 1e-3
 
 
