@@ -3,8 +3,9 @@
 A fit is some 50-150 predictions of its sweep (``llmsim calibrate`` prints how many), so this is what a fit's
 wall time is made of. Checks the base revision out into a temporary git worktree; each round runs one process
 per tree (its own code on ``sys.path``) that predicts every sweep of ``development_sweeps.toml`` once at the
-serving model's start, with the shipped priors and a fixed seed, and reports each prediction's CPU time and a
-digest of what it predicted. Rounds alternate the trees, so drift on a shared machine hits both alike. Prints
+serving model's start, with the shipped priors and a fixed seed (and a synthetic sweep of 256 to 1,024 clients
+from priors, past the development sweeps' concurrency), and reports each prediction's CPU time and a digest of
+what it predicted. Rounds alternate the trees, so drift on a shared machine hits both alike. Prints
 per sweep the median CPU seconds at each revision, their ratio new / base, and whether the two predicted the
 same figures to the last digit (a speed-up that changes the simulation is not one).
 
@@ -30,20 +31,25 @@ import hashlib, json, sys, time
 tree, root = sys.argv[1], sys.argv[2]
 sys.path[:0] = [tree, tree + "/benchmarks"]
 from holdout_manifest import load_manifest, _base
-from pytest_llmsim.calibration import predict
+from pytest_llmsim.calibration import Hardware, SweepRow, from_priors, predict
 from pytest_llmsim.calibration.fit import PRIORS
 from pytest_llmsim.calibration.model import ServingModel
 found = {}
-for sweep in load_manifest(tree + "/benchmarks/development_sweeps.toml", root):
-    model = ServingModel.for_rows(sweep.hardware, sweep.rows, None)
-    base = _base(sweep, 0).replace(scheduler="step", **PRIORS, max_num_batched_tokens=sweep.budget or 8192)
-    config = model.config(base, model.start())
+def timed(name, config, rows):
     started = time.process_time()
-    guess = predict(config, sweep.rows)
+    guess = predict(config, rows)
     took = time.process_time() - started
     digest = hashlib.sha256(repr([(g.ttft_p50_ms, g.itl_p50_ms, g.req_per_s, g.e2e_p50_ms) for g in guess])
                             .encode()).hexdigest()[:12]
-    found[sweep.name] = [took, digest]
+    found[name] = [took, digest]
+for sweep in load_manifest(tree + "/benchmarks/development_sweeps.toml", root):
+    model = ServingModel.for_rows(sweep.hardware, sweep.rows, None)
+    base = _base(sweep, 0).replace(scheduler="step", **PRIORS, max_num_batched_tokens=sweep.budget or 8192)
+    timed(sweep.name, model.config(base, model.start()), sweep.rows)
+# past the development sweeps' 250 clients: 8 H200s, Llama 3.3 70B FP8, 256 to 1,024 clients of 1,024 / 1,024 tokens
+h200 = Hardware(gpu="h200", tp=8, params=70.6, dtype="fp8", kv_bytes_per_token=163840)
+timed("synthetic-h200-1024-clients", from_priors(h200, None, 8192),
+      [SweepRow(concurrency=c, rate=None, input_tokens=1024, output_tokens=1024) for c in (256, 512, 1024)])
 print(json.dumps(found))
 """
 

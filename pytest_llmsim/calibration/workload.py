@@ -169,12 +169,17 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     seen = 0
     last_send = 0.0
     gap = (row.client_gap_ms or 0.0) / 1000
+    settled_when = -1  # requests sent when the waves were found settled: final (every TTFT it read was known)
     while engine.next_event_time() is not None:
         engine.advance(math.inf, max_events=1)  # one event (the engine may end quiet steps after it)
         if closed:
             for _ in recorder.finished[seen:]:
-                if fixed is None and len(started) == simulated < prompts and not _settled(started, clients):
-                    simulated = min(prompts, simulated + clients)  # one wave more
+                if fixed is None and len(started) == simulated < prompts and settled_when != len(started):
+                    settled = _settled(started, clients)  # asked again at each finish until it can tell
+                    if settled is False:
+                        simulated = min(prompts, simulated + clients)  # one wave more
+                    elif settled:
+                        settled_when = len(started)  # (two waves' medians per finish: 16 % of 1,024 clients')
                 if len(started) < simulated:
                     last_send = engine.now + gap
                     send(last_send)  # the client's next request, after its own time
@@ -186,12 +191,12 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     return replace(found, waves=len(started) // clients - 1) if closed else found
 
 
-def _settled(started: list[SimSequence], clients: int) -> bool:
+def _settled(started: list[SimSequence], clients: int) -> bool | None:
     """Whether a closed loop's waves have settled, asked as its next wave would start: the median TTFTs of the
     two latest waves whose requests all have their first token (not the first wave, a burst) within
-    ``SETTLE_TOLERANCE`` of each other. Clients that start together with long prompts take several waves to
-    spread out (the TPU v7 sweep's 64 clients of 8,192-token prompts: medians 862, 591, 506 and 334 ms in its
-    second to fifth waves); where too few waves were asked for to tell, it is."""
+    ``SETTLE_TOLERANCE`` of each other; None while some of those have none yet. Clients that start together with
+    long prompts take several waves to spread out (the TPU v7 sweep's 64 clients of 8,192-token prompts: medians
+    862, 591, 506 and 334 ms in its second to fifth waves); where too few waves were asked for to tell, it is."""
     latest = len(started) // clients - 2  # the wave before the one in flight
     if latest < 2:
         return True
@@ -200,7 +205,7 @@ def _settled(started: list[SimSequence], clients: int) -> bool:
         ttfts = [seq.ttft for seq in started[wave * clients:(wave + 1) * clients]]
         known = [ttft for ttft in ttfts if ttft is not None]
         if len(known) < len(ttfts):
-            return True  # not all known yet: no reason to go on
+            return None  # not all known yet: no reason to go on, for now
         medians.append(statistics.median(known))
     return abs(medians[1] - medians[0]) <= SETTLE_TOLERANCE * max(medians[0], 1e-9)
 
