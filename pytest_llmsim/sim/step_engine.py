@@ -333,16 +333,19 @@ class StepEngine(Engine):
         previous = step - 1
         decoding = self._decoding
         self._told = False
-        due = self._lazy_decoders.due_at(step) if self._lazy else None
-        if due:  # lazy decoders due now are visited with the eager decoders
-            for seq in due:
-                self._settle(seq)
+        lazy_decoders = self._lazy_decoders
+        due = lazy_decoders.due_at(step) if self._lazy else None
+        if due:  # lazy decoders due now are visited with the eager decoders, in their turn
             decoding = decoding + due
         if self._lazy and len(decoding) > 1:
             decoding.sort(key=_ADMISSION)  # oldest admitted first, as the batch is walked
         new_decoders = []
         try:
             for seq in decoding:
+                if seq.due_step == step:  # a lazy decoder due now: in place if it only takes a block, else eager
+                    if lazy_decoders.emit_in_place(seq, step, now):
+                        continue
+                    self._settle(seq)
                 if seq.state is not running or seq.prefill_left:
                     # cancelled or preempted while the step ran (and maybe admitted again: recomputing)
                     continue
@@ -372,7 +375,7 @@ class StepEngine(Engine):
                 if seq.emitted >= seq.output_length:
                     self._finish(seq, SeqState.FINISHED)
             # the unvisited lazy decoders emitted in it
-            self._lazy_decoders.through, self._lazy_decoders.through_end = step, now
+            lazy_decoders.through, lazy_decoders.through_end = step, now
             for seq, chunk in self._prefilling:
                 if seq.state is not SeqState.RUNNING:
                     continue
