@@ -70,9 +70,9 @@ class LazyDecoders:
     def emit_in_place(self, seq: SimSequence, step: int, end: float) -> bool:
         """Visit the lazy decoder ``seq``, due at ``step`` (ending at ``end``), in its turn in the batch: unless it is
         at its last token or needs a KV block none is free for, it takes the block it is due for and emits the
-        step's token without leaving (True); else it is left as it was (False: the caller makes it eager and walks
-        it). With a bounded cache every lazy decoder is due every block (16 tokens): leaving and joining again was
-        a third of a prediction of 1,024 clients."""
+        step's token without leaving (True); else it stays lazy, advanced to the step before (False: the caller
+        makes it eager and walks it). With a bounded cache every lazy decoder is due every block (16 tokens):
+        leaving and joining again was a third of a prediction of 1,024 clients."""
         if seq.emitted + self.through - seq.last_step + 1 >= seq.output_length:
             return False  # it finishes
         self.advance(seq)  # to step ``through``, the one before ``step``
