@@ -17,6 +17,7 @@ from pytest_llmsim.calibration.model import (
     free_parameters,
     in_flight,
     lone_itl,
+    lone_ttft,
     weights_read,
 )
 from pytest_llmsim.calibration.priors import GPUS, device_key
@@ -105,6 +106,27 @@ def test_scaled_priors_are_shares_of_a_lone_streams_itl() -> None:
     assert model.prior("step_overhead") < model.default("step_overhead") * 0.049 / 2
     # a short prompt's TTFT is mostly waiting: the compute efficiency starts at its kind's prior, not below
     assert model.prior("compute_efficiency") == pytest.approx(model.default("compute_efficiency"))
+
+
+def test_the_api_servers_prior_is_a_share_of_a_lone_requests_ttft() -> None:
+    """The DeepSeek-R1 sweeps' 16 clients of 3,200-token prompts wait 4.9 s for a first token, most of it behind
+    the others' prefills: the API server's time is a share of what one request alone would wait (its prefill and
+    a step), not of that; a lone row's own TTFT stands as it is."""
+    mi300x = Hardware(671, "mi300x", tp=8, active_params=37, dtype="fp8", kv_bytes_per_token=562176, experts=256,
+                      experts_per_token=8)
+    loaded = SweepRow(16, None, 3200, 800, 4890.0, 54.8)
+    model = ServingModel.for_rows(mi300x, [loaded])
+    assert model.light["ttft"] == pytest.approx(lone_ttft(mi300x, loaded, model.light["itl"],
+                                                          model.default("compute_efficiency"),
+                                                          model.default("request_overhead")))
+    assert model.light["ttft"] < 4.89 / 5
+    assert model.prior("request_overhead") < model.default("request_overhead") * 4.89 / 5
+    lone = SweepRow(1, None, 3200, 800, 900.0, 40.0)
+    assert lone_ttft(mi300x, lone, 0.04, 0.05, 0.07) == 0.9
+    assert ServingModel.for_rows(mi300x, [lone]).light["ttft"] == 0.9
+    quick = SweepRow(2, None, 256, 128, 8.0, 5.2)  # loaded, but no slower than a lone prefill and step: its own
+    l4 = Hardware(0.494, "l4", kv_bytes_per_token=12288)
+    assert lone_ttft(l4, quick, 0.005, 0.6, 0.074) == pytest.approx(0.008)
 
 
 def test_a_device_is_found_by_the_names_people_write() -> None:

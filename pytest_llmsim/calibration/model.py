@@ -25,13 +25,14 @@ from .sweep import SweepRow
 from .workload import prompts_of
 
 __all__ = ["GPU_MEMORY_UTILIZATION", "PARAMETERS", "PRIOR_WIDTH", "Parameter", "ServingModel", "default_budget",
-           "free_parameters", "in_flight", "lone_itl", "weights_read"]
+           "free_parameters", "in_flight", "lone_itl", "lone_ttft", "weights_read"]
 
 
 @dataclass(frozen=True)
 class Parameter:
     """One number the datasheets do not give: its name, its prior and what it is. With ``scale`` the prior is a
-    share of the fitted rows' lightest figure of that metric (``"itl"``: its ITL, ``"ttft"``: its TTFT), as
+    share of the fitted rows' lightest figure of that metric (``"itl"``: its ITL, ``"ttft"``: its TTFT, each as one
+    request alone would see it: ``lone_itl``, ``lone_ttft``), as
     fixed costs differ across servers by more than their share of what they cost does. ``moe`` and
     ``moe_seconds``: the priors for a mixture of experts, where they differ from a dense model's (its grouped
     expert matmuls and routing reach a smaller share of the peaks). ``heavy`` and ``heavy_reads``: where given,
@@ -175,6 +176,20 @@ def lone_itl(hardware: Hardware, row: SweepRow, memory_efficiency: float, per_se
     return max((itl - extra) / (1 + per_seq_share * (batch - 1)), itl / 5)
 
 
+def lone_ttft(hardware: Hardware, row: SweepRow, lone_step: float, compute_efficiency: float,
+              overhead_share: float) -> float:
+    """The row's TTFT (seconds) as one request alone would see it: where the row is loaded (several in flight), at
+    most its prompt's prefill at ``compute_efficiency`` and one step (``lone_step``), over the share of it the API
+    server's time does not take (``overhead_share``). A loaded row's TTFT is mostly waiting (16 clients of
+    3,200-token prompts on the DeepSeek-R1 sweeps: 4.9 s, a lone prefill some 0.3 s) and would scale the API
+    server's time up by that, as :func:`lone_itl` says of the step's."""
+    ttft = (row.ttft_p50_ms or 0.0) / 1000
+    if in_flight(row) <= 1 or not ttft:
+        return ttft
+    prefill = hardware.costs(1.0, 1.0)["step_compute_per_token"] * row.input_tokens / max(compute_efficiency, 1e-3)
+    return min(ttft, (prefill + lone_step) / max(1.0 - overhead_share, 0.5))
+
+
 #: A search's start for the efficiencies, clamped to this range.
 EFFICIENCY_RANGE = (0.005, 0.95)
 #: Where a search starts, the share of the lightest row's TTFT its prefill takes.
@@ -255,6 +270,10 @@ class ServingModel:
         if model.light_row is not None and "itl" in model.light:  # shares of a lone stream's ITL
             model = replace(model, light={**model.light, "itl": lone_itl(
                 hardware, model.light_row, model.default("memory_efficiency"), model.default("step_per_decode_seq"))})
+        if model.light_row is not None and "ttft" in model.light:  # shares of a lone request's TTFT
+            model = replace(model, light={**model.light, "ttft": lone_ttft(
+                hardware, model.light_row, model.light.get("itl", 0.0), model.default("compute_efficiency"),
+                model.default("request_overhead"))})
         overhead, per_seq = ((model.prior("step_overhead"), model.prior("step_per_decode_seq"))
                              if "itl" in model.light else (0.0, 0.0))
         return replace(model, starts=efficiency_starts(hardware, light, overhead, per_seq,
