@@ -342,7 +342,8 @@ class StepEngine(Engine):
         new_decoders = []
         try:
             for seq in decoding:
-                if seq.due_step == step:  # a lazy decoder due now: in place if it only takes a block, else eager
+                # a lazy decoder due now (the walk of a runtime that wants tokens never has one: not asked there)
+                if due and seq.due_step == step:  # in place if it only takes a block, else eager
                     if lazy_decoders.emit_in_place(seq, step, now):
                         continue
                     self._settle(seq)
