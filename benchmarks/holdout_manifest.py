@@ -3,7 +3,8 @@
 Reads a manifest (``benchmarks/development_sweeps.toml``: each sweep's file, the hardware and model it ran,
 what its benchmark did, its engine's token budget) and, per sweep, with the serving model's priors taken from
 the *other* sweeps' all-row fits of its kind, dense or a mixture of experts (the geometric median of each
-number, so no sweep helps predict itself):
+number, so no sweep helps predict itself; the fixed cost per step in reads goes by the device's stack instead,
+the compute efficiency and the bandwidth by both: :func:`kind_and_stack_prior`):
 
 - **all**: fit every row, error on every row; **ends**: the lightest and heaviest rows -> the rest;
   **lower**: the lower half -> the upper half;
@@ -143,6 +144,39 @@ def _leave_one_out(sweep: Sweep, sweeps: list[Sweep], own: dict[str, dict[str, f
     return geometric_median_priors(others) if others else {}
 
 
+#: The priors that go by the model's kind and the device's stack at once (``model.Parameter.heavy_factor``).
+_BY_KIND_AND_STACK = tuple(parameter.name for parameter in PARAMETERS if parameter.heavy_factor is not None)
+
+
+def kind_and_stack_prior(fits: Sequence[tuple[Sweep, dict[str, float]]], name: str) -> tuple[dict[str, float], float]:
+    """A number that goes by kind and stack from ``(sweep, its all-row fit)`` pairs: each kind's value on a lean
+    stack and the factor another stack multiplies it by. The factor: the mean over the kinds that have both
+    stacks of the ratio of their geometric medians; each kind's value: the geometric median of its fits, those on
+    another stack divided by the factor (so a kind with no lean sweep still has one)."""
+    logs: dict[tuple[str, str], list[float]] = {}
+    for sweep, values in fits:
+        logs.setdefault((_kind(sweep), _stack(sweep)), []).append(math.log(values[name]))
+    ratios = [statistics.median(logs[(kind, "heavy")]) - statistics.median(logs[(kind, "lean")])
+              for kind in ("dense", "moe") if (kind, "heavy") in logs and (kind, "lean") in logs]
+    factor = statistics.mean(ratios) if ratios else 0.0
+    bases = {kind: math.exp(statistics.median(log - (factor if stack == "heavy" else 0.0)
+                                              for (of, stack), found in logs.items() if of == kind for log in found))
+             for kind in {kind for kind, _ in logs}}
+    return bases, math.exp(factor)
+
+
+def _leave_one_out_by_kind_and_stack(sweep: Sweep, sweeps: list[Sweep],
+                                     own: dict[str, dict[str, float]]) -> dict[str, float]:
+    """:data:`_BY_KIND_AND_STACK`'s priors for ``sweep`` from the other sweeps' all-row fits."""
+    found = {}
+    for name in _BY_KIND_AND_STACK:
+        others = [(s, own[s.name]) for s in sweeps if s.name != sweep.name and name in own[s.name]]
+        bases, factor = kind_and_stack_prior(others, name)
+        if _kind(sweep) in bases:
+            found[name] = bases[_kind(sweep)] * (factor if _stack(sweep) == "heavy" else 1.0)
+    return found
+
+
 def _kind(sweep: Sweep) -> str:
     """Dense or a mixture of experts: the shipped priors differ by it (``model.Parameter.moe``)."""
     return "moe" if sweep.hardware.mixture_of_experts else "dense"
@@ -163,6 +197,10 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
         fits = [own[s.name] for s in sweeps if group(s) == label]
         log(f"# geometric medians over the {label} sweeps (the shipped priors' source): "
             + ", ".join(f"{k} {v:.3g}" for k, v in geometric_median_priors(fits).items()))
+    for name in _BY_KIND_AND_STACK:
+        bases, factor = kind_and_stack_prior([(s, own[s.name]) for s in sweeps if name in own[s.name]], name)
+        by_kind = ", ".join(f"{kind} {value:.3g}" for kind, value in sorted(bases.items()))
+        log(f"# {name} by kind on a lean stack (the shipped priors' source): {by_kind}; another stack x{factor:.3g}")
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     for sweep in sweeps:
         if only and sweep.name not in only:
@@ -170,6 +208,7 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
         priors = _leave_one_out(sweep, sweeps, own, _kind)
         stacked = _leave_one_out(sweep, sweeps, own, _stack)  # the numbers that go by the device's stack
         priors.update({key: value for key, value in stacked.items() if key in _BY_STACK})
+        priors.update(_leave_one_out_by_kind_and_stack(sweep, sweeps, own))
         found: dict[str, dict[str, list[float]]] = {}
         for split, (fit_rows, held_out) in splits(sweep.rows).items():
             if split not in chosen or not held_out:

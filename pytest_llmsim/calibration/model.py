@@ -38,7 +38,7 @@ class Parameter:
     expert matmuls and routing reach a smaller share of the peaks). ``heavy`` and ``heavy_reads``: where given,
     the prior (``heavy``) or the prior in reads (``heavy_reads``) goes by the device's stack instead of the model's
     kind (``prior``, ``reads`` on a lean stack, :attr:`~pytest_llmsim.calibration.Hardware.lean_stack`,
-    these on another)."""
+    these on another); ``heavy_factor``: the kind's prior goes by the stack too, times this on another."""
 
     name: str
     prior: float
@@ -56,6 +56,8 @@ class Parameter:
     of_priors_lone_itl: bool = False
     heavy: float | None = None
     heavy_reads: float | None = None
+    #: where given, the kind's prior (``prior``, ``moe``: a lean stack's) times this on a stack that is not lean
+    heavy_factor: float | None = None
 
     @property
     def stack_keys(self) -> tuple[str, ...]:
@@ -69,7 +71,8 @@ class Parameter:
         number that goes by the stack: on a lean stack or, ``lean`` false, another)."""
         if self.heavy is not None:
             return self.prior if lean else self.heavy
-        return self.moe if experts and self.moe is not None else self.prior
+        found = self.moe if experts and self.moe is not None else self.prior
+        return found * self.heavy_factor if self.heavy_factor is not None and not lean else found
 
     def default_reads(self, experts: bool, lean: bool = True) -> float | None:
         """A scaled number's shipped prior in reads of the weights at peak, where no row gives its figure."""
@@ -87,11 +90,16 @@ class Parameter:
 #: development sweeps' all-row fits, the dense models' and the mixtures of experts' apart (a scaled number's as
 #: its share, and in seconds for priors alone), as ``python benchmarks/calibration_holdout.py --manifest
 #: benchmarks/development_sweeps.toml`` prints them first (2026-12-06: four dense sweeps, four of experts; by
-#: stack, for the bandwidth and the fixed cost in reads, four lean, NVIDIA's and TPU's, four not, MI300X's and
-#: Gaudi 3's).
+#: stack, for the fixed cost in reads, four lean, NVIDIA's and TPU's, four not, MI300X's and
+#: Gaudi 3's). The compute efficiency and the bandwidth go by both (2026-12-07, ``heavy_factor``): each kind's on
+#: a lean stack, times the mean in logarithms of the kinds' ratios of another stack's to a lean one's
+#: (``holdout_manifest.kind_and_stack_prior``; from the fits before: compute 0.60, 0.077, x0.42, bandwidth 0.93,
+#: 0.80, x0.755; the fits these priors give print 0.603, 0.083, x0.40 and 0.935, 0.805, x0.75).
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("memory_efficiency", 0.88, "fraction of peak memory bandwidth a step's reads reach", heavy=0.63),
-    Parameter("compute_efficiency", 0.60, "fraction of peak compute a step's tokens reach", moe=0.043),
+    Parameter("memory_efficiency", 0.93, "fraction of peak memory bandwidth a step's reads reach", moe=0.80,
+              heavy_factor=0.755),
+    Parameter("compute_efficiency", 0.60, "fraction of peak compute a step's tokens reach", moe=0.077,
+              heavy_factor=0.42),
     Parameter("step_overhead", 0.40, "fixed time per step beside its reads (launches, collectives), seconds",
               "itl", moe=0.89, reads=0.60, heavy_reads=1.88),
     Parameter("request_overhead", 0.074, "the API server's time before a request reaches the scheduler, seconds",

@@ -57,8 +57,9 @@ class Device:
 
 #: Vendors whose serving stacks the development sweeps saw run a step with little fixed work beside its reads, near
 #: the datasheet's bandwidth: CUDA graphs (vLLM, TensorRT-LLM/NIM on NVIDIA) and XLA compiling a whole step (TPU):
-#: 0.5-0.8 of a weight read per step beside it, 70-95 % of peak bandwidth. The ROCm and Gaudi stacks of the sweeps
-#: (MI300X, Gaudi 3, early 2025) spent 1.4-2.6 weight reads and reached 60-70 %, for dense models and mixtures alike.
+#: 0.5-0.8 of a weight read per step beside it, 78-96 % of peak bandwidth. The ROCm and Gaudi stacks of the sweeps
+#: (MI300X, Gaudi 3, early 2025) spent 1.4-2.6 weight reads, for dense models and mixtures alike, and reached about
+#: three quarters of the bandwidth share and two fifths of the compute share the lean stacks reached with each kind.
 LEAN_STACK_VENDORS = ("NVIDIA", "Google")
 
 
@@ -211,8 +212,8 @@ class Hardware:
     def lean_stack(self) -> bool:
         """Whether the device's vendor's stack runs lean steps
         (:data:`~pytest_llmsim.calibration.priors.LEAN_STACK_VENDORS`): the serving model's priors for the fixed
-        cost per step and the bandwidth reached are then those stacks'. A device given by its figures alone counts
-        as one."""
+        cost per step, and for the bandwidth and compute reached with each kind of model, are then those stacks'.
+        A device given by its figures alone counts as one."""
         return self.gpu is None or GPUS[device_key(self.gpu)].source.split()[0] in LEAN_STACK_VENDORS
 
     @property

@@ -27,10 +27,10 @@ __all__ = ["BANDS", "LENGTH_SLACK", "FittedRange", "fitted_range_of"]
 #: of a sweep like those misses by more. ``priors``: a profile with nothing fitted (``llmsim calibrate`` without a
 #: sweep), the median of the sweeps' priors-alone errors.
 BANDS: dict[str, dict[str, float]] = {
-    "inside": {"ttft_p50_ms": 0.15, "itl_p50_ms": 0.11, "req_per_s": 0.12, "e2e_p50_ms": 0.06},
-    "outside": {"ttft_p50_ms": 0.20, "itl_p50_ms": 0.12, "req_per_s": 0.18, "e2e_p50_ms": 0.09},
+    "inside": {"ttft_p50_ms": 0.14, "itl_p50_ms": 0.10, "req_per_s": 0.10, "e2e_p50_ms": 0.06},
+    "outside": {"ttft_p50_ms": 0.21, "itl_p50_ms": 0.14, "req_per_s": 0.18, "e2e_p50_ms": 0.11},
     # a profile from priors alone (nothing fitted): the median over the sweeps of their priors-alone errors
-    "priors": {"ttft_p50_ms": 0.40, "itl_p50_ms": 0.08, "req_per_s": 0.13, "e2e_p50_ms": 0.12},
+    "priors": {"ttft_p50_ms": 0.29, "itl_p50_ms": 0.12, "req_per_s": 0.12, "e2e_p50_ms": 0.12},
 }
 #: A length within this factor of the fitted range counts as inside it (a length is never exactly repeated).
 LENGTH_SLACK = 1.25
