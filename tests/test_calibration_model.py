@@ -96,15 +96,17 @@ def test_the_compute_efficiency_goes_by_the_models_kind_and_the_devices_stack() 
     """The development sweeps on MI300X and Gaudi 3 reached a smaller share of peak compute than those on NVIDIA's
     and the TPU's stacks, dense models (0.22 against 0.60-0.94) and mixtures (0.03-0.05 against 0.08) alike: a
     dense model on MI300Xs starts from neither the H100's 60 % nor the mixtures' few per cent."""
-    def prior(gpu: str, **model: float) -> float:
-        return ServingModel.for_rows(Hardware(gpu=gpu, tp=8, **model), []).prior("compute_efficiency")  # type: ignore[arg-type]
+    def dense(gpu: str) -> float:
+        return ServingModel.for_rows(Hardware(405.0, gpu, 8), []).prior("compute_efficiency")
 
-    dense = {"params": 405.0}
-    mixture = {"params": 671.0, "active_params": 37.0, "experts": 256, "experts_per_token": 8}
-    assert prior("mi300x", **dense) == pytest.approx(prior("h100", **dense) * 0.42)
-    assert prior("mi300x", **mixture) == pytest.approx(prior("tpu-v7", **mixture) * 0.42)
-    assert prior("mi300x", **mixture) < prior("mi300x", **dense) / 5  # the kinds still differ on one stack
-    assert prior("gaudi3", **dense) == pytest.approx(prior("mi300x", **dense))
+    def mixture(gpu: str) -> float:
+        hardware = Hardware(671.0, gpu, 8, active_params=37.0, experts=256, experts_per_token=8)
+        return ServingModel.for_rows(hardware, []).prior("compute_efficiency")
+
+    assert dense("mi300x") == pytest.approx(dense("h100") * 0.42)
+    assert mixture("mi300x") == pytest.approx(mixture("tpu-v7") * 0.42)
+    assert mixture("mi300x") < dense("mi300x") / 5  # the kinds still differ on one stack
+    assert dense("gaudi3") == pytest.approx(dense("mi300x"))
 
 
 def test_scaled_priors_are_shares_of_a_lone_streams_itl() -> None:
