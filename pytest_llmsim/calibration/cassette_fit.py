@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..recording.cassette import Exchange, read_cassette
 from ..sim.config import SimConfig
+from .linear import least_squares
 
 __all__ = ["BUDGET_PRIOR", "CassetteFit", "fit_cassettes"]
 
@@ -81,23 +82,6 @@ def _answer(exchange: Exchange) -> _Answer | None:
     return _Answer(exchange.started, tokens, prompt if isinstance(prompt, int) else max(1, len(exchange.body) // 4))
 
 
-def _solve(rows: Sequence[Sequence[float]], values: Sequence[float]) -> list[float]:
-    """Least squares by the normal equations (a few unknowns; Gauss-Jordan with partial pivoting)."""
-    n = len(rows[0])
-    matrix = [[sum(r[i] * r[j] for r in rows) for j in range(n)] + [sum(r[i] * v for r, v in zip(rows, values))]
-              for i in range(n)]
-    for i in range(n):
-        pivot = max(range(i, n), key=lambda k: abs(matrix[k][i]))
-        matrix[i], matrix[pivot] = matrix[pivot], matrix[i]
-        if abs(matrix[i][i]) < 1e-18:
-            continue
-        for k in range(n):
-            if k != i:
-                factor = matrix[k][i] / matrix[i][i]
-                matrix[k] = [a - factor * b for a, b in zip(matrix[k], matrix[i])]
-    return [matrix[i][n] / matrix[i][i] if abs(matrix[i][i]) >= 1e-18 else 0.0 for i in range(n)]
-
-
 def fit_cassettes(paths: Iterable[str | Path], budget: int | None = None) -> CassetteFit:
     """Fit step costs to the token gaps of the cassettes' streamed answers (see the module's text). Raises
     ``ValueError`` when they hold too few (no streamed answers with ``started`` stamps, or no lone one)."""
@@ -116,7 +100,7 @@ def fit_cassettes(paths: Iterable[str | Path], budget: int | None = None) -> Cas
     if len(rows) < 8:
         raise ValueError("too few token gaps to fit step costs (streamed answers of several tokens, with 'started' "
                          "stamps: cassettes written by llmsim record)")
-    coefficients = _solve(rows, gaps)
+    coefficients = least_squares(rows, gaps)
     for _ in range(TRIM_PASSES):  # a gap whose step was misread (a prefill not seen, two reads merged) is dropped
         residuals = [abs(g - sum(c * x for c, x in zip(coefficients, r))) for r, g in zip(rows, gaps)]
         limit = TRIM_AT * statistics.median(residuals)
@@ -124,7 +108,7 @@ def fit_cassettes(paths: Iterable[str | Path], budget: int | None = None) -> Cas
         if len(kept) == len(rows) or len(kept) < 8:
             break
         rows, gaps = [rows[i] for i in kept], [gaps[i] for i in kept]
-        coefficients = _solve(rows, gaps)
+        coefficients = least_squares(rows, gaps)
     base, per_decode, prefill_base, per_prefill = (max(0.0, value) for value in coefficients)
     residuals = [abs(g - (base + per_decode * r[1] + prefill_base * r[2] + per_prefill * r[3])) for r, g in
                  zip(rows, gaps)]

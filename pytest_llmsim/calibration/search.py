@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
 
+from .linear import solve
+
 __all__ = ["Evaluate", "SearchSteps", "evaluator", "levenberg_marquardt", "levenberg_marquardt_steps",
            "run_together"]
 
@@ -69,7 +71,7 @@ def levenberg_marquardt_steps(start: list[float], iterations: int = 14, step: fl
         for _ in range(DAMPING_TRIES):  # raise the damping until a step lowers the cost
             damped = [[normal[i][j] * (1 + damping if i == j else 1) + (1e-9 if i == j else 0.0)
                        for j in range(size)] for i in range(size)]
-            delta = _solve(damped, [-g for g in gradient])
+            delta = solve(damped, [-g for g in gradient])
             candidate = [x + min(max(d, -2.0), 2.0) for x, d in zip(point, delta)]  # at most e^2 per step
             (trial,) = yield [candidate]
             used += 1
@@ -159,23 +161,3 @@ def evaluator(workers: int) -> Iterator[Evaluate]:
         return
     with pool:
         yield lambda tasks: list(pool.map(_call, tasks))
-
-
-def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """``matrix x = vector`` by Gaussian elimination with partial pivoting (a small, dense system)."""
-    size = len(vector)
-    rows = [[*row, value] for row, value in zip(matrix, vector)]
-    for col in range(size):
-        pivot = max(range(col, size), key=lambda r: abs(rows[r][col]))
-        rows[col], rows[pivot] = rows[pivot], rows[col]
-        if abs(rows[col][col]) < 1e-300:
-            continue
-        for r in range(col + 1, size):
-            factor = rows[r][col] / rows[col][col]
-            for c in range(col, size + 1):
-                rows[r][c] -= factor * rows[col][c]
-    out = [0.0] * size
-    for r in reversed(range(size)):
-        if abs(rows[r][r]) >= 1e-300:
-            out[r] = (rows[r][size] - sum(rows[r][c] * out[c] for c in range(r + 1, size))) / rows[r][r]
-    return out
