@@ -35,10 +35,10 @@ class Parameter:
     request alone would see it: ``lone_itl``, ``lone_ttft``), as
     fixed costs differ across servers by more than their share of what they cost does. ``moe`` and
     ``moe_seconds``: the priors for a mixture of experts, where they differ from a dense model's (its grouped
-    expert matmuls and routing reach a smaller share of the peaks). ``heavy`` and ``heavy_reads``: where given,
-    the prior (``heavy``) or the prior in reads (``heavy_reads``) goes by the device's stack instead of the model's
-    kind (``prior``, ``reads`` on a lean stack, :attr:`~pytest_llmsim.calibration.Hardware.lean_stack`,
-    these on another); ``heavy_factor``: the kind's prior goes by the stack too, times this on another."""
+    expert matmuls and routing reach a smaller share of the peaks). ``heavy_reads``: where given, the prior in
+    reads goes by the device's stack instead of the model's kind (``reads`` on a lean stack,
+    :attr:`~pytest_llmsim.calibration.Hardware.lean_stack`, this on another); ``heavy_factor``: the kind's prior
+    goes by the stack too, times this on another."""
 
     name: str
     prior: float
@@ -54,7 +54,6 @@ class Parameter:
     #: where no row gives the figure: its share of the lone ITL the priors themselves predict
     #: (:meth:`ServingModel.priors_lone_itl`), over ``seconds`` and given seconds
     of_priors_lone_itl: bool = False
-    heavy: float | None = None
     heavy_reads: float | None = None
     #: where given, the kind's prior (``prior``, ``moe``: a lean stack's) times this on a stack that is not lean
     heavy_factor: float | None = None
@@ -63,14 +62,11 @@ class Parameter:
     def stack_keys(self) -> tuple[str, ...]:
         """Its priors that go by the device's stack (lean or not) rather than the model's kind, as
         :meth:`ServingModel.as_priors` names them."""
-        return ((self.name,) if self.heavy is not None else ()) + (
-            (f"{self.name}_reads",) if self.heavy_reads is not None else ())
+        return (f"{self.name}_reads",) if self.heavy_reads is not None else ()
 
     def default(self, experts: bool, lean: bool = True) -> float:
         """The shipped prior (a share where scaled) for a dense model or, ``experts``, a mixture of experts (for a
         number that goes by the stack: on a lean stack or, ``lean`` false, another)."""
-        if self.heavy is not None:
-            return self.prior if lean else self.heavy
         found = self.moe if experts and self.moe is not None else self.prior
         return found * self.heavy_factor if self.heavy_factor is not None and not lean else found
 
