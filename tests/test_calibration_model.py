@@ -151,7 +151,10 @@ def test_a_device_is_found_by_the_names_people_write() -> None:
     where the table's entry is that variant (its A100 is the 80 GB SXM, not the 40 GB or a PCIe card)."""
     for name, key in (("NVIDIA A100-SXM4-80GB", "a100"), ("H100 SXM5", "h100"), ("GeForce RTX 4090", "rtx4090"),
                       ("Intel Gaudi 3", "gaudi3"), ("AMD Instinct MI300X", "mi300x"), ("TPU7x", "tpu-v7"),
-                      ("Ascend-910B", "ascend910b"), ("rtx a6000", "a6000"), ("L40S", "l40s")):
+                      ("Ascend-910B", "ascend910b"), ("rtx a6000", "a6000"), ("L40S", "l40s"), ("L40", "l40"),
+                      ("TPU v6e", "tpu-v6e"), ("Trillium", "tpu-v6e"), ("v5litepod", "tpu-v5e"),
+                      ("TPU v5p", "tpu-v5p"), ("Intel Gaudi 2", "gaudi2"), ("GB200", "gb200"),
+                      ("AMD Instinct MI250X", "mi250x"), ("NVIDIA H800 SXM5", "h100"), ("A800-SXM4-80GB", "a100")):
         assert device_key(name) == key, name
         assert Hardware(8.0, name).device == GPUS[key]
     for variant in ("a100-40gb", "H100 PCIe"):
@@ -181,7 +184,10 @@ def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:
     assert GPUS["h100"].peak("fp4") == 1979e12 and GPUS["a100"].peak("fp4") == 312e12
     gpt_oss = Hardware(120, "b200", dtype="mxfp4")
     assert gpt_oss.costs(1.0, 1.0)["step_base"] == pytest.approx(120e9 * 4.25 / 8 / 8e12)
-    for name in ("tpu-v7", "mi325x", "v100", "ascend910b"):
+    assert GPUS["gb200"].peak("nvfp4") == 10000e12 and GPUS["gaudi2"].peak("fp8") == 865e12
+    assert GPUS["tpu-v6e"].peak("fp8") == 918e12  # no FP8 peak listed: the 16-bit one
+    for name in ("tpu-v7", "mi325x", "v100", "ascend910b", "tpu-v5e", "tpu-v5p", "tpu-v6e", "gaudi2", "gb200",
+                 "l40", "mi250x"):
         assert GPUS[name].memory and GPUS[name].bandwidth and GPUS[name].source
 
 

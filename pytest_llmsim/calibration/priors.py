@@ -101,6 +101,21 @@ GPUS: dict[str, Device] = {
                      5000e12, 10000e12),
     "gaudi3": Device(1835e12, 3.7e12, "Intel Gaudi 3 white paper: 1,835 TFLOPS BF16 and FP8 (matrix), 3.7 TB/s "
                                       "HBM2e, 128 GB", 128e9),
+    "gb200": Device(2500e12, 8.0e12, "NVIDIA GB200 NVL72 datasheet, per Blackwell GPU: 5 PFLOPS FP16/BF16, 10 FP8, "
+                                     "20 FP4 (with sparsity; half dense), 8 TB/s, 186 GB HBM3E", 186e9, 5000e12,
+                    10000e12),
+    "l40": Device(181e12, 0.864e12, "NVIDIA L40 datasheet: 181 TFLOPS BF16 dense (362 with sparsity), 362 FP8, "
+                                    "864 GB/s, 48 GB GDDR6", 48e9, 362e12),
+    "mi250x": Device(383e12, 3.2e12, "AMD Instinct MI250X datasheet: 383 TFLOPS BF16/FP16 dense (no FP8), "
+                                     "3.2 TB/s, 128 GB HBM2e (two dies, one device here)", 128e9),
+    "gaudi2": Device(432e12, 2.46e12, "Intel Gaudi 2 (Intel's Hot Chips 2024 table and product brief): 432 TFLOPS "
+                                      "BF16, 865 FP8 (matrix), 2.46 TB/s HBM2e, 96 GB", 96e9, 865e12),
+    "tpu-v5e": Device(197e12, 0.819e12, "Google Cloud TPU v5e page: per chip 197 TFLOPS BF16 (393 TOPS INT8), "
+                                        "819 GB/s, 16 GB HBM2", 16e9),
+    "tpu-v5p": Device(459e12, 2.765e12, "Google Cloud TPU v5p page: per chip 459 TFLOPS BF16 (and FP8), 2,765 GB/s, "
+                                        "95 GB HBM2e", 95e9),
+    "tpu-v6e": Device(918e12, 1.64e12, "Google Cloud TPU v6e (Trillium) page: per chip 918 TFLOPS BF16 (1,836 TOPS "
+                                       "INT8), 1,640 GB/s, 32 GB HBM", 32e9),
     "tpu-v7": Device(2307e12, 7.37e12, "Google Cloud TPU7x (Ironwood) page: per chip 2,307 TFLOPS BF16, 4,614 FP8, "
                                        "7.37 TB/s, 192 GiB HBM", 206e9, 4614e12),
     "ascend910b": Device(280e12, 1.6e12, "Huawei Ascend 910B: 280 TFLOPS FP16 (Gitee AI's cluster docs; the press "
@@ -111,7 +126,10 @@ GPUS: dict[str, Device] = {
 #: Words a device's name may carry beside its table name (vendors, product lines), and other names of entries.
 _VENDOR_WORDS = frozenset({"nvidia", "amd", "instinct", "intel", "habana", "google", "cloud", "huawei", "geforce",
                            "tesla", "radeon"})
-_ALIASES = {"tpu7x": "tpu-v7", "ironwood": "tpu-v7", "910b": "ascend910b", "rtxa6000": "a6000"}
+_ALIASES = {"tpu7x": "tpu-v7", "ironwood": "tpu-v7", "trillium": "tpu-v6e", "v5litepod": "tpu-v5e",
+            "910b": "ascend910b", "rtxa6000": "a6000",
+            # export variants with the same peaks and memory (their NVLink is narrower: no cost here)
+            "h800": "h100", "a800": "a100"}
 
 
 @functools.lru_cache(maxsize=64)  # Hardware.device asks at every cost lookup of a fit
