@@ -184,6 +184,16 @@ def test_the_kv_cache_is_the_devices_memory_less_the_weights() -> None:
     assert GPUS["h100"].peak("fp4") == 1979e12 and GPUS["a100"].peak("fp4") == 312e12
     gpt_oss = Hardware(120, "b200", dtype="mxfp4")
     assert gpt_oss.costs(1.0, 1.0)["step_base"] == pytest.approx(120e9 * 4.25 / 8 / 8e12)
+    # integer weights: weight-only types (w8a16, w4a16, and int8/int4) compute at the 16-bit peak; w8a8 at the
+    # device's INT8 peak (Ampere's tensor cores: twice the 16-bit one; Hopper's: FP8's rate)
+    a100_w8a8 = Hardware(8.03, "a100", dtype="w8a8").costs(1.0, 1.0)
+    assert a100_w8a8["step_compute_per_token"] == pytest.approx(2 * 8.03e9 / 624e12)
+    assert a100_w8a8["step_base"] == pytest.approx(8.03e9 / 2.039e12)
+    w4a16 = Hardware(8.03, "a100", dtype="w4a16").costs(1.0, 1.0)
+    assert w4a16["step_compute_per_token"] == pytest.approx(2 * 8.03e9 / 312e12)
+    assert w4a16["step_base"] == pytest.approx(8.03e9 * 0.5 / 2.039e12)
+    assert GPUS["h100"].peak("w8a8") == 1979e12 and GPUS["h100"].peak("w8a16") == GPUS["h100"].peak("int8") == 989e12
+    assert GPUS["gaudi3"].peak("w8a8") == 1835e12  # no INT8 figure: the 16-bit peak
     assert GPUS["gb200"].peak("nvfp4") == 10000e12 and GPUS["gaudi2"].peak("fp8") == 865e12
     assert GPUS["tpu-v6e"].peak("fp8") == 918e12  # no FP8 peak listed: the 16-bit one
     for name in ("tpu-v7", "mi325x", "v100", "ascend910b", "tpu-v5e", "tpu-v5p", "tpu-v6e", "gaudi2", "gb200",

@@ -36,7 +36,8 @@ __all__ = ["DTYPE_BYTES", "FP4_TYPES", "GPUS", "LEAN_STACK_VENDORS", "Device", "
 @dataclass(frozen=True)
 class Device:
     """One accelerator's dense peak compute (FLOP/s at BF16/FP16), memory bandwidth (bytes/s), memory (bytes)
-    and, where it has them, its FP8 and FP4 peaks (FLOP/s; None: that type runs at the next wider type's peak)."""
+    and, where it has them, its FP8 and FP4 peaks (FLOP/s; None: that type runs at the next wider type's peak) and
+    its INT8 peak where it differs from FP8's (None: FP8's, else the 16-bit one)."""
 
     flops: float
     bandwidth: float
@@ -44,12 +45,16 @@ class Device:
     memory: float | None = None
     fp8_flops: float | None = None
     fp4_flops: float | None = None
+    int8_ops: float | None = None
 
     def peak(self, dtype: str) -> float:
         """The dense peak a model of ``dtype`` computes at: FP4's where the device has one (Blackwell, CDNA 4),
-        else FP8's (an FP4 model on Hopper computes in FP8), else the 16-bit one."""
+        else FP8's (an FP4 model on Hopper computes in FP8), else the 16-bit one. Integer weights with 16-bit
+        activations (``w8a16``, ``w4a16``, ``int8``, ``int4``) compute at the 16-bit peak; ``w8a8`` at INT8's."""
         if dtype in FP4_TYPES and self.fp4_flops:
             return self.fp4_flops
+        if dtype == "w8a8" and (self.int8_ops or self.fp8_flops):
+            return self.int8_ops or self.fp8_flops or self.flops
         if (dtype == "fp8" or dtype in FP4_TYPES) and self.fp8_flops:
             return self.fp8_flops
         return self.flops
@@ -67,7 +72,8 @@ LEAN_STACK_VENDORS = ("NVIDIA", "Google")
 GPUS: dict[str, Device] = {
     "v100": Device(125e12, 0.9e12, "NVIDIA V100 SXM2 datasheet: 125 TFLOPS FP16 tensor (no BF16), 900 GB/s, "
                                    "32 GB", 32e9),
-    "a100": Device(312e12, 2.039e12, "NVIDIA A100 80GB SXM datasheet: 312 TFLOPS BF16, 2,039 GB/s", 80e9),
+    "a100": Device(312e12, 2.039e12, "NVIDIA A100 80GB SXM datasheet: 312 TFLOPS BF16, 624 TOPS INT8, 2,039 GB/s",
+                    80e9, int8_ops=624e12),
     "h100": Device(989e12, 3.35e12, "NVIDIA H100 SXM datasheet: 989 TFLOPS BF16 dense, 1,979 FP8, 3.35 TB/s, "
                                     "80 GB", 80e9, 1979e12),
     "h200": Device(989e12, 4.8e12, "NVIDIA H200 SXM datasheet: 989 TFLOPS BF16 dense, 1,979 FP8, 4.8 TB/s, "
@@ -79,19 +85,22 @@ GPUS: dict[str, Device] = {
     "l40s": Device(362e12, 0.864e12, "NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 733 FP8, 864 GB/s, 48 GB",
                    48e9, 733e12),
     "rtx3090": Device(142e12, 0.936e12, "NVIDIA Ampere GA102 (RTX 3090): 142 TFLOPS FP16 tensor dense (285 with "
-                                        "sparsity; FP32 accumulate 71), 936 GB/s, 24 GB GDDR6X", 24e9),
-    "t4": Device(65e12, 0.32e12, "NVIDIA T4 datasheet: 65 TFLOPS FP16 mixed-precision tensor (no BF16), 320 GB/s, "
-                                 "16 GB GDDR6", 16e9),
+                                        "sparsity; FP32 accumulate 71), 284 TOPS INT8, 936 GB/s, 24 GB GDDR6X", 24e9,
+                       int8_ops=284e12),
+    "t4": Device(65e12, 0.32e12, "NVIDIA T4 datasheet: 65 TFLOPS FP16 mixed-precision tensor (no BF16), 130 TOPS "
+                                 "INT8, 320 GB/s, 16 GB GDDR6", 16e9, int8_ops=130e12),
     "a6000": Device(154.8e12, 0.768e12, "NVIDIA RTX A6000 datasheet: 309.7 TFLOPS tensor with sparsity (154.8 "
                                         "dense), 768 GB/s, 48 GB GDDR6", 48e9),
     "h20": Device(148e12, 4.0e12, "NVIDIA H20 (as reported; no public datasheet): 148 TFLOPS BF16 dense, 296 FP8, "
                                   "4.0 TB/s, 96 GB HBM3", 96e9, 296e12),
     "a10": Device(125e12, 0.6e12, "NVIDIA A10 datasheet: 125 TFLOPS BF16/FP16 tensor dense (250 with sparsity), "
-                                  "600 GB/s, 24 GB GDDR6", 24e9),
+                                  "250 TOPS INT8, 600 GB/s, 24 GB GDDR6", 24e9, int8_ops=250e12),
     "a40": Device(149.7e12, 0.696e12, "NVIDIA A40 datasheet: 149.7 TFLOPS BF16 tensor dense with FP32 accumulate "
-                                      "(299.4 with sparsity), 696 GB/s, 48 GB GDDR6", 48e9),
+                                      "(299.4 with sparsity), 299.3 TOPS INT8, 696 GB/s, 48 GB GDDR6", 48e9,
+                  int8_ops=299.3e12),
     "rtx4090": Device(165e12, 1.008e12, "NVIDIA Ada whitepaper, RTX 4090: 165 TFLOPS FP16/BF16 tensor (FP32 "
-                                        "accumulate 82.6), 1,008 GB/s, 24 GB", 24e9, 330e12),
+                                        "accumulate 82.6), 330 FP8 (FP32 accumulate), 660.6 TOPS INT8, 1,008 GB/s, "
+                                        "24 GB", 24e9, 330e12, int8_ops=660.6e12),
     "mi300x": Device(1307e12, 5.3e12, "AMD Instinct MI300X datasheet: 1,307 TFLOPS BF16 dense, 2,615 FP8, 5.3 TB/s, "
                                       "192 GB", 192e9, 2615e12),
     "mi325x": Device(1307e12, 6.0e12, "AMD Instinct MI325X datasheet: 1,307 TFLOPS BF16 dense, 2,615 FP8, 6 TB/s, "
@@ -107,15 +116,16 @@ GPUS: dict[str, Device] = {
     "l40": Device(181e12, 0.864e12, "NVIDIA L40 datasheet: 181 TFLOPS BF16 dense (362 with sparsity), 362 FP8, "
                                     "864 GB/s, 48 GB GDDR6", 48e9, 362e12),
     "mi250x": Device(383e12, 3.2e12, "AMD Instinct MI250X datasheet: 383 TFLOPS BF16/FP16 dense (no FP8), "
-                                     "3.2 TB/s, 128 GB HBM2e (two dies, one device here)", 128e9),
+                                     "383 TOPS INT8, 3.2 TB/s, 128 GB HBM2e (two dies, one device here)", 128e9,
+                     int8_ops=383e12),
     "gaudi2": Device(432e12, 2.46e12, "Intel Gaudi 2 (Intel's Hot Chips 2024 table and product brief): 432 TFLOPS "
                                       "BF16, 865 FP8 (matrix), 2.46 TB/s HBM2e, 96 GB", 96e9, 865e12),
     "tpu-v5e": Device(197e12, 0.819e12, "Google Cloud TPU v5e page: per chip 197 TFLOPS BF16 (393 TOPS INT8), "
-                                        "819 GB/s, 16 GB HBM2", 16e9),
-    "tpu-v5p": Device(459e12, 2.765e12, "Google Cloud TPU v5p page: per chip 459 TFLOPS BF16 (and FP8), 2,765 GB/s, "
-                                        "95 GB HBM2e", 95e9),
+                                        "819 GB/s, 16 GB HBM2", 16e9, int8_ops=393e12),
+    "tpu-v5p": Device(459e12, 2.765e12, "Google Cloud TPU v5p pages: per chip 459 TFLOPS BF16 (and FP8), 918 TOPS "
+                                        "INT8, 2,765 GB/s, 95 GB HBM2e", 95e9, int8_ops=918e12),
     "tpu-v6e": Device(918e12, 1.64e12, "Google Cloud TPU v6e (Trillium) page: per chip 918 TFLOPS BF16 (1,836 TOPS "
-                                       "INT8), 1,640 GB/s, 32 GB HBM", 32e9),
+                                       "INT8), 1,640 GB/s, 32 GB HBM", 32e9, int8_ops=1836e12),
     "tpu-v7": Device(2307e12, 7.37e12, "Google Cloud TPU7x (Ironwood) page: per chip 2,307 TFLOPS BF16, 4,614 FP8, "
                                        "7.37 TB/s, 192 GiB HBM", 206e9, 4614e12),
     "ascend910b": Device(280e12, 1.6e12, "Huawei Ascend 910B: 280 TFLOPS FP16 (Gitee AI's cluster docs; the press "
@@ -157,7 +167,10 @@ def device_key(name: str) -> str:
 
 #: Bytes per parameter (or per KV element) of a data type.
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5,
-               "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8}  # MX: an 8-bit scale per 32 values; NVFP4: FP8 per 16
+               "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,  # MX: an 8-bit scale per 32 values; NVFP4: FP8 per 16
+               # integer weights by what they compute in (vLLM's compressed-tensors schemes): activations in 8
+               # bits (INT8 tensor cores) or in 16 (the weights widened in the kernel; int8 and int4 mean these)
+               "w8a8": 1.0, "w8a16": 1.0, "w4a16": 0.5}
 #: Four-bit floating-point types, computed at a device's FP4 peak where it has one.
 FP4_TYPES = ("fp4", "mxfp4", "nvfp4")
 
