@@ -1,13 +1,13 @@
 """How long one prediction of each development sweep takes, at two git revisions side by side in one run.
 
-A fit is some 50-150 predictions of its sweep (``llmsim calibrate`` prints how many), so this is what a fit's
-wall time is made of. Checks the base revision out into a temporary git worktree; each round runs one process
-per tree (its own code on ``sys.path``) that predicts every sweep of ``development_sweeps.toml`` once at the
-serving model's start, with the shipped priors and a fixed seed (and a synthetic sweep of 256 to 1,024 clients
-from priors, past the development sweeps' concurrency), and reports each prediction's CPU time and a digest of
-what it predicted. Rounds alternate the trees, so drift on a shared machine hits both alike. Prints
-per sweep the median CPU seconds at each revision, their ratio new / base, and whether the two predicted the
-same figures to the last digit (a speed-up that changes the simulation is not one).
+A fit is some 50-150 predictions of its sweep (``llmsim calibrate`` prints how many), so this is what a fit's wall
+time is made of. Checks the base revision out into a temporary git worktree; each round runs one process per tree
+(its own code on ``sys.path``) that predicts every sweep of ``development_sweeps.toml`` once at the serving model's
+start, with the shipped priors and a fixed seed (and a synthetic sweep of 256 to 1,024 clients from priors, past
+the development sweeps' concurrency, and one of 8,192-token answers), and reports each prediction's CPU time and a
+digest of what it predicted. Rounds alternate the trees, so drift on a shared machine hits both alike. Prints per
+sweep the median CPU seconds at each revision, their ratio new / base, and whether the two predicted the same
+figures to the last digit (a speed-up that changes the simulation is not one).
 
     python benchmarks/prediction_speed.py --base REV [--rounds 5] [--sweeps-root ../shared/calibration]
 """
@@ -50,6 +50,11 @@ for sweep in load_manifest(tree + "/benchmarks/development_sweeps.toml", root):
 h200 = Hardware(gpu="h200", tp=8, params=70.6, dtype="fp8", kv_bytes_per_token=163840)
 timed("synthetic-h200-1024-clients", from_priors(h200, None, 8192),
       [SweepRow(concurrency=c, rate=None, input_tokens=1024, output_tokens=1024) for c in (256, 512, 1024)])
+# long answers: the TPU v7 sweep's server, 4 to 64 clients of 1,024 / 8,192 tokens (InferenceX's 1k/8k case)
+tpu = Hardware(gpu="tpu-v7", tp=4, params=397, active_params=17, dtype="fp8", kv_bytes_per_token=15360,
+               experts=512, experts_per_token=10)
+timed("synthetic-tpu7-1k-8k", from_priors(tpu, None, 2048),
+      [SweepRow(concurrency=c, rate=None, input_tokens=1024, output_tokens=8192) for c in (4, 16, 64)])
 print(json.dumps(found))
 """
 

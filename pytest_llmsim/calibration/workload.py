@@ -115,6 +115,20 @@ def _uncached(config: SimConfig) -> SimConfig:
     return config
 
 
+def _unbounded_where_it_never_fills(config: SimConfig, inputs: Sequence[int], lengths: Sequence[int],
+                                    in_flight: int) -> SimConfig:
+    """``config`` without its KV cache's bound where the ``in_flight`` largest requests (prompt, answer and the
+    room for a next token each) fit it whole at once: none then waits for room or is preempted, so the prediction
+    is the same, but a bounded cache's lazy decoders are visited at every block, in case one must preempt (a
+    1,024 / 8,192-token sweep of 4 to 64 clients on TPU v7 took 2.3x as long as without)."""
+    if config.kv_cache_blocks is None:
+        return config
+    size = config.block_size
+    whole = sorted((math.ceil((prompt + answer + 1) / size) for prompt, answer in zip(inputs, lengths)),
+                   reverse=True)
+    return config.replace(kv_cache_blocks=None) if sum(whole[:in_flight]) <= config.kv_cache_blocks else config
+
+
 def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int = 0,
                 waves: int | None = None) -> SweepRow:
     """The row's workload through ``config``'s engine in virtual time; its latencies as the benchmark counts
@@ -134,7 +148,7 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     inputs = _lengths(row.input_tokens, row.input_spread or 0.0, prompts, random.Random(f"inputs:{seed}"))
     config = config.replace(max_batch_size=max(config.max_batch_size, clients), max_waiting=max(
         config.max_waiting, 100_000), max_model_len=max(config.max_model_len, max(inputs) + max(lengths) + 1))
-    config = _uncached(config)
+    config = _uncached(_unbounded_where_it_never_fills(config, inputs, lengths, clients if closed else prompts))
     recorder = _Recorder()
     engine: Engine = (StepEngine if config.scheduler == "step" else Engine)(
         config, recorder, random.Random(f"latency:{config.seed}"))
