@@ -42,7 +42,8 @@ def timed(name, config, rows):
     digest = hashlib.sha256(repr([(g.ttft_p50_ms, g.itl_p50_ms, g.req_per_s, g.e2e_p50_ms) for g in guess])
                             .encode()).hexdigest()[:12]
     found[name] = [took, digest]
-for sweep in load_manifest(tree + "/benchmarks/development_sweeps.toml", root):
+sweeps = load_manifest(tree + "/benchmarks/development_sweeps.toml", root)
+for sweep in sweeps:
     model = ServingModel.for_rows(sweep.hardware, sweep.rows, None)
     base = _base(sweep, 0).replace(scheduler="step", **PRIORS, max_num_batched_tokens=sweep.budget or 8192)
     timed(sweep.name, model.config(base, model.start()), sweep.rows)
@@ -51,9 +52,8 @@ h200 = Hardware(gpu="h200", tp=8, params=70.6, dtype="fp8", kv_bytes_per_token=1
 timed("synthetic-h200-1024-clients", from_priors(h200, None, 8192),
       [SweepRow(concurrency=c, rate=None, input_tokens=1024, output_tokens=1024) for c in (256, 512, 1024)])
 # long answers: the TPU v7 sweep's server, 4 to 64 clients of 1,024 / 8,192 tokens (InferenceX's 1k/8k case)
-tpu = Hardware(gpu="tpu-v7", tp=4, params=397, active_params=17, dtype="fp8", kv_bytes_per_token=15360,
-               experts=512, experts_per_token=10)
-timed("synthetic-tpu7-1k-8k", from_priors(tpu, None, 2048),
+tpu = next(sweep for sweep in sweeps if sweep.name == "qwen35-tpuv7")
+timed("synthetic-tpu7-1k-8k", from_priors(tpu.hardware, None, tpu.budget),
       [SweepRow(concurrency=c, rate=None, input_tokens=1024, output_tokens=8192) for c in (4, 16, 64)])
 print(json.dumps(found))
 """

@@ -8,6 +8,7 @@ runs in a temporary worktree of REV, the two trees alternating; prints each fit'
 same evaluations at both: the same search).
 
     python benchmarks/synthetic_fit_time.py [--base REV] [--rounds 1] [--sweeps tpu7-1k-8k,b200-1k-8k]
+        [--sweeps-root ../shared/calibration]
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ ROOT = os.path.dirname(HERE)
 _ONE_FIT = """
 import json, sys, time
 from dataclasses import replace
-sys.path[:0] = [sys.argv[1]]
+tree, name, root = sys.argv[1:4]
+sys.path[:0] = [tree, tree + "/benchmarks"]
+from holdout_manifest import load_manifest
 from pytest_llmsim.calibration import Hardware, SweepRow, calibrate, from_priors, predict
 from pytest_llmsim.sim.config import SimConfig
-name = sys.argv[2]
 if name == "tpu7-1k-8k":  # the TPU v7 development sweep's server, 4 to 64 clients of 1,024 / 8,192 tokens
-    hardware = Hardware(gpu="tpu-v7", tp=4, params=397, active_params=17, dtype="fp8", kv_bytes_per_token=15360,
-                        experts=512, experts_per_token=10)
-    budget, clients = 2048, (4, 8, 16, 32, 64)
+    tpu = load_manifest(tree + "/benchmarks/development_sweeps.toml", root, ["qwen35-tpuv7"])[0]
+    hardware, budget, clients = tpu.hardware, tpu.budget, (4, 8, 16, 32, 64)
 else:  # one B200, Llama 3.3 70B FP8, 4 to 256 clients of 1,024 / 8,192 tokens: the KV cache fills from 128
     hardware = Hardware(gpu="b200", params=70.6, dtype="fp8", kv_bytes_per_token=163840)
     budget, clients = 8192, (4, 8, 16, 32, 64, 128, 256)
@@ -48,9 +49,9 @@ if __name__ == "__main__":
 """
 
 
-def one_fit(tree: str, name: str) -> tuple[float, int]:
-    out = subprocess.run([sys.executable, "-c", _ONE_FIT, tree, name], check=True, capture_output=True, text=True,
-                         cwd=tree).stdout
+def one_fit(tree: str, name: str, sweeps_root: str) -> tuple[float, int]:
+    out = subprocess.run([sys.executable, "-c", _ONE_FIT, tree, name, os.path.abspath(sweeps_root)], check=True,
+                         capture_output=True, text=True, cwd=tree).stdout
     seconds, evaluations = json.loads(out.splitlines()[-1])
     return float(seconds), int(evaluations)
 
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--base", help="a revision to time beside this tree (e.g. HEAD~1)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--sweeps", default="tpu7-1k-8k,b200-1k-8k")
+    parser.add_argument("--sweeps-root", default="../shared/calibration")
     args = parser.parse_args()
     names = args.sweeps.split(",")
     print("| sweep | tree | fit wall s | evaluations |\n|---|---|---|---|")
@@ -68,7 +70,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name in names:
                 for label, tree in trees:
-                    seconds, evaluations = one_fit(tree, name)
+                    seconds, evaluations = one_fit(tree, name, args.sweeps_root)
                     print(f"| {name} | {label} | {seconds:.1f} | {evaluations} |", flush=True)
 
 

@@ -53,7 +53,7 @@ class Device:
         activations (``w8a16``, ``w4a16``, ``int8``, ``int4``) compute at the 16-bit peak; ``w8a8`` at INT8's."""
         if dtype in FP4_TYPES and self.fp4_flops:
             return self.fp4_flops
-        if dtype == "w8a8" and (self.int8_ops or self.fp8_flops):
+        if dtype == "w8a8":
             return self.int8_ops or self.fp8_flops or self.flops
         if (dtype == "fp8" or dtype in FP4_TYPES) and self.fp8_flops:
             return self.fp8_flops
