@@ -185,6 +185,9 @@ def test_a_predicted_median_is_the_one_a_benchmark_reports() -> None:
         expanded = [value for value, weight in pairs for _ in range(int(weight))]
         assert workload._weighted_median(pairs) == pytest.approx(statistics.median(expanded))
     assert workload._weighted_median([(0.1, 0.5), (0.3, 0.25), (0.5, 0.25)]) == pytest.approx(0.2)
+    # a source's mean (AIPerf's): summed exactly, the same whatever order the gaps were counted in
+    pairs = [(1e16, 1.0), (1.0, 1.0), (-1e16, 1.0), (0.5, 3.0)]
+    assert workload._weighted_mean(pairs) == workload._weighted_mean(pairs[::-1]) == 2.5 / 6
     lone = predict_row(PROFILE, SweepRow(1, None, 256, 128, num_prompts=10)).ttft_p50_ms
     pair = predict_row(PROFILE, SweepRow(2, None, 256, 128, num_prompts=20)).ttft_p50_ms
     assert lone is not None and pair is not None and pair > lone * 1.1

@@ -264,9 +264,10 @@ def _centre(row: SweepRow) -> Callable[[Sequence[tuple[float, float]]], float]:
 
 
 def _weighted_mean(values: Sequence[tuple[float, float]]) -> float:
-    """The mean of ``(value, weight)`` pairs (a row whose source reports averages)."""
-    total = sum(weight for _, weight in values)
-    return sum(value * weight for value, weight in values) / total if total > 0 else 0.0
+    """The mean of ``(value, weight)`` pairs (a row whose source reports averages): summed exactly (fsum), so
+    the order the pairs come in does not move the last digit."""
+    total = math.fsum(weight for _, weight in values)
+    return math.fsum(value * weight for value, weight in values) / total if total > 0 else 0.0
 
 
 def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float]) -> float | None:
