@@ -498,3 +498,19 @@ def test_a_closed_loop_rate_that_holds_the_clients_time_bends_no_server_cost() -
         assert guess.client_gap_ms == fit.client_gap_ms
         for name in ("ttft_p50_ms", "itl_p50_ms", "e2e_p50_ms", "req_per_s"):
             assert getattr(guess, name) == pytest.approx(getattr(real, name), rel=0.05), (real.concurrency, name)
+
+
+@pytest.mark.parametrize("statistic", ["median", "mean"])
+def test_gaps_counted_by_step_predict_what_gaps_counted_one_by_one_do(statistic: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prediction counts the gaps its requests share with the engine's step timeline step by step (a difference
+    array), not token by token: the same figures to the last digit, where runs break (a KV cache that runs out,
+    prompts that take steps alone) and requests weigh differently (standing for the waves not simulated)."""
+    config = PROFILE.replace(kv_cache_blocks=120, step_policy="prefill_first")
+    rows = [SweepRow(6, None, 300, 90, num_prompts=60, statistic=statistic, output_spread=0.5),
+            SweepRow(None, 8.0, 200, 60, num_prompts=40, statistic=statistic)]
+    by_step = [predict_row(config, row) for row in rows]
+    monkeypatch.setattr(workload._Recorder, "shares_step_timeline", False)
+    one_by_one = [predict_row(config, row) for row in rows]
+    assert by_step == one_by_one
+    assert by_step[0].waves is not None and by_step[0].waves < 9  # waves stood for the rest: two weights

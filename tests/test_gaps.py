@@ -74,3 +74,45 @@ def test_a_constant_step_is_one_run_without_arrays() -> None:
     assert gaps.runs() == [(0.01, 4)] and gaps.total() == 0.01 * 4 and len(gaps) == 4
     gaps.add(0.02)
     assert gaps.runs() == [(0.01, 4), (0.02, 1)] and repr(gaps) == "Gaps([(0.01, 4), (0.02, 1)])"
+
+
+SHARING_CALLS = st.lists(st.one_of(st.tuples(st.just("add"), VALUES, st.integers(-1, 5)),
+                                   st.tuples(st.just("share"), st.lists(VALUES, max_size=6))), max_size=12)
+
+
+@given(SHARING_CALLS)
+def test_gaps_shared_with_a_step_timeline_are_the_same_gaps_as_copies(calls: list[Any]) -> None:
+    """A run of steps handed over as a range of the engine's timeline (not copied) reads back in its place, in
+    every view; counted by step, its gaps tally as copies of them do."""
+    timeline: array[float] = array("d", [0.5])  # the engine's: it only grows (steps before a run stay put)
+    shared, copied, flat = Gaps(), Gaps(), []
+    for call in calls:
+        if call[0] == "add":
+            _, value, count = call
+            shared.add(value, count)
+            copied.add(value, count)
+            flat += [value] * max(count, 0)
+        else:
+            start = len(timeline)
+            timeline.extend(array("d", call[1]))
+            shared.share(timeline, start, len(timeline))
+            copied.extend(array("d", call[1]))
+            flat += call[1]
+            timeline.append(0.25)  # a step after the run, as the timeline goes on
+    assert len(shared) == len(flat)
+    assert same_values(list(shared), flat)
+    assert sum(count for _, count in shared.runs()) == len(flat)
+    if not any(math.isnan(value) for value in flat):
+        assert math.isclose(shared.total(), copied.total(), abs_tol=1e-12)
+        assert shared.total() == math.fsum(flat) or any(count > 1 for _, count in copied.runs())
+        tally: Counter[float] = Counter()
+        shared.tally(tally)
+        assert tally == Counter(flat)
+        by_step = [0] * (len(timeline) + 1)
+        own: Counter[float] = Counter()
+        shared.tally(own, by_step)  # the shared steps counted where they are: a difference array
+        running = 0
+        for gap, change in zip(timeline, by_step):
+            running += change
+            own[gap] += running
+        assert +own == Counter(flat)

@@ -16,6 +16,7 @@ from pytest_llmsim import ConfigError, LLMBackend, SimConfig
 from pytest_llmsim.calibration import Fit, SweepRow, calibrate, errors, predict, read_sweep, search
 from pytest_llmsim.calibration import fit as calibration
 from pytest_llmsim.cli import main
+from pytest_llmsim.sim import step_engine
 from pytest_llmsim.sim.config import PROFILES_DIR
 from pytest_llmsim.sim.engine import SeqState, SimSequence
 from pytest_llmsim.sim.step_engine import StepEngine
@@ -547,8 +548,6 @@ def test_gaps_kept_per_step_match_the_tokens_as_emitted(monkeypatch: pytest.Monk
     """Decodes in consecutive steps share the step timeline's gaps (copied when a run ends): every
     sequence's gaps are still exactly the differences of its token times, through a token budget that
     leaves decodes out of a step, a slow sequence, preemptions, a cancellation and the timeline's trims."""
-    from pytest_llmsim.sim import step_engine
-
     monkeypatch.setattr(step_engine, "_TRIM_EVERY", trim_every)
     eng, rec = engine(jitter=0.2, max_num_batched_tokens=40, kv_cache_blocks=24, block_size=16,
                       max_batch_size=16)
@@ -560,7 +559,7 @@ def test_gaps_kept_per_step_match_the_tokens_as_emitted(monkeypatch: pytest.Monk
     eng.cancel(seqs[5])
     eng.run_until_idle()
     assert eng.preemptions > 0  # the KV cache ran short: runs were cut and resumed
-    assert trim_every > 100 or eng._first_step > 0  # the timeline was trimmed while sequences decoded
+    assert trim_every > 100 or eng._timeline.first > 0  # the timeline was trimmed while sequences decoded
     for seq in seqs:
         assert seq.state in (SeqState.FINISHED, SeqState.CANCELLED)
         assert list(seq.gaps) == gaps(rec.tokens.get(seq.index, [])), seq.index
@@ -588,3 +587,32 @@ def test_the_batch_split_by_phase_stays_what_walking_the_batch_finds() -> None:
         checked += 1
     assert eng.preemptions > 0 and checked > 100
     assert all(seq.state in (SeqState.FINISHED, SeqState.CANCELLED) for seq in seqs)
+
+
+class _SharesTimeline(_FinishesOnly):
+    shares_step_timeline = True  # as the calibration's listener: runs stay in the engine's timeline
+
+
+@pytest.mark.parametrize("policy", ["mixed", "prefill_first"])
+def test_gaps_left_in_the_step_timeline_are_the_gaps_a_copy_holds(policy: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration's listener reads the gaps only when the run is over: the engine hands each sequence its
+    runs of steps as ranges of its timeline instead of copies, and keeps the timeline whole (never trimmed) for
+    them. A busy batch with jitter, a bounded KV cache (preemptions) and late arrivals: the same gaps."""
+    def run(listener: type[Recorder]) -> tuple[StepEngine, list[SimSequence]]:
+        eng = StepEngine(SimConfig().replace(**COSTS, jitter=0.1, max_num_batched_tokens=64, step_policy=policy,
+                                             kv_cache_blocks=40, block_size=16), listener())
+        seqs = [SimSequence(prompt(30 + 7 * i, 1000 * i), 60 + 13 * i, index=i) for i in range(12)]
+        for i, seq in enumerate(seqs):
+            eng.submit(seq, at=0.003 * i)
+        eng.run_until_idle()
+        return eng, seqs
+
+    monkeypatch.setattr(step_engine, "_TRIM_EVERY", 64)  # a copying engine trims its timeline in this run
+    copying, copies = run(_FinishesOnly)
+    sharing, shares = run(_SharesTimeline)
+    assert sum(seq.preemptions for seq in copies) > 0  # the KV cache ran out: runs broke
+    assert len(sharing.step_timeline) == sharing.steps > len(copying.step_timeline)  # the whole timeline kept
+    for copy, share in zip(copies, shares):
+        assert share.state is copy.state is SeqState.FINISHED
+        assert list(share.gaps) == list(copy.gaps) and share.e2e == copy.e2e

@@ -30,6 +30,7 @@ of arrivals, at most ``MOST_ARRIVALS``).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -64,6 +65,7 @@ MOST_ARRIVALS = 2000
 
 class _Recorder:
     wants_tokens = False  # only finishes matter here: the step engine skips on_token and makes decoders lazy
+    shares_step_timeline = True  # gaps read when the run is over: the step engine's runs stay in its timeline
 
     def __init__(self) -> None:
         self.finished: list[SimSequence] = []
@@ -201,7 +203,8 @@ def predict_row(config: SimConfig, row: SweepRow, spread: float = 0.0, seed: int
     done = [seq for seq in started if seq.state is SeqState.FINISHED]
     if not done:
         raise ValueError(f"no request finished for {row.workload()}")
-    found = _statistics(row, done, prompts, clients if closed else 0, last_send)
+    timeline = engine.step_timeline if isinstance(engine, StepEngine) else None
+    found = _statistics(row, done, prompts, clients if closed else 0, last_send, timeline)
     return replace(found, waves=len(started) // clients - 1) if closed else found
 
 
@@ -237,8 +240,9 @@ def _standing_for_the_rest(count: int, prompts: int, clients: int) -> tuple[int,
 
 
 def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave: int,
-                last_send: float) -> SweepRow:
-    """Weighted medians and the throughput of ``prompts`` requests, from the ``done`` ones simulated."""
+                last_send: float, timeline: Sequence[float] | None = None) -> SweepRow:
+    """Weighted medians and the throughput of ``prompts`` requests, from the ``done`` ones simulated (their gaps
+    shared with the step engine's ``timeline``, if any)."""
     heavy_from, heavy_to, weight = _standing_for_the_rest(len(done), prompts, first_wave)
     weights = [weight if heavy_from <= i < heavy_to else 1.0 for i in range(len(done))]
     start = min(seq.arrival for seq in done)
@@ -253,7 +257,7 @@ def _statistics(row: SweepRow, done: list[SimSequence], prompts: int, first_wave
     centre = _centre(row)
     return replace(row,
                    ttft_p50_ms=centre([(seq.ttft or 0.0, w) for seq, w in zip(done, weights)]) * 1000,
-                   itl_p50_ms=_itl_centre(row, done, weights),
+                   itl_p50_ms=_itl_centre(row, done, weights, timeline),
                    req_per_s=prompts / duration if duration > 0 else math.inf,
                    e2e_p50_ms=centre([(seq.e2e or 0.0, w) for seq, w in zip(done, weights)]) * 1000)
 
@@ -270,19 +274,30 @@ def _weighted_mean(values: Sequence[tuple[float, float]]) -> float:
     return math.fsum(value * weight for value, weight in values) / total if total > 0 else 0.0
 
 
-def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float]) -> float | None:
+def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
+                timeline: Sequence[float] | None = None) -> float | None:
     """The ITL (ms) the row's source reports: the median (or mean, ``row.statistic``) of every gap
     (``row.itl_per="gap"``) or of each request's mean gap (``"request"``, TPOT), each request's counting its
-    weight times."""
+    weight times (gaps shared with the step engine's ``timeline`` counted by step)."""
     centre = _centre(row)
     if row.itl_per == "request":
         means = [(seq.gaps.total() / seq.gaps.count, w) for seq, w in zip(done, weights) if seq.gaps.count]
         return centre(means) * 1000 if means else None
     # Gaps by value: the decodes of one step share its gap, so there are about as many values as steps.
-    # Counted per weight (in C, see Gaps.tally: two weights, once and standing for the rest), then weighted.
+    # Counted per weight (two weights: once and standing for the rest), then weighted; a run of steps shared
+    # with the timeline is two entries of a difference array over the steps (Gaps.tally), not a count per token.
     by_weight: dict[float, Counter[float]] = {}
+    by_step: dict[float, list[int]] = {}
     for seq, w in zip(done, weights):
-        seq.gaps.tally(by_weight.setdefault(w, Counter()))
+        if w not in by_weight:
+            by_weight[w] = Counter()
+            by_step[w] = [0] * (len(timeline) + 1) if timeline is not None else []
+        seq.gaps.tally(by_weight[w], by_step[w] if timeline is not None else None)
+    for w, changes in by_step.items():
+        counts = by_weight[w]
+        for gap, count in zip(timeline or (), itertools.accumulate(changes)):
+            if count:
+                counts[gap] += count
     by_gap: dict[float, float] = {}
     for w, counts in by_weight.items():
         for gap, count in counts.items():

@@ -6,6 +6,7 @@ sequence without importing the engine (they did, in a circle).
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from collections import Counter
@@ -37,9 +38,13 @@ class Gaps:
     its own run, 16 bytes each. The first run is two numbers; the arrays are
     made when a second value comes (most sequences never have one: the two
     arrays were a tenth of an instantaneous request's allocations).
+
+    A run of steps may also be *shared* (:meth:`share`): a range of a step
+    engine's timeline that the engine keeps whole, read in place instead of
+    copied (the calibration's predictions: millions of gaps, one range per run).
     """
 
-    __slots__ = ("_counts", "_first", "_first_count", "_values", "count")
+    __slots__ = ("_counts", "_first", "_first_count", "_ranges", "_timeline", "_values", "count")
 
     def __init__(self) -> None:
         self._first = 0.0  # the only run's value and length, while there are no arrays
@@ -47,6 +52,9 @@ class Gaps:
         self._values: array[float] | None = None
         self._counts: array[int] | None = None
         self.count = 0
+        # Shared runs: (how many own runs come before it, start, end) of ``_timeline``, in order.
+        self._timeline: array[float] | None = None
+        self._ranges: list[tuple[int, int, int]] | None = None
 
     def _arrays(self) -> tuple[array[float], array[int]]:
         """The runs as arrays, made from the first run the first time."""
@@ -70,8 +78,8 @@ class Gaps:
             values, counts = self._arrays()
         else:
             counts = self._counts  # type: ignore[assignment]  # made with _values
-        if values and values[-1] == value:
-            counts[-1] += count
+        if values and values[-1] == value and not (self._ranges and self._ranges[-1][0] == len(values)):
+            counts[-1] += count  # (not across a shared run after it)
         else:
             values.append(value)
             counts.append(count)
@@ -91,28 +99,69 @@ class Gaps:
         own_counts.extend(array("q", [1]) * count)
         self.count += count
 
-    def tally(self, into: Counter[float]) -> None:
-        """Count each gap into ``into`` by value (a histogram, for medians)."""
+    def share(self, timeline: array[float], start: int, end: int) -> None:
+        """Add the gaps ``timeline[start:end]`` in order, by reference: ``timeline`` (one per sequence) must keep
+        them where they are for as long as these gaps are read (a step engine whose listener reads them only
+        when the run is over keeps its whole timeline: ``StepEngine.step_timeline``)."""
+        if end <= start:
+            return
+        if self._timeline is not timeline and self._ranges:
+            raise ValueError("a sequence's shared gaps come from one step timeline")
+        values, _ = self._arrays()
+        self._timeline = timeline
+        if self._ranges is None:
+            self._ranges = []
+        self._ranges.append((len(values), start, end))
+        self.count += end - start
+
+    def _own_count(self) -> int:
+        return self.count - sum(end - start for _, start, end in self._ranges or ())
+
+    def tally(self, into: Counter[float], by_step: list[int] | None = None) -> None:
+        """Count each gap into ``into`` by value (a histogram, for medians). With ``by_step`` (a difference array
+        as long as the step timeline and one more), the shared gaps are counted there by step instead: each
+        range adds 1 at its start and takes it off at its end (one step's gap stands for every sequence that
+        decoded in it: two numbers per run, not one count per token)."""
+        for _, start, end in self._ranges or ():
+            if by_step is not None:
+                by_step[start] += 1
+                by_step[end] -= 1
+            else:
+                into.update(self._timeline[start:end])  # type: ignore[index]  # set with the ranges
         if self._values is None:
             if self._first_count:
                 into[self._first] += self._first_count
             return
-        if self.count == len(self._values):
+        if self._own_count() == len(self._values):
             into.update(self._values)  # one run per gap (jittered steps): counted in C
             return
         for value, count in zip(self._values, self._counts or ()):
             into[value] += count
 
     def runs(self) -> list[tuple[float, int]]:
-        """``(gap, how many times in a row)`` pairs, in order."""
+        """``(gap, how many times in a row)`` pairs, in order (a shared gap one pair each)."""
         if self._values is None:
             return [(self._first, self._first_count)] if self._first_count else []
-        return list(zip(self._values, self._counts or ()))
+        own = list(zip(self._values, self._counts or ()))
+        if not self._ranges:
+            return own
+        timeline, found, done = self._timeline, [], 0
+        for at, start, end in self._ranges:
+            found += own[done:at]
+            found += [(gap, 1) for gap in timeline[start:end]]  # type: ignore[index]  # set with the ranges
+            done = at
+        return found + own[done:]
 
     def total(self) -> float:
         values = self._values
         if values is None:  # the common case, a constant step: no sum to build
             return self._first * self._first_count if self._first_count else 0.0
+        if self._ranges:  # fsum is exact whatever the order: the same sum as the copies' (one entry each)
+            timeline = self._timeline
+            own = values if self._own_count() == len(values) else [
+                value * count for value, count in zip(values, self._counts or ())]
+            return math.fsum(itertools.chain(own, *(timeline[start:end]  # type: ignore[index]
+                                                    for _, start, end in self._ranges)))
         if len(values) <= 1:
             return values[0] * self._counts[0] if values and self._counts else 0.0
         if self.count == len(values):  # one gap per entry (jittered steps): summed in C

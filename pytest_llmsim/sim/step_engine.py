@@ -60,6 +60,7 @@ from .engine import Engine, SeqState, SimSequence
 from .front_end import FrontEndTurns
 from .lazy_decoders import LazyDecoders
 from .step_composition import prefill_is_due, prompts_enough, step_cost
+from .step_timeline import StepTimeline
 
 __all__ = ["StepEngine"]
 
@@ -90,13 +91,9 @@ class StepEngine(Engine):
         self._decoders: dict[SimSequence, None] = {}
         self._prefills: dict[SimSequence, None] = {}
         self._decoder_context = 0
-        # The step timeline: each step's gap (its end less the previous step's), step ``k`` at
-        # ``_step_gaps[k - _first_step]``. A sequence that decodes in consecutive steps shares these gaps:
-        # they are copied into its own in one slice when its run ends (finish, preemption, a skipped step),
-        # not added one call per token. Steps older than every pending run are dropped now and then.
-        self._step_gaps = array("d")
-        self._first_step = 0
-        self._last_end = 0.0
+        # Each step's gap, shared by consecutive decodes (.step_timeline); kept whole for a listener that reads
+        # the gaps only when a run is over (the calibration's)
+        self._timeline = StepTimeline(getattr(self.listener, "shares_step_timeline", False))
         # LazyDecoders (see .lazy_decoders) and the other decoders, visited every step (slow sequences, those a token
         # budget left out of a step): the context the latter attend is _decoder_context.
         self._lazy = not getattr(self.listener, "wants_tokens", True)
@@ -192,11 +189,12 @@ class StepEngine(Engine):
         limit = min(events[0][0] if events else math.inf, self._horizon)
         lazy_decoders = self._lazy_decoders
         due = lazy_decoders.next_due()
-        gaps = self._step_gaps
+        timeline = self._timeline
+        gaps = timeline.gaps
         count, first = len(lazy_decoders), lazy_decoders.through
         while end < limit and lazy_decoders.through + 1 < due:
-            gaps.append(end - self._last_end)
-            self._last_end = lazy_decoders.through_end = self.now = end
+            gaps.append(end - timeline.last_end)
+            timeline.last_end = lazy_decoders.through_end = self.now = end
             lazy_decoders.through += 1
             kv_tokens = self._decoder_context + lazy_decoders.context()
             end = self._put_in_flight(end, kv_tokens, step_cost(self.config, count, kv_tokens, 0, False))
@@ -283,7 +281,8 @@ class StepEngine(Engine):
         self._step_end = end = max(self.now, start + duration)
         self.steps += 1
         if self.steps % _TRIM_EVERY == 0:
-            self._trim_timeline()
+            self._lazy_decoders.advance_all()  # (their runs' starts current)
+            self._timeline.trim(self._running)
         return end
 
     def _join_step_in_flight(self, seq: SimSequence) -> None:
@@ -327,9 +326,7 @@ class StepEngine(Engine):
         running = SeqState.RUNNING
         # A listener that only needs the finishes (the calibration's) says so: a call per token saved.
         on_token = self.listener.on_token if getattr(self.listener, "wants_tokens", True) else None
-        step = self._first_step + len(self._step_gaps)  # this step's number
-        self._step_gaps.append(now - self._last_end)  # the gap of a decode whose last token was the last step's
-        self._last_end = now
+        step = self._timeline.end_step(now)  # its gap: a decode's whose last token was the last step's
         previous = step - 1
         decoding = self._decoding
         self._told = False
@@ -364,7 +361,7 @@ class StepEngine(Engine):
                     kv.grow(seq)
                 # _emit, inlined (per token, the engine's hottest loop)
                 if seq.last_step != previous:  # it missed a step: its run ends, this gap is its own
-                    self._flush_run(seq)
+                    self._timeline.hand_over(seq)
                     seq.gaps.add(now - seq.last_token_at)  # type: ignore[operator]  # set by the first token
                     seq.run_from = step
                 seq.last_step = step
@@ -411,17 +408,10 @@ class StepEngine(Engine):
 
     # --- the step timeline ---
 
-    def _flush_run(self, seq: SimSequence) -> None:
-        """Copy the gaps of ``seq``'s run of consecutive steps (after ``run_from``, to ``last_step``) into it."""
-        if seq.last_step > seq.run_from >= 0:
-            first = self._first_step
-            seq.gaps.extend(self._step_gaps[seq.run_from + 1 - first:seq.last_step + 1 - first])
-        seq.run_from = seq.last_step
-
     def _finish(self, seq: SimSequence, state: SeqState) -> None:
         self._told = True
         self._settle(seq)
-        self._flush_run(seq)  # complete before anyone reads them
+        self._timeline.hand_over(seq)  # complete before anyone reads them
         if seq.state is SeqState.RUNNING:
             self._leave_batch(seq)
         super()._finish(seq, state)
@@ -429,19 +419,15 @@ class StepEngine(Engine):
     def _preempt(self, requester: SimSequence) -> bool:
         victim = next(reversed(self._running))
         self._settle(victim)  # a lazy decoder not yet visited in this step: it has not emitted in it
-        self._flush_run(victim)  # its run ends here
+        self._timeline.hand_over(victim)  # its run ends here
         self._leave_batch(victim)
         return super()._preempt(requester)
 
-    def _trim_timeline(self) -> None:
-        """Drop the steps no pending run starts before."""
-        self._lazy_decoders.advance_all()
-        keep_from = min((seq.run_from for seq in self._running if seq.last_step > seq.run_from >= 0),
-                        default=self._first_step + len(self._step_gaps) - 1)
-        drop = keep_from + 1 - self._first_step
-        if drop > 0:
-            del self._step_gaps[:drop]
-            self._first_step += drop
+    @property
+    def step_timeline(self) -> array[float]:
+        """The gaps of the steps the timeline holds (each step's end less the one before it): every step so far
+        where the listener ``shares_step_timeline``, else those since the oldest pending run at most."""
+        return self._timeline.gaps
 
 
 _ADMISSION = attrgetter("admission")
