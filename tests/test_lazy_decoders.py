@@ -12,14 +12,16 @@ from engine_helpers import prompt
 
 from pytest_llmsim.sim.config import SimConfig
 from pytest_llmsim.sim.engine import SimSequence
+from pytest_llmsim.sim.step_composition import decode_step_terms, step_cost
 from pytest_llmsim.sim.step_engine import StepEngine
 
 
 class _Finishes:
     """Keeps the finishes in order; ``wants_tokens`` chooses the engine's path."""
 
-    def __init__(self, wants_tokens: bool) -> None:
+    def __init__(self, wants_tokens: bool, shares_step_timeline: bool = False) -> None:
         self.wants_tokens = wants_tokens
+        self.shares_step_timeline = shares_step_timeline
         self.finished: list[tuple[int, str, float]] = []
 
     def on_token(self, seq: SimSequence, now: float) -> None:
@@ -31,7 +33,7 @@ class _Finishes:
 
 def _outcome(seq: SimSequence) -> tuple[Any, ...]:
     return (seq.index, seq.state.name, seq.emitted, seq.preemptions, seq.arrival, seq.admitted_at, seq.first_token_at,
-            seq.last_token_at, seq.finished_at, seq.prefill_delay, seq.cached_tokens, seq.gaps.runs())
+            seq.last_token_at, seq.finished_at, seq.prefill_delay, seq.cached_tokens, list(seq.gaps))
 
 
 def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], list[tuple[int, str, float]], int, int]:
@@ -39,10 +41,12 @@ def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], lis
     config = SimConfig(scheduler="step", block_size=rng.choice((4, 16)),
                        kv_cache_blocks=rng.choice((None, rng.randint(12, 60))),
                        max_num_batched_tokens=rng.choice((6, 24, 256)), max_batch_size=rng.randint(2, 12),
-                       step_base=0.01, step_per_kv_token=rng.choice((0.0, 1e-5)), step_compute_per_token=2e-5,
+                       step_base=0.01, step_per_kv_token=rng.choice((0.0, 1e-5)),
+                       step_compute_per_token=rng.choice((2e-5, 2e-3)),
                        step_prefill_base=rng.choice((0.0, 0.003)), step_per_decode_seq=1e-4,
-                       jitter=rng.choice((0.0, 0.2)), seed=seed)
-    listener = _Finishes(wants_tokens)
+                       jitter=rng.choice((0.0, 0.2)), seed=seed,
+                       step_expert_weights=rng.choice((0.0, 0.004)), expert_share_per_token=0.05)
+    listener = _Finishes(wants_tokens, shares_step_timeline=not wants_tokens and seed % 3 == 0)
     engine = StepEngine(config, listener, random.Random(seed))
     shared = list(range(50_000, 50_000 + 32))  # some prompts share a prefix
     sequences = []
@@ -79,3 +83,23 @@ def test_the_scenarios_preempt_cancel_and_leave_decodes_out() -> None:
     assert sum(preemptions for *_, preemptions in outcomes) > 20
     assert any(state == "CANCELLED" for outcome in outcomes for _, state, _ in outcome[1])
     assert any(len(runs) > 1 for outcome in outcomes for *_, runs in outcome[0])  # a run cut short
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_quiet_steps_cost_is_step_cost_to_the_last_digit(seed: int) -> None:
+    """The engine costs a run of quiet steps (lazy decoders alone) inline from ``decode_step_terms``: the same
+    number ``step_cost`` gives for a step of decodes alone, whichever term wins."""
+    rng = random.Random(seed)
+    config = SimConfig(scheduler="step", step_base=rng.choice((0.0, 0.004, rng.random() / 10)),
+                       step_per_kv_token=rng.choice((0.0, 1e-7, rng.random() / 1e5)),
+                       step_compute_per_token=rng.choice((0.0, 2e-5, rng.random() / 1e3)),
+                       step_prefill_base=rng.choice((0.0, 0.003)), step_per_prefill_token=rng.choice((0.0, 5e-5)),
+                       step_per_decode_seq=rng.choice((0.0, 1e-4, rng.random() / 1e3)),
+                       step_expert_weights=rng.choice((0.0, rng.random() / 100)),
+                       expert_share_per_token=rng.choice((0.0, 0.03125, rng.random())))
+    decodes, kv_tokens = rng.randint(1, 2048), rng.randint(0, 10_000_000)
+    base, per_kv, experts, compute, per_decodes = decode_step_terms(config, decodes)
+    memory = base + per_kv * kv_tokens
+    if experts:
+        memory += experts
+    assert max(memory, compute) + per_decodes == step_cost(config, decodes, kv_tokens, 0, False)

@@ -74,6 +74,11 @@ class LatencyModel:
         """A set latency, or one drawn from its percentiles."""
         return latency.draw(self.rng.random()) if isinstance(latency, Percentiles) else latency
 
+    def jitter_bounds(self) -> tuple[float, float, float]:
+        """``(jitter, low, high)``: a jittered value is ``value * min(high, max(low, 1 + jitter * N(0, 1)))``
+        (the draw from :attr:`rng`'s ``gauss``), unless ``jitter`` or the value is 0."""
+        return self._config.jitter, self._low, self._high
+
     def _jittered(self, value: float) -> float:
         if self._config.jitter == 0.0 or value == 0.0:
             return value

@@ -27,10 +27,12 @@ the last two are linear costs (older profiles use them alone).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from .config import SimConfig
+from .sequence import SimSequence
 
-__all__ = ["prefill_is_due", "prompts_enough", "step_cost"]
+__all__ = ["decode_step_terms", "prefill_is_due", "prompts_enough", "prompts_that_fit", "step_cost"]
 
 
 def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
@@ -45,10 +47,33 @@ def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: i
             + config.step_per_prefill_token * prefill_tokens + config.step_per_decode_seq * decodes)
 
 
+def decode_step_terms(config: SimConfig, decodes: int) -> tuple[float, float, float, float, float]:
+    """:func:`step_cost`'s terms for a step of ``decodes`` decodes and no prompt: ``(base, per_kv_token, experts,
+    compute, per_decodes)``, so that ``step_cost(config, decodes, kv, 0, False)`` is, to the last digit,
+    ``max(base + per_kv_token * kv + experts, compute) + per_decodes`` (``experts`` added only when not 0)."""
+    experts = 0.0
+    if config.step_expert_weights:
+        experts = config.step_expert_weights * (1.0 - (1.0 - config.expert_share_per_token) ** decodes)
+    return (config.step_base, config.step_per_kv_token, experts, config.step_compute_per_token * decodes,
+            config.step_per_decode_seq * decodes)
+
+
 def prompts_enough(config: SimConfig, decoding: int) -> int:
     """Under ``prefill_when_due``, how many waiting prompts make a prefill step due with ``decoding`` sequences
     running (TGI's ``--waiting-served-ratio``): a caller counting the prompts that fit need count no further."""
     return math.floor(decoding * config.waiting_served_ratio)
+
+
+def prompts_that_fit(prompts: Iterable[SimSequence], budget: int, enough: int) -> int:
+    """How many of the waiting ``prompts`` (in order) one prefill step's ``budget`` holds whole (at least the
+    first, chunked), counted up to ``enough``."""
+    count = 0
+    for seq in prompts:
+        budget -= seq.prefill_left
+        if budget < 0 or count >= enough:
+            break
+        count += 1
+    return max(count, 1)
 
 
 def prefill_is_due(config: SimConfig, prompts: int, decoding: int, decode_steps: int) -> bool:

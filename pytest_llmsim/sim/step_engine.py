@@ -38,14 +38,12 @@ the listener work as in the default mode. A ``slow`` fault's sequence emits
 on one step in ``factor`` (the step is shared, so it cannot be stretched for
 one sequence).
 
-Cost. The decodes of one step share its gap, so the engine keeps the gaps once per step (the step
-timeline) and a sequence's own :class:`~.sequence.Gaps` get them as one slice when its run of consecutive
-steps ends (it finishes, is preempted or cancelled, or misses a step): not one call per token. A step is
-composed from the decoders and the prefills, kept apart as sequences change phase, not by walking the
-batch (a sweep's prediction takes about half the time for both: ``docs/simulation.md``). For a listener
-that wants no tokens (``wants_tokens = False``, the calibration's; read once, at construction) decoders
-are lazy (:mod:`.lazy_decoders`: visited only when due), and a step in which only lazy decoders decode,
-none is due and nothing else happens first ends without an event of its own.
+Cost. The decodes of one step share its gap: :mod:`.step_timeline` keeps it once per step, handed to each
+sequence a run of steps at a time. A step is composed from the decoders and the prefills, kept apart as
+sequences change phase, not by walking the batch. For a listener that wants no tokens (``wants_tokens =
+False``, the calibration's; read once, at construction) decoders are lazy (:mod:`.lazy_decoders`: visited
+only when due), and the steps in which only lazy decoders decode, none is due and nothing else happens first
+end without an event each, costed in one loop (most of a long answer's prediction).
 """
 
 from __future__ import annotations
@@ -59,7 +57,7 @@ from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
 from .front_end import FrontEndTurns
 from .lazy_decoders import LazyDecoders
-from .step_composition import prefill_is_due, prompts_enough, step_cost
+from .step_composition import decode_step_terms, prefill_is_due, prompts_enough, prompts_that_fit, step_cost
 from .step_timeline import StepTimeline
 
 __all__ = ["StepEngine"]
@@ -76,9 +74,7 @@ class StepEngine(Engine):
         self._step_end: float | None = None  # when the step in flight ends
         # The step in flight's start, the context its decodes attend and its jitter (the factor its cost was
         # drawn with): what a late arrival that joins it needs to cost it again (see _join_step_in_flight).
-        self._step_start = 0.0
-        self._step_kv_tokens = 0
-        self._step_jitter = 1.0
+        self._step_start, self._step_kv_tokens, self._step_jitter = 0.0, 0, 1.0
         self._decoding: list[SimSequence] = []  # the step in flight's composition
         self._prefilling: list[tuple[SimSequence, int]] = []
         self._ending = False  # inside _end_step: admissions wait for the next step
@@ -187,18 +183,39 @@ class StepEngine(Engine):
         flight: returns its end."""
         events = self._events
         limit = min(events[0][0] if events else math.inf, self._horizon)
-        lazy_decoders = self._lazy_decoders
-        due = lazy_decoders.next_due()
-        timeline = self._timeline
-        gaps = timeline.gaps
-        count, first = len(lazy_decoders), lazy_decoders.through
-        while end < limit and lazy_decoders.through + 1 < due:
+        lazy_decoders, timeline = self._lazy_decoders, self._timeline
+        due, gaps = lazy_decoders.next_due(), timeline.gaps
+        count, first, steps = len(lazy_decoders), lazy_decoders.through, self.steps
+        through, start, kv_tokens, raw, duration = first, 0.0, 0, 0.0, 0.0
+        # Per step, inlined (a long answer's prediction is mostly these): step_cost for ``count`` decodes and no
+        # prompt, _put_in_flight's jitter; the same numbers, drawn in the same order.
+        base, per_kv, experts, compute, per_decodes = decode_step_terms(self.config, count)
+        jitter, low, high = self.latency.jitter_bounds()
+        gauss = self.latency.rng.gauss
+        context = self._decoder_context + lazy_decoders.context() - count * first  # + count * step
+        while end < limit and through + 1 < due:
             gaps.append(end - timeline.last_end)
-            timeline.last_end = lazy_decoders.through_end = self.now = end
-            lazy_decoders.through += 1
-            kv_tokens = self._decoder_context + lazy_decoders.context()
-            end = self._put_in_flight(end, kv_tokens, step_cost(self.config, count, kv_tokens, 0, False))
-        self.step_tokens.observe(count, lazy_decoders.through - first)  # each quiet step decoded them all
+            timeline.last_end = start = end
+            through += 1
+            kv_tokens = context + count * through
+            memory = base + per_kv * kv_tokens
+            if experts:
+                memory += experts
+            raw = duration = (memory if memory >= compute else compute) + per_decodes
+            if jitter != 0.0 and raw != 0.0:
+                factor = 1.0 + jitter * gauss(0.0, 1.0)
+                factor = factor if factor > low else low  # min(high, max(low, factor)), without two calls
+                duration = raw * (factor if factor < high else high)
+            end = max(start, start + duration)
+        self.step_tokens.observe(count, through - first)  # each quiet step decoded them all
+        if through == first:
+            return end
+        self.now = lazy_decoders.through_end = start
+        lazy_decoders.through, self.steps = through, steps + through - first
+        self._step_start, self._step_kv_tokens, self._step_end = start, kv_tokens, end
+        self._step_jitter = duration / raw if raw > 0 else 1.0
+        if self.steps // _TRIM_EVERY != steps // _TRIM_EVERY:  # (trims drop steps no pending run needs)
+            self._trim_timeline()
         return end
 
     def _settle(self, seq: SimSequence) -> None:
@@ -222,7 +239,7 @@ class StepEngine(Engine):
         prompts_alone = held = False
         if self._prefills and config.step_policy != "mixed":
             prompts_alone = config.step_policy == "prefill_first" or prefill_is_due(
-                config, self._prompts_that_fit(budget, prompts_enough(config, len(decoders))), len(decoders),
+                config, prompts_that_fit(self._prefills, budget, prompts_enough(config, len(decoders))), len(decoders),
                 self.steps - self._prefill_step)
             held = not prompts_alone  # the batch decodes alone; the prompts wait
         if prompts_alone:  # every decoder waits
@@ -262,17 +279,6 @@ class StepEngine(Engine):
             end = self._ride_quiet_steps(end)  # (not while prompts are held: each step may make them due)
         self._push(end, _BATCH_STEP, next(iter(decoders)) if decoders else prefilling[0][0])
 
-    def _prompts_that_fit(self, budget: int, enough: int) -> int:
-        """How many waiting prompts one prefill step's ``budget`` holds whole (at least the first, chunked), counted
-        up to ``enough``."""
-        count = 0
-        for seq in self._prefills:
-            budget -= seq.prefill_left
-            if budget < 0 or count >= enough:
-                break
-            count += 1
-        return max(count, 1)
-
     def _put_in_flight(self, start: float, kv_tokens: int, raw: float) -> float:
         """The step composed at ``start`` (``raw``: its cost before jitter) is in flight: returns its end."""
         duration = self.latency._jittered(raw)
@@ -281,9 +287,12 @@ class StepEngine(Engine):
         self._step_end = end = max(self.now, start + duration)
         self.steps += 1
         if self.steps % _TRIM_EVERY == 0:
-            self._lazy_decoders.advance_all()  # (their runs' starts current)
-            self._timeline.trim(self._running)
+            self._trim_timeline()
         return end
+
+    def _trim_timeline(self) -> None:
+        self._lazy_decoders.advance_all()  # their runs' starts current
+        self._timeline.trim(self._running)
 
     def _join_step_in_flight(self, seq: SimSequence) -> None:
         """``seq`` arrived before the step in flight started, but reached the engine after (the server
