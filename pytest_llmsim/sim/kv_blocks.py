@@ -98,7 +98,7 @@ class KVBlocks:
     def grow(self, seq: SimSequence) -> None:
         seq.kv_private += 1
         self.used += 1
-        self._set_boundary(seq)
+        seq.kv_boundary += self.block_size  # (_set_boundary's: a block more held; a visit per block calls this)
 
     def _set_boundary(self, seq: SimSequence) -> None:
         held_tokens = (seq.kv_shared + seq.kv_private) * self.block_size

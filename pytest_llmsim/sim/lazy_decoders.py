@@ -72,18 +72,34 @@ class LazyDecoders:
         at its last token or needs a KV block none is free for, it takes the block it is due for and emits the
         step's token without leaving (True); else it stays lazy, advanced to the step before (False: the caller
         makes it eager and walks it). With a bounded cache every lazy decoder is due every block (16 tokens):
-        leaving and joining again was a third of a prediction of 1,024 clients."""
-        if seq.emitted + self.through - seq.last_step + 1 >= seq.output_length:
+        leaving and joining again was a third of a prediction of 1,024 clients; the visit itself is most of
+        a prediction whose cache fills, so :meth:`advance` and :meth:`_book` are inlined here."""
+        emitted = seq.emitted + self.through - seq.last_step  # advanced to step ``through``, the one before
+        if emitted + 1 >= seq.output_length:
             return False  # it finishes
-        self.advance(seq)  # to step ``through``, the one before ``step``
-        if seq.emitted >= seq.kv_boundary:
-            if self.kv.free < 1:
+        kv = self.kv
+        if kv.capacity is None:  # (due at its last token alone: not reached)
+            self.advance(seq)
+            if emitted >= seq.kv_boundary:
+                kv.grow(seq)
+        elif emitted >= seq.kv_boundary:
+            if kv.capacity - kv.used < 1:
+                self.advance(seq)
                 return False  # it preempts another (its advance is as a visit would have done it)
-            self.kv.grow(seq)
-        seq.emitted += 1  # with last_step, one more: ``_base`` stays as it is
+            kv.grow(seq)  # (due before its blocks filled, it took none on the way: advance() would take none)
+        seq.emitted = emitted = emitted + 1  # with last_step, one more: ``_base`` stays as it is
         seq.last_step = step
         seq.last_token_at = end
-        self._book(seq)
+        # _book: at its last token (at least one more to go), or before the token that finds its blocks full
+        due, room = step + seq.output_length - emitted, seq.kv_boundary - emitted
+        if kv.capacity is not None and step + 1 + (room if room > 0 else 0) < due:
+            due = step + 1 + (room if room > 0 else 0)
+        seq.due_step = due
+        if due in self._due:
+            self._due[due].append(seq)
+        else:
+            self._due[due] = [seq]
+            heappush(self._due_steps, due)
         return True
 
     def leave(self, seq: SimSequence) -> None:
