@@ -57,9 +57,14 @@ class LazyDecoders:
         """The step the lazy decoder ``seq`` (current to its ``last_step``) is due at next."""
         # Due at its last token; with a bounded KV cache also before the token that finds its blocks full
         # (it may have to preempt). Unbounded, a new block needs no decision: advance() counts them.
-        due = seq.last_step + max(1, seq.output_length - seq.emitted)
+        # (min and max written out: a visit per block per decoder books it again)
+        last, left = seq.last_step, seq.output_length - seq.emitted
+        due = last + (left if left > 1 else 1)
         if self.kv.capacity is not None:
-            due = min(due, seq.last_step + 1 + max(0, seq.kv_boundary - seq.emitted))
+            room = seq.kv_boundary - seq.emitted
+            nearer = last + 1 + (room if room > 0 else 0)
+            if nearer < due:
+                due = nearer
         seq.due_step = due
         if due in self._due:
             self._due[due].append(seq)
@@ -73,7 +78,7 @@ class LazyDecoders:
         step's token without leaving (True); else it stays lazy, advanced to the step before (False: the caller
         makes it eager and walks it). With a bounded cache every lazy decoder is due every block (16 tokens):
         leaving and joining again was a third of a prediction of 1,024 clients; the visit itself is most of
-        a prediction whose cache fills, so :meth:`advance` and :meth:`_book` are inlined here."""
+        a prediction whose cache fills, so :meth:`advance` is inlined here."""
         emitted = seq.emitted + self.through - seq.last_step  # advanced to step ``through``, the one before
         if emitted + 1 >= seq.output_length:
             return False  # it finishes
@@ -90,16 +95,7 @@ class LazyDecoders:
         seq.emitted = emitted = emitted + 1  # with last_step, one more: ``_base`` stays as it is
         seq.last_step = step
         seq.last_token_at = end
-        # _book: at its last token (at least one more to go), or before the token that finds its blocks full
-        due, room = step + seq.output_length - emitted, seq.kv_boundary - emitted
-        if kv.capacity is not None and step + 1 + (room if room > 0 else 0) < due:
-            due = step + 1 + (room if room > 0 else 0)
-        seq.due_step = due
-        if due in self._due:
-            self._due[due].append(seq)
-        else:
-            self._due[due] = [seq]
-            heappush(self._due_steps, due)
+        self._book(seq)
         return True
 
     def leave(self, seq: SimSequence) -> None:
