@@ -238,3 +238,42 @@ def test_an_upstream_the_recorder_cannot_reach_is_a_502_saying_so(tmp_path: Path
         recorder.shutdown()
         proxy.close()
     assert not path.exists() or list(read_cassette(path)) == []
+
+
+def test_an_upstream_that_hangs_up_before_answering_is_a_502_naming_the_cause(tmp_path: Path) -> None:
+    """The upstream accepts the connection and closes it without a word (a server that dropped it): the WebSocket
+    upgrade's 502 says so down to the cause (websockets' InvalidMessage comes from an EOFError), so a flaky run
+    says which side hung up."""
+    import socket
+    import threading
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def hang_up() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    upstream = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    proxy = RecordingProxy(upstream, Cassette(tmp_path / "dropped.jsonl", upstream))
+    recorder, url = serve_in_thread(proxy)
+    try:
+        try:
+            connect("ws" + url[4:] + "/v1/realtime?model=gpt-realtime", open_timeout=10)
+        except InvalidStatus as refusal:
+            message = json.loads(bytes(refusal.response.body or b""))["error"]["message"]
+            assert refusal.response.status_code == 502 and "InvalidMessage" in message and "EOFError" in message
+        else:
+            raise AssertionError("a WebSocket session through an upstream that hangs up opened")
+    finally:
+        recorder.shutdown()
+        proxy.close()
+        listener.close()

@@ -39,8 +39,12 @@ _DROPPED = frozenset({"host", "connection", "upgrade", "sec-websocket-key", "sec
 
 def unreachable(upstream: str, error: BaseException, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
     """A 502 naming ``upstream`` and what went wrong reaching it (refused, reset, timed out, TLS), as a gateway
-    answers: the server's own answer to an unhandled exception is a bare 500."""
+    answers: the server's own answer to an unhandled exception is a bare 500. The error's cause too, where it
+    has one (the upstream hung up before answering: websockets' InvalidMessage from an EOFError)."""
     message = f"the recorder could not reach the upstream {upstream}: {type(error).__name__}: {error}"
+    cause = error.__cause__ or error.__context__
+    if cause is not None and str(cause) not in message:
+        message += f" ({type(cause).__name__}: {cause})"
     return _refused(502, json.dumps({"error": {"message": message, "type": "upstream_unreachable"}}), environ,
                     start_response)
 
