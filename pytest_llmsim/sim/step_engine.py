@@ -430,6 +430,7 @@ class StepEngine(Engine):
         self._settle(victim)  # a lazy decoder not yet visited in this step: it has not emitted in it
         self._timeline.hand_over(victim)  # its run ends here
         self._leave_batch(victim)
+        self._prefilling = [each for each in self._prefilling if each[0] is not victim]  # its chunk lost with its KV
         return super()._preempt(requester)
 
     @property
