@@ -98,6 +98,29 @@ class LazyDecoders:
         self._book(seq)
         return True
 
+    def emit_all_in_place(self, step: int, end: float) -> bool:
+        """In a quiet step (``step``, ending at ``end``: lazy decoders alone, nothing finishes or is admitted in it;
+        every lazy decoder has emitted through the step before), where every lazy decoder due at it is due only
+        for a new KV block and the cache has one for each, each takes it and emits the step's token in place
+        (True); none can then find the cache full, so their turns do not matter. Else nothing changes but
+        ``through`` (False: the step is walked, in turn)."""
+        self.through = through = step - 1
+        booked = self._due.get(step)
+        seqs = [seq for seq in dict.fromkeys(booked) if seq.due_step == step] if booked else []
+        needing = 0
+        for seq in seqs:
+            emitted = seq.emitted + through - seq.last_step
+            if emitted + 1 >= seq.output_length:
+                return False  # it finishes: the listener hears of it
+            needing += emitted >= seq.kv_boundary
+        if needing > self.kv.free:
+            return False
+        self._due.pop(step, None)
+        for seq in seqs:
+            placed = self.emit_in_place(seq, step, end)
+            assert placed, "a lazy decoder due only for a block found none free"  # (the checks above: never)
+        return True
+
     def leave(self, seq: SimSequence) -> None:
         """``seq`` is lazy no more: advanced to step ``through`` (the engine visits it every step from now)."""
         self.advance(seq)

@@ -178,9 +178,9 @@ class StepEngine(Engine):
 
     def _ride_quiet_steps(self, end: float) -> float:
         """End the step in flight (ending at ``end``), and those after it, while only lazy decoders decode, none is
-        due and nothing else happens first (no event, the end of the ``advance`` asked for): without an event
-        and a walk each. Each is costed and jittered as a step of its own; the last one, not quiet, is left in
-        flight: returns its end."""
+        due but for a block the cache has (``emit_all_in_place``) and nothing else happens first (no event, the end
+        of the ``advance`` asked for): without an event and a walk each; each costed and jittered as a step of its
+        own. The last one, not quiet, is left in flight: returns its end."""
         events = self._events
         limit = min(events[0][0] if events else math.inf, self._horizon)
         lazy_decoders, timeline = self._lazy_decoders, self._timeline
@@ -193,7 +193,11 @@ class StepEngine(Engine):
         jitter, low, high = self.latency.jitter_bounds()
         gauss = self.latency.rng.gauss
         context = self._decoder_context + lazy_decoders.context() - count * first  # + count * step
-        while end < limit and through + 1 < due:
+        while end < limit:
+            if through + 1 >= due:  # decoders due at the step: it stays quiet if each just takes its block
+                if not lazy_decoders.emit_all_in_place(through + 1, end):
+                    break
+                due = lazy_decoders.next_due()
             gaps.append(end - timeline.last_end)
             timeline.last_end = start = end
             through += 1
