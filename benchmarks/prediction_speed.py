@@ -7,7 +7,8 @@ start, with the shipped priors and a fixed seed (and a synthetic sweep of 256 to
 the development sweeps' concurrency, and one of 8,192-token answers), and reports each prediction's CPU time and a
 digest of what it predicted. Rounds alternate the trees, so drift on a shared machine hits both alike. Prints per
 sweep the median CPU seconds at each revision, their ratio new / base, and whether the two predicted the same
-figures to the last digit (a speed-up that changes the simulation is not one).
+figures to the last digit (a speed-up that changes the simulation is not one), else how far apart they are at
+most (relative: 1e-15 is a sum taken in another order).
 
     python benchmarks/prediction_speed.py --base REV [--rounds 5] [--sweeps-root ../shared/calibration]
 """
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 from common import HERE, worktree
 
@@ -39,9 +42,8 @@ def timed(name, config, rows):
     started = time.process_time()
     guess = predict(config, rows)
     took = time.process_time() - started
-    digest = hashlib.sha256(repr([(g.ttft_p50_ms, g.itl_p50_ms, g.req_per_s, g.e2e_p50_ms) for g in guess])
-                            .encode()).hexdigest()[:12]
-    found[name] = [took, digest]
+    figures = [(g.ttft_p50_ms, g.itl_p50_ms, g.req_per_s, g.e2e_p50_ms) for g in guess]
+    found[name] = [took, hashlib.sha256(repr(figures).encode()).hexdigest()[:12], figures]
 sweeps = load_manifest(tree + "/benchmarks/development_sweeps.toml", root)
 for sweep in sweeps:
     model = ServingModel.for_rows(sweep.hardware, sweep.rows, None)
@@ -65,6 +67,19 @@ def one_round(tree: str, sweeps_root: str) -> dict[str, list[object]]:
     return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def largest_difference(base: Any, new: Any) -> float:
+    """The largest relative difference between two sweeps' predicted figures (rows of four, None where absent):
+    a last digit (1e-15) against a change to the simulation."""
+    largest = 0.0
+    for base_row, new_row in zip(base, new):
+        for was, now in zip(base_row, new_row):
+            if was is None or now is None:
+                largest = max(largest, 0.0 if was is now else math.inf)
+            elif was != now:
+                largest = max(largest, abs(now - was) / max(abs(was), abs(now)))
+    return largest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the revision to compare against (e.g. HEAD~1)")
@@ -73,19 +88,22 @@ def main() -> None:
     args = parser.parse_args()
     times: dict[str, dict[str, list[float]]] = {"base": {}, "new": {}}
     digests: dict[str, dict[str, set[str]]] = {"base": {}, "new": {}}
+    figures: dict[str, dict[str, Any]] = {"base": {}, "new": {}}
     with worktree(args.base) as base_tree:
         for _ in range(args.rounds):
             for label, tree in (("base", base_tree), ("new", ROOT)):
-                for name, (took, digest) in one_round(tree, args.sweeps_root).items():
+                for name, (took, digest, predicted) in one_round(tree, args.sweeps_root).items():
                     times[label].setdefault(name, []).append(float(took))  # type: ignore[arg-type]
                     digests[label].setdefault(name, set()).add(str(digest))
+                    figures[label][name] = predicted
     print(f"| sweep | {args.base} CPU s | this tree CPU s | ratio | same figures |\n|---|---|---|---|---|")
     total = {"base": 0.0, "new": 0.0}
     for name in times["new"]:
         base, new = (statistics.median(times[label][name]) for label in ("base", "new"))
         total["base"] += base
         total["new"] += new
-        same = "yes" if digests["base"][name] == digests["new"][name] else "**no**"
+        same = ("yes" if digests["base"][name] == digests["new"][name] else
+                f"**no** (at most {largest_difference(figures['base'][name], figures['new'][name]):.1e} apart)")
         print(f"| {name} | {base:.2f} | {new:.2f} | {new / base:.2f} | {same} |")
     print(f"| all | {total['base']:.2f} | {total['new']:.2f} | {total['new'] / total['base']:.2f} | |")
 
