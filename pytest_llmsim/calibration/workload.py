@@ -291,8 +291,9 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
     for seq, w in zip(done, weights):
         if w not in by_weight:
             by_weight[w] = Counter()
-            by_step[w] = [0] * (len(timeline) + 1) if timeline is not None else []
-        seq.gaps.tally(by_weight[w], by_step[w] if timeline is not None else None)
+            if timeline is not None:
+                by_step[w] = [0] * (len(timeline) + 1)
+        seq.gaps.tally(by_weight[w], by_step.get(w))
     for w, changes in by_step.items():
         counts = by_weight[w]
         for gap, count in zip(timeline or (), itertools.accumulate(changes)):

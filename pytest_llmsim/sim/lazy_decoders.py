@@ -85,17 +85,10 @@ class LazyDecoders:
         kv = self.kv
         if kv.capacity is None:  # (due at its last token alone: not reached)
             self.advance(seq)
-            if emitted >= seq.kv_boundary:
-                kv.grow(seq)
-        elif emitted >= seq.kv_boundary:
-            if kv.capacity - kv.used < 1:
-                self.advance(seq)
-                return False  # it preempts another (its advance is as a visit would have done it)
-            kv.grow(seq)  # (due before its blocks filled, it took none on the way: advance() would take none)
-        seq.emitted = emitted = emitted + 1  # with last_step, one more: ``_base`` stays as it is
-        seq.last_step = step
-        seq.last_token_at = end
-        self._book(seq)
+        elif emitted >= seq.kv_boundary and kv.capacity - kv.used < 1:
+            self.advance(seq)
+            return False  # it preempts another (its advance is as a visit would have done it)
+        self._emit(seq, emitted, step, end)
         return True
 
     def emit_all_in_place(self, step: int, end: float) -> bool:
@@ -107,19 +100,30 @@ class LazyDecoders:
         self.through = through = step - 1
         booked = self._due.get(step)
         seqs = [seq for seq in dict.fromkeys(booked) if seq.due_step == step] if booked else []
-        needing = 0
+        advanced, needing = [], 0
         for seq in seqs:
             emitted = seq.emitted + through - seq.last_step
             if emitted + 1 >= seq.output_length:
                 return False  # it finishes: the listener hears of it
             needing += emitted >= seq.kv_boundary
+            advanced.append(emitted)
         if needing > self.kv.free:
             return False
         self._due.pop(step, None)
-        for seq in seqs:
-            placed = self.emit_in_place(seq, step, end)
-            assert placed, "a lazy decoder due only for a block found none free"  # (the checks above: never)
+        for seq, emitted in zip(seqs, advanced):
+            self._emit(seq, emitted, step, end)
         return True
+
+    def _emit(self, seq: SimSequence, emitted: int, step: int, end: float) -> None:
+        """The lazy decoder ``seq`` (``emitted`` tokens at step ``through``) emits step ``step``'s token (ending at
+        ``end``) in place, taking a new KV block first where its blocks are full (the caller saw one free; due
+        before its blocks filled, it took none on the way: advance() would take none)."""
+        if emitted >= seq.kv_boundary:
+            self.kv.grow(seq)
+        seq.emitted = emitted + 1  # with last_step, one more: ``_base`` stays as it is
+        seq.last_step = step
+        seq.last_token_at = end
+        self._book(seq)
 
     def leave(self, seq: SimSequence) -> None:
         """``seq`` is lazy no more: advanced to step ``through`` (the engine visits it every step from now)."""

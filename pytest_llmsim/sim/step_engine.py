@@ -295,8 +295,7 @@ class StepEngine(Engine):
         return end
 
     def _trim_timeline(self) -> None:
-        self._lazy_decoders.advance_all()  # their runs' starts current
-        self._timeline.trim(self._running)
+        self._timeline.trim(self._running, self._lazy_decoders.advance_all)
 
     def _join_step_in_flight(self, seq: SimSequence) -> None:
         """``seq`` arrived before the step in flight started, but reached the engine after (the server

@@ -11,7 +11,7 @@ the gaps only after the run (``shares_step_timeline``: the calibration's), as a 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .sequence import SimSequence
 
@@ -46,10 +46,12 @@ class StepTimeline:
                 seq.gaps.extend(self.gaps[start:end])
         seq.run_from = seq.last_step
 
-    def trim(self, running: Iterable[SimSequence]) -> None:
-        """Drop the steps no pending run of the ``running`` sequences starts before (none where shared)."""
+    def trim(self, running: Iterable[SimSequence], bring_current: Callable[[], None]) -> None:
+        """Drop the steps no pending run of the ``running`` sequences starts before (none where shared); where
+        there may be some, ``bring_current`` first brings the runs' starts up to date (the lazy decoders')."""
         if self.shared:
             return
+        bring_current()
         keep_from = min((seq.run_from for seq in running if seq.last_step > seq.run_from >= 0),
                         default=self.first + len(self.gaps) - 1)
         drop = keep_from + 1 - self.first
