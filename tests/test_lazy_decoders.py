@@ -23,12 +23,16 @@ class _Finishes:
         self.wants_tokens = wants_tokens
         self.shares_step_timeline = shares_step_timeline
         self.finished: list[tuple[int, str, float]] = []
+        self.blocks_used: list[int] = []  # the bounded cache's blocks held at each finish
+        self.engine: StepEngine | None = None
 
     def on_token(self, seq: SimSequence, now: float) -> None:
         pass
 
     def on_finish(self, seq: SimSequence, now: float) -> None:
         self.finished.append((seq.index, seq.state.name, now))
+        if self.engine is not None and self.engine.kv.capacity is not None:
+            self.blocks_used.append(self.engine.kv.used)  # (unbounded, lazy decoders' blocks are counted late)
 
 
 def _outcome(seq: SimSequence) -> tuple[Any, ...]:
@@ -36,7 +40,8 @@ def _outcome(seq: SimSequence) -> tuple[Any, ...]:
             seq.last_token_at, seq.finished_at, seq.prefill_delay, seq.cached_tokens, list(seq.gaps))
 
 
-def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], list[tuple[int, str, float]], int, int]:
+def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], list[tuple[int, str, float]], list[int],
+                                                     int, int]:
     rng = random.Random(seed)
     config = SimConfig(scheduler="step", block_size=rng.choice((4, 16)),
                        kv_cache_blocks=rng.choice((None, rng.randint(12, 60))),
@@ -47,7 +52,7 @@ def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], lis
                        jitter=rng.choice((0.0, 0.2)), seed=seed,
                        step_expert_weights=rng.choice((0.0, 0.004)), expert_share_per_token=0.05)
     listener = _Finishes(wants_tokens, shares_step_timeline=not wants_tokens and seed % 3 == 0)
-    engine = StepEngine(config, listener, random.Random(seed))
+    listener.engine = engine = StepEngine(config, listener, random.Random(seed))
     shared = list(range(50_000, 50_000 + 32))  # some prompts share a prefix
     sequences = []
     for i in range(rng.randint(3, 14)):
@@ -70,7 +75,8 @@ def _scenario(seed: int, wants_tokens: bool) -> tuple[list[tuple[Any, ...]], lis
                 engine.submit(sequences[-1], engine.now)
         seen = len(listener.finished)
     assert all(seq.prefill_left >= 0 for seq in sequences)  # no prompt computed twice over in one step
-    return [_outcome(seq) for seq in sequences], listener.finished, engine.steps, engine.preemptions
+    return ([_outcome(seq) for seq in sequences], listener.finished, listener.blocks_used, engine.steps,
+            engine.preemptions)
 
 
 # 2268: a prompt whose chunk was in the step, preempted in its end's walk (a decoder needed its block) and admitted

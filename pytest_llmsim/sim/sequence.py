@@ -215,6 +215,7 @@ class SimSequence:
     run_from: int = -1
     step_serial: int = -1  # serial of its pending step event; older ones are stale
     due_step: int = -1  # step-cost mode, lazy in a decode run: the step it must be visited at (see .lazy_decoders)
+    block_phase: int = -1  # ... and, with a bounded KV cache, its steps' number mod block_size that take a block
     admission: int = 0  # order of its latest admission
     state: SeqState = SeqState.PENDING
     arrival: float = math.nan

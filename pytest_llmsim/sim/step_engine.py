@@ -41,9 +41,9 @@ one sequence).
 Cost. The decodes of one step share its gap: :mod:`.step_timeline` keeps it once per step, handed to each
 sequence a run of steps at a time. A step is composed from the decoders and the prefills, kept apart as
 sequences change phase, not by walking the batch. For a listener that wants no tokens (``wants_tokens =
-False``, the calibration's; read once, at construction) decoders are lazy (:mod:`.lazy_decoders`: visited
-only when due), and the steps in which only lazy decoders decode, none is due and nothing else happens first
-end without an event each, costed in one loop (most of a long answer's prediction).
+False``, the calibration's; read once, at construction) decoders are lazy (:mod:`.lazy_decoders`: visited only
+when due), and the steps in which only lazy decoders decode, none is due and nothing else happens first (their
+new KV blocks taken as one sum) end without an event each, costed in one loop (most of a long answer's).
 """
 
 from __future__ import annotations
@@ -193,11 +193,16 @@ class StepEngine(Engine):
         jitter, low, high = self.latency.jitter_bounds()
         gauss = self.latency.rng.gauss
         context = self._decoder_context + lazy_decoders.context() - count * first  # + count * step
+        kv, phases = self.kv, lazy_decoders.phases if self.kv.capacity is not None else None
         while end < limit:
             if through + 1 >= due:  # decoders due at the step: it stays quiet if each just takes its block
                 if not lazy_decoders.emit_all_in_place(through + 1, end):
                     break
                 due = lazy_decoders.next_due()
+            elif phases is not None and (taking := len(phases[(through + 1) % kv.block_size])):
+                if taking > kv.capacity - kv.used:  # type: ignore[operator]  # (the step's phase: a block each)
+                    break  # walked: each takes its block in turn, and one finds none
+                kv.used += taking
             gaps.append(end - timeline.last_end)
             timeline.last_end = start = end
             through += 1
@@ -218,8 +223,8 @@ class StepEngine(Engine):
         lazy_decoders.through, self.steps = through, steps + through - first
         self._step_start, self._step_kv_tokens, self._step_end = start, kv_tokens, end
         self._step_jitter = duration / raw if raw > 0 else 1.0
-        if self.steps // _TRIM_EVERY != steps // _TRIM_EVERY:  # (trims drop steps no pending run needs)
-            self._trim_timeline()
+        if self.steps // _TRIM_EVERY != steps // _TRIM_EVERY:  # (drops steps no pending run needs)
+            self._timeline.trim(self._running, self._lazy_decoders.advance_all)
         return end
 
     def _settle(self, seq: SimSequence) -> None:
@@ -291,11 +296,8 @@ class StepEngine(Engine):
         self._step_end = end = max(self.now, start + duration)
         self.steps += 1
         if self.steps % _TRIM_EVERY == 0:
-            self._trim_timeline()
+            self._timeline.trim(self._running, self._lazy_decoders.advance_all)
         return end
-
-    def _trim_timeline(self) -> None:
-        self._timeline.trim(self._running, self._lazy_decoders.advance_all)
 
     def _join_step_in_flight(self, seq: SimSequence) -> None:
         """``seq`` arrived before the step in flight started, but reached the engine after (the server
@@ -352,7 +354,7 @@ class StepEngine(Engine):
         try:
             for seq in decoding:
                 # a lazy decoder due now (the walk of a runtime that wants tokens never has one: not asked there)
-                if due and seq.due_step == step:  # in place if it only takes a block, else eager
+                if due and seq in lazy_decoders:  # in place if it only takes a block, else eager
                     if lazy_decoders.emit_in_place(seq, step, now):
                         continue
                     self._settle(seq)
@@ -417,8 +419,6 @@ class StepEngine(Engine):
             self._ride_again(decoding, step)
             self._ride_again(new_decoders, step)
         self._begin_step(now)
-
-    # --- the step timeline ---
 
     def _finish(self, seq: SimSequence, state: SeqState) -> None:
         self._told = True
