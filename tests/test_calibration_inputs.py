@@ -175,6 +175,18 @@ def test_clients_that_take_several_waves_to_spread_out_are_simulated_until_they_
     assert predict_row(config, replace(row, waves=settled.waves)) == settled  # fixed, the same prediction
 
 
+def _median_summed_one_by_one(pairs: list[tuple[float, float]]) -> float:
+    ordered = sorted(pairs)
+    half, running = sum(weight for _, weight in ordered) / 2, 0.0
+    for i, (value, weight) in enumerate(ordered):
+        running += weight
+        if running >= half:
+            if math.isclose(running, half, rel_tol=1e-9) and i + 1 < len(ordered):
+                return (value + ordered[i + 1][0]) / 2
+            return value
+    return ordered[-1][0]
+
+
 def test_a_predicted_median_is_the_one_a_benchmark_reports() -> None:
     """``vllm bench serve`` reports ``np.median``: of an even count, the mean of the two middle values. Two
     clients in step see two TTFTs per wave (one prefilled alone, one after it); their median is between them."""
@@ -185,6 +197,10 @@ def test_a_predicted_median_is_the_one_a_benchmark_reports() -> None:
         expanded = [value for value, weight in pairs for _ in range(int(weight))]
         assert workload._weighted_median(pairs) == pytest.approx(statistics.median(expanded))
     assert workload._weighted_median([(0.1, 0.5), (0.3, 0.25), (0.5, 0.25)]) == pytest.approx(0.2)
+    for _ in range(300):  # to the last digit what summing the weights one by one in order finds
+        pairs = [(rng.choice([0.25, 0.5, rng.random()]), rng.choice([1.0, 0.5, 1 / 3, rng.random() * 7]))
+                 for _ in range(rng.randint(1, 40))]
+        assert workload._weighted_median(pairs) == _median_summed_one_by_one(pairs)
     # a source's mean (AIPerf's): summed exactly, the same whatever order the gaps were counted in
     pairs = [(1e16, 1.0), (1.0, 1.0), (-1e16, 1.0), (0.5, 3.0)]
     assert workload._weighted_mean(pairs) == workload._weighted_mean(pairs[::-1]) == 2.5 / 6
@@ -500,13 +516,15 @@ def test_a_closed_loop_rate_that_holds_the_clients_time_bends_no_server_cost() -
             assert getattr(guess, name) == pytest.approx(getattr(real, name), rel=0.05), (real.concurrency, name)
 
 
+@pytest.mark.parametrize("jitter", [0.0, 0.1])
 @pytest.mark.parametrize("statistic", ["median", "mean"])
-def test_gaps_counted_by_step_predict_what_gaps_counted_one_by_one_do(statistic: str,
+def test_gaps_counted_by_step_predict_what_gaps_counted_one_by_one_do(statistic: str, jitter: float,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A prediction counts the gaps its requests share with the engine's step timeline step by step (a difference
     array), not token by token: the same figures to the last digit, where runs break (a KV cache that runs out,
-    prompts that take steps alone) and requests weigh differently (standing for the waves not simulated)."""
-    config = PROFILE.replace(kv_cache_blocks=120, step_policy="prefill_first")
+    prompts that take steps alone) and requests weigh differently (standing for the waves not simulated), whether
+    every step's gap is its own (jitter) or steps share one."""
+    config = PROFILE.replace(kv_cache_blocks=120, step_policy="prefill_first", jitter=jitter)
     rows = [SweepRow(6, None, 300, 90, num_prompts=60, statistic=statistic, output_spread=0.5),
             SweepRow(None, 8.0, 200, 60, num_prompts=40, statistic=statistic)]
     by_step = [predict_row(config, row) for row in rows]

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import random
 import statistics
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from operator import itemgetter
 
 from ..sim.config import SimConfig
 from ..sim.engine import Engine, SeqState, SimSequence
@@ -95,17 +98,18 @@ def _lengths(mean: int, spread: float, count: int, rng: random.Random) -> list[i
 def _weighted_median(values: Sequence[tuple[float, float]]) -> float:
     """The median of ``(value, weight)`` pairs, as ``np.median`` (what ``vllm bench serve`` reports) takes it of
     the values repeated by weight: where the weight below a value is exactly half, the mean of it and the next.
-    (Clients in step see a few distinct TTFTs per wave, so an even count often splits between two of them.)"""
+    (Clients in step see a few distinct TTFTs per wave, so an even count often splits between two of them.)
+    The running sums in C (an ITL's pairs are one per step), added in the same order as one by one."""
     ordered = sorted(values)
-    half = sum(weight for _, weight in ordered) / 2
-    running = 0.0
-    for i, (value, weight) in enumerate(ordered):
-        running += weight
-        if running >= half:
-            if math.isclose(running, half, rel_tol=1e-9) and i + 1 < len(ordered):
-                return (value + ordered[i + 1][0]) / 2
-            return value
-    return ordered[-1][0]
+    weights = list(map(itemgetter(1), ordered))
+    half = sum(weights) / 2
+    running = list(itertools.accumulate(weights))  # non-decreasing: the weights are positive
+    i = bisect_left(running, half)  # the first value the running weight reaches half at
+    if i == len(ordered):
+        return ordered[-1][0]
+    if math.isclose(running[i], half, rel_tol=1e-9) and i + 1 < len(ordered):
+        return (ordered[i][0] + ordered[i + 1][0]) / 2
+    return ordered[i][0]
 
 
 def _uncached(config: SimConfig) -> SimConfig:
@@ -294,16 +298,47 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
             if timeline is not None:
                 by_step[w] = [0] * (len(timeline) + 1)
         seq.gaps.tally(by_weight[w], by_step.get(w))
-    for w, changes in by_step.items():
-        counts = by_weight[w]
-        for gap, count in zip(timeline or (), itertools.accumulate(changes)):
-            if count:
-                counts[gap] += count
-    by_gap: dict[float, float] = {}
+    pairs = _weighted_by_step(timeline, by_weight, by_step) if timeline is not None and by_step else None
+    if pairs is None:
+        for w, changes in by_step.items():
+            counts = by_weight[w]
+            for gap, count in zip(timeline or (), itertools.accumulate(changes)):
+                if count:
+                    counts[gap] += count
+        pairs = list(_weighted(by_weight, {}).items())
+    return centre(pairs) * 1000 if pairs else None
+
+
+def _weighted(by_weight: dict[float, Counter[float]], into: dict[float, float]) -> dict[float, float]:
+    """``into`` plus each gap's count under each weight times the weight (summed in the weights' order)."""
     for w, counts in by_weight.items():
         for gap, count in counts.items():
-            by_gap[gap] = by_gap.get(gap, 0.0) + w * count
-    return centre(list(by_gap.items())) * 1000 if by_gap else None
+            into[gap] = into.get(gap, 0.0) + w * count
+    return into
+
+
+def _weighted_by_step(timeline: Sequence[float], by_weight: dict[float, Counter[float]],
+                      by_step: dict[float, list[int]]) -> list[tuple[float, float]] | None:
+    """The ``(gap, weight)`` pairs of :func:`_itl_centre` where every step's gap is its own (jittered steps; else
+    None): a gap's weighted count per step, in C, the gaps not on the timeline apart. The same sums in the same
+    order as counting them by value (the figures to the last digit)."""
+    steps = len(timeline)
+    step_of = dict(zip(timeline, range(steps)))
+    if len(step_of) < steps:
+        return None  # steps that share a gap: counted by value
+    totals = [0.0] * steps
+    elsewhere: dict[float, Counter[float]] = {}
+    for w, own in by_weight.items():
+        counts = list(itertools.accumulate(by_step[w]))[:steps]
+        for gap, count in own.items():
+            step = step_of.get(gap)
+            if step is None:
+                elsewhere.setdefault(w, Counter())[gap] = count
+            else:
+                counts[step] += count
+        totals = list(map(operator.add, totals, map(w.__mul__, counts)))
+    pairs = list(itertools.compress(zip(timeline, totals), totals))
+    return pairs + list(_weighted(elsewhere, {}).items())
 
 
 def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0,
