@@ -12,6 +12,7 @@ from engine_helpers import prompt
 
 from pytest_llmsim.sim.config import SimConfig
 from pytest_llmsim.sim.engine import SimSequence
+from pytest_llmsim.sim.latency import LatencyModel
 from pytest_llmsim.sim.step_composition import decode_step_terms, step_cost
 from pytest_llmsim.sim.step_engine import StepEngine
 
@@ -113,3 +114,20 @@ def test_a_quiet_steps_cost_is_step_cost_to_the_last_digit(seed: int) -> None:
     if experts:
         memory += experts
     assert max(memory, compute) + per_decodes == step_cost(config, decodes, kv_tokens, 0, False)
+
+
+@pytest.mark.parametrize("jitter", [0.05, 0.2, 0.5])
+def test_jitter_factors_are_the_draws_a_jittered_value_takes(jitter: float) -> None:
+    """A run of quiet steps draws its jitter from ``LatencyModel.jitter_factors`` (``random.gauss`` inlined): the
+    same factors, in the same order, as ``_jittered`` draws one by one, and either may draw between the other's
+    draws (gauss keeps the second of each pair of normals for the next draw)."""
+    config = SimConfig(jitter=jitter, seed=3)
+    drawn, inlined = LatencyModel(config, random.Random(3)), LatencyModel(config, random.Random(3))
+    factors = inlined.jitter_factors()
+    rng = random.Random(11)
+    for _ in range(2000):
+        if rng.random() < 0.5:
+            assert next(factors) == drawn._jittered(1.0)
+        else:
+            assert inlined._jittered(1.0) == drawn._jittered(1.0)
+    assert inlined.rng.getstate() == drawn.rng.getstate()

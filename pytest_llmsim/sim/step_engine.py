@@ -190,10 +190,11 @@ class StepEngine(Engine):
         # Per step, inlined (a long answer's prediction is mostly these): step_cost for ``count`` decodes and no
         # prompt, _put_in_flight's jitter; the same numbers, drawn in the same order.
         base, per_kv, experts, compute, per_decodes = decode_step_terms(self.config, count)
-        jitter, low, high = self.latency.jitter_bounds()
-        gauss = self.latency.rng.gauss
+        jittered = self.config.jitter != 0.0
+        next_factor = self.latency.jitter_factors().__next__ if jittered else float  # (float: unused)
         context = self._decoder_context + lazy_decoders.context() - count * first  # + count * step
         kv, phases = self.kv, lazy_decoders.phases if self.kv.capacity is not None else None
+        last_end = timeline.last_end
         while end < limit:
             if through + 1 >= due:  # decoders due at the step: it stays quiet if each just takes its block
                 if not lazy_decoders.emit_all_in_place(through + 1, end):
@@ -203,19 +204,18 @@ class StepEngine(Engine):
                 if taking > kv.capacity - kv.used:  # type: ignore[operator]  # (the step's phase: a block each)
                     break  # walked: each takes its block in turn, and one finds none
                 kv.used += taking
-            gaps.append(end - timeline.last_end)
-            timeline.last_end = start = end
+            gaps.append(end - last_end)
+            last_end = start = end
             through += 1
             kv_tokens = context + count * through
             memory = base + per_kv * kv_tokens
             if experts:
                 memory += experts
             raw = duration = (memory if memory >= compute else compute) + per_decodes
-            if jitter != 0.0 and raw != 0.0:
-                factor = 1.0 + jitter * gauss(0.0, 1.0)
-                factor = factor if factor > low else low  # min(high, max(low, factor)), without two calls
-                duration = raw * (factor if factor < high else high)
-            end = max(start, start + duration)
+            if jittered and raw != 0.0:
+                duration = raw * next_factor()
+            end = start + duration if duration > 0.0 else start  # max(start, start + duration)
+        timeline.last_end = last_end
         self.step_tokens.observe(count, through - first)  # each quiet step decoded them all
         if through == first:
             return end
