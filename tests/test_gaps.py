@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_llmsim.sim.range_sums import RangeSums
 from pytest_llmsim.sim.sequence import Gaps
 
 # A few distinct values (runs form and break), zero among them, and NaN (never equal to itself: its own run).
@@ -85,6 +86,7 @@ def test_gaps_shared_with_a_step_timeline_are_the_same_gaps_as_copies(calls: lis
     """A run of steps handed over as a range of the engine's timeline (not copied) reads back in its place, in
     every view; counted by step, its gaps tally as copies of them do."""
     timeline: array[float] = array("d", [0.5])  # the engine's: it only grows (steps before a run stay put)
+    sums = RangeSums(timeline)
     shared, copied, flat = Gaps(), Gaps(), []
     for call in calls:
         if call[0] == "add":
@@ -95,7 +97,7 @@ def test_gaps_shared_with_a_step_timeline_are_the_same_gaps_as_copies(calls: lis
         else:
             start = len(timeline)
             timeline.extend(array("d", call[1]))
-            shared.share(timeline, start, len(timeline))
+            shared.share(sums, start, len(timeline))
             copied.extend(array("d", call[1]))
             flat += call[1]
             timeline.append(0.25)  # a step after the run, as the timeline goes on

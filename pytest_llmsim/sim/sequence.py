@@ -6,7 +6,6 @@ sequence without importing the engine (they did, in a circle).
 
 from __future__ import annotations
 
-import itertools
 import math
 from array import array
 from collections import Counter
@@ -15,6 +14,8 @@ from collections.abc import Sequence as TokenIds
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from .range_sums import RangeSums
 
 __all__ = ["Gaps", "SeqState", "SimSequence"]
 
@@ -44,7 +45,7 @@ class Gaps:
     copied (the calibration's predictions: millions of gaps, one range per run).
     """
 
-    __slots__ = ("_counts", "_first", "_first_count", "_ranges", "_timeline", "_values", "count")
+    __slots__ = ("_counts", "_first", "_first_count", "_ranges", "_shared", "_values", "count")
 
     def __init__(self) -> None:
         self._first = 0.0  # the only run's value and length, while there are no arrays
@@ -52,8 +53,8 @@ class Gaps:
         self._values: array[float] | None = None
         self._counts: array[int] | None = None
         self.count = 0
-        # Shared runs: (how many own runs come before it, start, end) of ``_timeline``, in order.
-        self._timeline: array[float] | None = None
+        # Shared runs: (how many own runs come before it, start, end) of ``_shared.values``, in order.
+        self._shared: RangeSums | None = None
         self._ranges: list[tuple[int, int, int]] | None = None
 
     def _arrays(self) -> tuple[array[float], array[int]]:
@@ -99,16 +100,16 @@ class Gaps:
         own_counts.extend(array("q", [1]) * count)
         self.count += count
 
-    def share(self, timeline: array[float], start: int, end: int) -> None:
-        """Add the gaps ``timeline[start:end]`` in order, by reference: ``timeline`` (one per sequence) must keep
-        them where they are for as long as these gaps are read (a step engine whose listener reads them only
+    def share(self, timeline: RangeSums, start: int, end: int) -> None:
+        """Add the gaps ``timeline.values[start:end]`` in order, by reference: ``timeline`` (one per sequence) must
+        keep them where they are for as long as these gaps are read (a step engine whose listener reads them only
         when the run is over keeps its whole timeline: ``StepEngine.step_timeline``)."""
         if end <= start:
             return
-        if self._timeline is not timeline and self._ranges:
+        if self._shared is not timeline and self._ranges:
             raise ValueError("a sequence's shared gaps come from one step timeline")
         values, _ = self._arrays()
-        self._timeline = timeline
+        self._shared = timeline
         if self._ranges is None:
             self._ranges = []
         self._ranges.append((len(values), start, end))
@@ -127,7 +128,7 @@ class Gaps:
                 by_step[start] += 1
                 by_step[end] -= 1
             else:
-                into.update(self._timeline[start:end])  # type: ignore[index]  # set with the ranges
+                into.update(self._shared.values[start:end])  # type: ignore[union-attr]  # set with the ranges
         if self._values is None:
             if self._first_count:
                 into[self._first] += self._first_count
@@ -145,10 +146,10 @@ class Gaps:
         own = list(zip(self._values, self._counts or ()))
         if not self._ranges:
             return own
-        timeline, found, done = self._timeline, [], 0
+        timeline, found, done = self._shared.values, [], 0  # type: ignore[union-attr]  # set with the ranges
         for at, start, end in self._ranges:
             found += own[done:at]
-            found += [(gap, 1) for gap in timeline[start:end]]  # type: ignore[index]  # set with the ranges
+            found += [(gap, 1) for gap in timeline[start:end]]
             done = at
         return found + own[done:]
 
@@ -156,12 +157,10 @@ class Gaps:
         values = self._values
         if values is None:  # the common case, a constant step: no sum to build
             return self._first * self._first_count if self._first_count else 0.0
-        if self._ranges:  # fsum is exact whatever the order: the same sum as the copies' (one entry each)
-            timeline = self._timeline
+        if self._ranges:  # exact (fsum's) whatever the order: the same sum as the copies' (one entry each)
             own = values if self._own_count() == len(values) else [
                 value * count for value, count in zip(values, self._counts or ())]
-            return math.fsum(itertools.chain(own, *(timeline[start:end]  # type: ignore[index]
-                                                    for _, start, end in self._ranges)))
+            return self._shared.fsum(own, [(start, end) for _, start, end in self._ranges])  # type: ignore[union-attr]
         if len(values) <= 1:
             return values[0] * self._counts[0] if values and self._counts else 0.0
         if self.count == len(values):  # one gap per entry (jittered steps): summed in C

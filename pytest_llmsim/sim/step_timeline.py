@@ -13,6 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable
 
+from .range_sums import RangeSums
 from .sequence import SimSequence
 
 __all__ = ["StepTimeline"]
@@ -21,13 +22,14 @@ __all__ = ["StepTimeline"]
 class StepTimeline:
     """Every step's gap since ``first`` (see the module's docstring)."""
 
-    __slots__ = ("first", "gaps", "last_end", "shared")
+    __slots__ = ("first", "gaps", "last_end", "shared", "sums")
 
     def __init__(self, shared: bool = False) -> None:
         self.gaps = array("d")
         self.first = 0  # the step number of gaps[0]
         self.last_end = 0.0  # when the latest step ended
         self.shared = shared  # runs handed over as ranges: never trimmed
+        self.sums = RangeSums(self.gaps)  # (their exact sums, read only where shared)
 
     def end_step(self, now: float) -> int:
         """A step ended at ``now``: its gap is recorded; returns its number."""
@@ -41,7 +43,7 @@ class StepTimeline:
         if seq.last_step > seq.run_from >= 0:
             start, end = seq.run_from + 1 - self.first, seq.last_step + 1 - self.first
             if self.shared:
-                seq.gaps.share(self.gaps, start, end)
+                seq.gaps.share(self.sums, start, end)
             else:
                 seq.gaps.extend(self.gaps[start:end])
         seq.run_from = seq.last_step
