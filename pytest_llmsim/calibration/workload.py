@@ -306,7 +306,8 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
                 if count:
                     counts[gap] += count
         pairs = list(_weighted(by_weight, {}).items())
-    return centre(pairs) * 1000 if pairs else None
+    # (sorted by gap alone: the gaps are distinct, so in tuple order; the median's sort of them is then one pass)
+    return centre(sorted(pairs, key=itemgetter(0))) * 1000 if pairs else None
 
 
 def _weighted(by_weight: dict[float, Counter[float]], into: dict[float, float]) -> dict[float, float]:
