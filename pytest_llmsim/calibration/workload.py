@@ -95,12 +95,13 @@ def _lengths(mean: int, spread: float, count: int, rng: random.Random) -> list[i
     return [max(1, round(mean * (1 + spread * rng.uniform(-1.0, 1.0)))) for _ in range(count)]
 
 
-def _weighted_median(values: Sequence[tuple[float, float]]) -> float:
+def _weighted_median(values: Sequence[tuple[float, float]], in_order: bool = False) -> float:
     """The median of ``(value, weight)`` pairs, as ``np.median`` (what ``vllm bench serve`` reports) takes it of
     the values repeated by weight: where the weight below a value is exactly half, the mean of it and the next.
     (Clients in step see a few distinct TTFTs per wave, so an even count often splits between two of them.)
-    The running sums in C (an ITL's pairs are one per step), added in the same order as one by one."""
-    ordered = sorted(values)
+    The running sums in C (an ITL's pairs are one per step), added in the same order as one by one.
+    ``in_order``: the pairs are sorted already."""
+    ordered = values if in_order else sorted(values)
     weights = list(map(itemgetter(1), ordered))
     half = sum(weights) / 2
     running = list(itertools.accumulate(weights))  # non-decreasing: the weights are positive
@@ -298,16 +299,15 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
             if timeline is not None:
                 by_step[w] = [0] * (len(timeline) + 1)
         seq.gaps.tally(by_weight[w], by_step.get(w))
-    pairs = _weighted_by_step(timeline, by_weight, by_step) if timeline is not None and by_step else None
-    if pairs is None:
-        for w, changes in by_step.items():
-            counts = by_weight[w]
-            for gap, count in zip(timeline or (), itertools.accumulate(changes)):
-                if count:
-                    counts[gap] += count
+    if timeline is not None and by_step:
+        pairs = _weighted_by_step(timeline, by_weight, by_step)
+    else:
         pairs = list(_weighted(by_weight, {}).items())
-    # (sorted by gap alone: the gaps are distinct, so in tuple order; the median's sort of them is then one pass)
-    return centre(sorted(pairs, key=itemgetter(0))) * 1000 if pairs else None
+    if not pairs:
+        return None
+    if centre is _weighted_median:  # sorted by gap alone: the gaps are distinct, so that is the pairs' order
+        return _weighted_median(sorted(pairs, key=itemgetter(0)), in_order=True) * 1000
+    return centre(pairs) * 1000
 
 
 def _weighted(by_weight: dict[float, Counter[float]], into: dict[float, float]) -> dict[float, float]:
@@ -319,18 +319,22 @@ def _weighted(by_weight: dict[float, Counter[float]], into: dict[float, float]) 
 
 
 def _weighted_by_step(timeline: Sequence[float], by_weight: dict[float, Counter[float]],
-                      by_step: dict[float, list[int]]) -> list[tuple[float, float]] | None:
-    """The ``(gap, weight)`` pairs of :func:`_itl_centre` where every step's gap is its own (jittered steps; else
-    None): a gap's weighted count per step, in C, the gaps not on the timeline apart. The same sums in the same
-    order as counting them by value (the figures to the last digit)."""
+                      by_step: dict[float, list[int]]) -> list[tuple[float, float]]:
+    """The ``(gap, weight)`` pairs of :func:`_itl_centre`, one per distinct gap: a gap's weighted count per step,
+    in C, the gaps not on the timeline apart. The same sums in the same order as counting them by value (the
+    figures to the last digit)."""
     steps = len(timeline)
-    step_of = dict(zip(timeline, range(steps)))
-    if len(step_of) < steps:
-        return None  # steps that share a gap: counted by value
+    step_of = dict(zip(timeline, range(steps)))  # a gap's last step
+    # Steps whose gap an earlier step has too (zero gaps, mostly): their counts go to the gap's last step.
+    repeats = [] if len(step_of) == steps else list(
+        itertools.compress(range(steps), map(operator.ne, map(step_of.__getitem__, timeline), range(steps))))
     totals = [0.0] * steps
     elsewhere: dict[float, Counter[float]] = {}
     for w, own in by_weight.items():
         counts = list(itertools.accumulate(by_step[w]))[:steps]
+        for repeat in repeats:
+            counts[step_of[timeline[repeat]]] += counts[repeat]
+            counts[repeat] = 0
         for gap, count in own.items():
             step = step_of.get(gap)
             if step is None:
