@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 __all__ = ["RangeSums"]
 
@@ -32,7 +32,7 @@ class RangeSums:
         self._bits = 0
         self._prefix: list[int] | None = [0]  # the integers' prefix sums (None: no scale holds the values)
 
-    def fsum(self, others: Sequence[float], ranges: Iterable[tuple[int, int]]) -> float:
+    def fsum(self, others: Sequence[float], ranges: Sequence[tuple[int, int]]) -> float:
         """``math.fsum`` of ``others`` and of ``values[start:end]`` for each ``(start, end)`` in ``ranges``."""
         prefix = self._bring_current()
         if prefix is not None:
