@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,38 @@ def test_clients_that_take_several_waves_to_spread_out_are_simulated_until_they_
     assert settled.ttft_p50_ms == pytest.approx(every.ttft_p50_ms, rel=0.10)
     assert settled.waves is not None and workload.SETTLED_WAVES < settled.waves < 9  # 10 waves in all
     assert predict_row(config, replace(row, waves=settled.waves)) == settled  # fixed, the same prediction
+
+
+def test_the_itl_weights_counted_by_step_are_the_weights_counted_by_value() -> None:
+    """``_weighted_by_step`` weighs each distinct gap by its count under each weight, from the steps' difference
+    arrays and the gaps counted by value: the same numbers, to the last digit, as counting every gap by value
+    (steps that share a gap, several of them, own gaps on the timeline and off it)."""
+    rng = __import__("random").Random(5)
+    for _ in range(300):
+        steps = rng.randint(1, 40)
+        timeline = [rng.choice([0.0, 0.25, 0.5, 0.1 * rng.randint(1, 3), rng.random()]) for _ in range(steps)]
+        by_weight: dict[float, Counter[float]] = {}
+        by_step: dict[float, list[int]] = {}
+        for w in rng.sample([1.0, 7 / 3, 0.1, 4.0], rng.randint(1, 2)):
+            by_weight[w] = Counter({rng.choice([*timeline, 0.3, rng.random()]): rng.randint(1, 3)
+                                    for _ in range(rng.randint(0, 4))})
+            by_step[w] = [0] * (steps + 1)
+            for _ in range(rng.randint(0, 6)):
+                start = rng.randrange(steps)
+                by_step[w][start] += 1
+                by_step[w][rng.randint(start + 1, steps)] -= 1
+        by_value: dict[float, float] = {}
+        for w, own in by_weight.items():  # every gap counted by value, as before the difference arrays
+            counts = Counter(own)
+            running = 0
+            for gap, change in zip(timeline, by_step[w]):
+                running += change
+                if running:
+                    counts[gap] += running
+            for gap, count in counts.items():
+                by_value[gap] = by_value.get(gap, 0.0) + w * count
+        pairs = sorted(workload._weighted_by_step(timeline, by_weight, by_step))
+        assert pairs == sorted(by_value.items())  # (gaps distinct: one pair each)
 
 
 def _median_summed_one_by_one(pairs: list[tuple[float, float]]) -> float:
