@@ -208,6 +208,21 @@ def test_the_itl_weights_counted_by_step_are_the_weights_counted_by_value() -> N
         assert pairs == sorted(by_value.items())  # (gaps distinct: one pair each)
 
 
+def test_rows_predicted_through_a_pool_are_the_rows_predicted_in_turn() -> None:
+    """A fit predicts its rows before and after its searches through its pool of processes (``run``: a task per
+    row, the busiest first, so the other core is not idle): the same rows, in the sweep's order."""
+    rows = [SweepRow(2, None, 200, 40, num_prompts=10), SweepRow(None, 4.0, 100, 30, num_prompts=12),
+            SweepRow(8, None, 200, 60, num_prompts=24)]
+    handed: list[Any] = []
+
+    def run(tasks: list[Any]) -> list[Any]:
+        handed.extend(tasks)
+        return [task() for task in tasks]
+
+    assert workload.predict(PROFILE, rows, 0.2, run=run) == workload.predict(PROFILE, rows, 0.2)
+    assert [task.args[1] for task in handed] == [rows[2], rows[0], rows[1]]
+
+
 def _median_summed_one_by_one(pairs: list[tuple[float, float]]) -> float:
     ordered = sorted(pairs)
     half, running = sum(weight for _, weight in ordered) / 2, 0.0

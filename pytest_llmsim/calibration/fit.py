@@ -149,16 +149,17 @@ def with_client_gap(rows: Sequence[SweepRow], gap_ms: float | None) -> list[Swee
 GAP_ROUNDS, GAP_SETTLED_MS = 4, 0.5
 
 
-def _settle_gap(config: SimConfig, rows: Sequence[SweepRow], spread: float) -> tuple[float | None, list[SweepRow]]:
+def _settle_gap(config: SimConfig, rows: Sequence[SweepRow], spread: float,
+                run: Evaluate | None = None) -> tuple[float | None, list[SweepRow]]:
     """The clients' time for ``config`` (:func:`client_gap`, corrected until it settles: a client that waits
-    lightens the server's load, which moves its E2E), and the rows predicted with it."""
-    gap, guess = 0.0, predict(config, rows, spread)
+    lightens the server's load, which moves its E2E), and the rows predicted with it (through ``run``)."""
+    gap, guess = 0.0, predict(config, rows, spread, run=run)
     for _ in range(GAP_ROUNDS):
         found = client_gap(guess, rows, gap)
         if found is None:
             return None, guess
         settled = abs(found - gap) < GAP_SETTLED_MS
-        gap, guess = found, predict(config, with_client_gap(rows, found), spread)
+        gap, guess = found, predict(config, with_client_gap(rows, found), spread, run=run)
         if settled:
             break
     return gap, guess
@@ -225,8 +226,8 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
         budgets = (default_budget(model.hardware),)  # too few rows to tell budgets apart: the engine's default
     space = _Space(model, hardware is None and base.expert_share_per_token > 0)
     start = space.start(rows)
-    rows = _settled_rows(space.config(base.replace(max_num_batched_tokens=budgets[0]), start), rows, spread)
     with evaluator(min(workers, len(budgets) * len(space.names))) as each:
+        rows = _settled_rows(space.config(base.replace(max_num_batched_tokens=budgets[0]), start), rows, spread, each)
         evaluate = _by_row(each)  # every search's rows spread over the processes, dearest first
         if model is not None and len(model.free) < len(PARAMETERS):  # free what these rows say most about
             model = replace(model, free=_identified(model, base.replace(max_num_batched_tokens=budgets[0]), rows,
@@ -250,14 +251,14 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
                                           for budget in finalists], evaluate)))
         best = min(final, key=lambda budget: final[budget][0])
         config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
-        gap, predicted = _settle_gap(config, rows, spread)
+        gap, predicted = _settle_gap(config, rows, spread, each)
         refit: list[SearchResult] = []
         if gap:  # searched with clients that never wait: once more as the rows' clients do (they load it less)
             refit = _run([_Search(base, with_client_gap(rows, gap), spread, best, FULL_SEARCH, final[best][1],
                                   space)], evaluate)
             final[best] = refit[0]
             config = space.config(base.replace(max_num_batched_tokens=best), final[best][1])
-            gap, predicted = _settle_gap(config, rows, spread)
+            gap, predicted = _settle_gap(config, rows, spread, each)
     losses = {budget: (final if budget in final else short)[budget][0] for budget in budgets}
     evaluations = sum(result[2] for result in (*ranked, *final.values(), *refit))
     fit = Fit(config, rows, predicted, evaluations, losses, space.efficiencies(final[best][1]), gap)
@@ -266,12 +267,12 @@ def calibrate(rows: Sequence[SweepRow], base: SimConfig | None = None, spread: f
     return fit
 
 
-def _settled_rows(config: SimConfig, rows: Sequence[SweepRow], spread: float) -> list[SweepRow]:
+def _settled_rows(config: SimConfig, rows: Sequence[SweepRow], spread: float, run: Evaluate) -> list[SweepRow]:
     """``rows``, each closed-loop one with as many waves as a prediction at ``config`` simulated until they
     settled, fixed for the searches: a point that crossed the settling test simulated a wave more or less, and
-    the loss jumped (the 2xH100 fit took 101 evaluations instead of 80)."""
+    the loss jumped (the 2xH100 fit took 101 evaluations instead of 80). Predicted through ``run``."""
     return [replace(row, waves=guess.waves) if row.concurrency is not None else row
-            for row, guess in zip(rows, predict(config, rows, spread))]
+            for row, guess in zip(rows, predict(config, rows, spread, run=run))]
 
 
 def from_priors(hardware: Hardware, base: SimConfig | None = None, budget: int | None = None,

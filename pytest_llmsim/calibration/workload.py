@@ -39,6 +39,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from operator import itemgetter
 
 from ..sim.config import SimConfig
@@ -346,10 +347,16 @@ def _weighted_by_step(timeline: Sequence[float], by_weight: dict[float, Counter[
     return pairs + list(_weighted(elsewhere, {}).items())
 
 
-def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0,
-            waves: int | None = None) -> list[SweepRow]:
-    """:func:`predict_row` for each row (the rows' measured values are replaced by predictions)."""
-    return [predict_row(config, row, spread, waves=waves) for row in rows]
+def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0, waves: int | None = None,
+            run: Callable[[list[Callable[[], SweepRow]]], list[SweepRow]] | None = None) -> list[SweepRow]:
+    """:func:`predict_row` for each row (the rows' measured values are replaced by predictions). ``run``: a
+    function that calls zero-argument tasks and returns their results (a fit's pool of processes,
+    :func:`.search.evaluator`), given a task per row, the busiest first (clients times answer length)."""
+    if run is None:
+        return [predict_row(config, row, spread, waves=waves) for row in rows]
+    order = sorted(range(len(rows)), key=lambda i: -(rows[i].concurrency or 1) * rows[i].output_tokens)
+    found = dict(zip(order, run([partial(predict_row, config, rows[i], spread, waves=waves) for i in order])))
+    return [found[i] for i in range(len(rows))]
 
 
 def errors(predicted: SweepRow, measured: SweepRow) -> dict[str, float]:
