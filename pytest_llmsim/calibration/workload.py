@@ -351,7 +351,7 @@ def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0, wa
             run: Callable[[list[Callable[[], SweepRow]]], list[SweepRow]] | None = None) -> list[SweepRow]:
     """:func:`predict_row` for each row (the rows' measured values are replaced by predictions). ``run``: a
     function that calls zero-argument tasks and returns their results (a fit's pool of processes,
-    :func:`.search.evaluator`), given a task per row, the busiest first (clients times answer length)."""
+    ``calibration.search.evaluator``), given a task per row, the busiest first (clients times answer length)."""
     if run is None:
         return [predict_row(config, row, spread, waves=waves) for row in rows]
     order = sorted(range(len(rows)), key=lambda i: -(rows[i].concurrency or 1) * rows[i].output_tokens)
