@@ -150,7 +150,7 @@ GAP_ROUNDS, GAP_SETTLED_MS = 4, 0.5
 
 
 def _settle_gap(config: SimConfig, rows: Sequence[SweepRow], spread: float,
-                run: Evaluate | None = None) -> tuple[float | None, list[SweepRow]]:
+                run: Evaluate) -> tuple[float | None, list[SweepRow]]:
     """The clients' time for ``config`` (:func:`client_gap`, corrected until it settles: a client that waits
     lightens the server's load, which moves its E2E), and the rows predicted with it (through ``run``)."""
     gap, guess = 0.0, predict(config, rows, spread, run=run)

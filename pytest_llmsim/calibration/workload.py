@@ -303,7 +303,7 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
     if timeline is not None and by_step:
         pairs = _weighted_by_step(timeline, by_weight, by_step)
     else:
-        pairs = list(_weighted(by_weight, {}).items())
+        pairs = list(_weighted(by_weight).items())
     if not pairs:
         return None
     if centre is _weighted_median:  # sorted by gap alone: the gaps are distinct, so that is the pairs' order
@@ -311,8 +311,9 @@ def _itl_centre(row: SweepRow, done: list[SimSequence], weights: list[float],
     return centre(pairs) * 1000
 
 
-def _weighted(by_weight: dict[float, Counter[float]], into: dict[float, float]) -> dict[float, float]:
-    """``into`` plus each gap's count under each weight times the weight (summed in the weights' order)."""
+def _weighted(by_weight: dict[float, Counter[float]]) -> dict[float, float]:
+    """Each gap's count under each weight times the weight (summed in the weights' order)."""
+    into: dict[float, float] = {}
     for w, counts in by_weight.items():
         for gap, count in counts.items():
             into[gap] = into.get(gap, 0.0) + w * count
@@ -344,7 +345,7 @@ def _weighted_by_step(timeline: Sequence[float], by_weight: dict[float, Counter[
                 counts[step] += count
         totals = list(map(operator.add, totals, map(w.__mul__, counts)))
     pairs = list(itertools.compress(zip(timeline, totals), totals))
-    return pairs + list(_weighted(elsewhere, {}).items())
+    return pairs + list(_weighted(elsewhere).items())
 
 
 def predict(config: SimConfig, rows: Sequence[SweepRow], spread: float = 0.0, waves: int | None = None,

@@ -98,17 +98,12 @@ class LazyDecoders:
         the batch: unless it is at its last token or needs a KV block none is free for, it takes the block it
         needs and emits the step's token without leaving (True); else it stays lazy, advanced to the step
         before (False: the caller makes it eager and walks it)."""
-        emitted = seq.emitted + self.through - seq.last_step  # advanced to step ``through``, the one before
-        if emitted + 1 >= seq.output_length:
+        if seq.emitted + self.through - seq.last_step + 1 >= seq.output_length:
             return False  # it finishes
-        kv = self.kv
-        if kv.capacity is None or seq.block_phase >= 0:
-            self.advance(seq)  # unbounded: its blocks counted (not reached: due at its last token alone); in a
-            # phase: the blocks it took in quiet steps
-        if kv.capacity is not None and emitted >= seq.kv_boundary and kv.capacity - kv.used < 1:
-            self.advance(seq)
+        self.advance(seq)  # to step ``through``, the one before (in a phase: the blocks its quiet steps took)
+        if seq.emitted >= seq.kv_boundary and self.kv.free < 1:
             return False  # it preempts another (its advance is as a visit would have done it)
-        self._emit(seq, emitted, step, end)
+        self._emit(seq, seq.emitted, step, end)
         return True
 
     def emit_all_in_place(self, step: int, end: float) -> bool:
@@ -139,8 +134,7 @@ class LazyDecoders:
 
     def _emit(self, seq: SimSequence, emitted: int, step: int, end: float) -> None:
         """The lazy decoder ``seq`` (``emitted`` tokens at step ``through``) emits step ``step``'s token (ending at
-        ``end``) in place, taking a new KV block first where its blocks are full (the caller saw one free; due
-        before its blocks filled, it took none on the way: advance() would take none)."""
+        ``end``) in place, taking a new KV block first where its blocks are full (the caller saw one free)."""
         if emitted >= seq.kv_boundary:
             self.kv.grow(seq)
         seq.emitted = emitted + 1  # with last_step, one more: ``_base`` stays as it is
