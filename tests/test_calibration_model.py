@@ -22,7 +22,7 @@ from pytest_llmsim.calibration.model import (
 )
 from pytest_llmsim.calibration.priors import GPUS, device_key
 from pytest_llmsim.calibration.report import render_svg
-from pytest_llmsim.calibration.uncertainty import BANDS, FittedRange, fitted_range_of
+from pytest_llmsim.calibration.uncertainty import BANDS, FittedRange, fitted_range_of, unreached
 from pytest_llmsim.cli import main
 
 L4_QWEN = Hardware(0.494, "l4", kv_bytes_per_token=12288)
@@ -270,6 +270,38 @@ def test_calibrate_is_told_a_burst_and_its_mean_output(tmp_path: Path, capsys: p
     text = profile.read_text()
     assert 'step_policy = "prefill_first"' in text and "| burst 8 | 80 | 56 |" in text
     assert SimConfig().replace(profile=str(profile)).step_policy == "prefill_first"
+
+
+def test_the_worst_fitted_value_beyond_the_margin_is_named() -> None:
+    measured = [SweepRow(1, None, 256, 128, 30.0, 5.0, 1.0), SweepRow(8, None, 256, 128, 60.0, 6.0, 7.0)]
+    near = [SweepRow(1, None, 256, 128, 33.0, 5.5, 1.1), SweepRow(8, None, 256, 128, 66.0, 6.6, 6.3)]
+    assert unreached(near, measured) is None  # every value within 20 %
+    far = [near[0], SweepRow(8, None, 256, 128, 66.0, 4.2, 9.0)]  # ITL -30 %, req/s +29 %
+    assert unreached(far, measured) == (measured[1], "itl_p50_ms", pytest.approx(-0.3))
+    assert unreached(far, measured, margin=0.5) is None
+
+
+def test_calibrate_says_when_the_numbers_it_freed_do_not_reach_its_rows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two rows free two numbers and leave five at their priors: where no pair reaches the rows (here an ITL
+    that falls as the batch grows, which no step cost gives), the fit's own rows are missed by tens of per cent.
+    It says so, on stderr and in the profile, naming the row and metric; a fit that reaches its rows says
+    nothing."""
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s\n"
+                     "1,256,128,27.0,6.0,1.2\n64,256,128,30.0,3.0,60.0\n")
+    hardware = ["--gpu", "l4", "--params", "0.494", "--kv-bytes-per-token", "12288", "--jobs", "1"]
+    profile = tmp_path / "profile.toml"
+    assert main(["calibrate", str(sweep), *hardware, "-o", str(profile)]) == 0
+    err = capsys.readouterr().err
+    assert "do not reach the rows given: concurrency 64 ITL p50 ms" in err, err
+    assert "# warning: the 2 numbers freed do not reach the rows given" in profile.read_text()
+    reached = tmp_path / "reached.csv"
+    reached.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s,e2e_p50_ms\n"
+                       + "".join(f"{c},256,128,{ttft},{itl},{rps},{e2e}\n" for c, ttft, itl, rps, e2e in (
+                           (1, 27.0, 5.1, 1.3, 679), (4, 50.1, 5.3, 5.4, 722))))
+    assert main(["calibrate", str(reached), *hardware]) == 0
+    assert "do not reach" not in capsys.readouterr().err
 
 
 def test_calibrate_without_a_sweep_writes_a_profile_from_the_priors(tmp_path: Path,

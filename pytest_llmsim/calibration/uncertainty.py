@@ -17,8 +17,9 @@ from pathlib import Path
 import tomllib
 
 from .sweep import SweepRow
+from .workload import errors
 
-__all__ = ["BANDS", "LENGTH_SLACK", "FittedRange", "fitted_range_of"]
+__all__ = ["BANDS", "LENGTH_SLACK", "UNREACHED", "FittedRange", "fitted_range_of", "unreached"]
 
 #: Relative error bands per metric, inside and outside the fitted range: over the development sweeps, the median
 #: of each sweep's ends -> middle error (inside), and the 75th percentile of each sweep's lower -> upper error, at
@@ -34,6 +35,20 @@ BANDS: dict[str, dict[str, float]] = {
 }
 #: A length within this factor of the fitted range counts as inside it (a length is never exactly repeated).
 LENGTH_SLACK = 1.25
+#: A fitted value missed by more than this (relative) says the numbers the fit freed do not reach its rows: the
+#: interpolation target over the development sweeps (ends -> middle within 20 %). The Gaudi 3 sweep's two end rows
+#: are missed so (TTFT -44 %, ITL +38 % at 128 clients): what two numbers and five priors can give falls short.
+UNREACHED = 0.20
+
+
+def unreached(predicted: Sequence[SweepRow], measured: Sequence[SweepRow],
+              margin: float = UNREACHED) -> tuple[SweepRow, str, float] | None:
+    """The fitted row and metric a fit misses worst, ``(row, metric, predicted / measured - 1)``, where that is
+    by more than ``margin``: the numbers it freed cannot reach the rows it was given (the rest held at their
+    priors, or a shape the model does not have). None: every fitted value within ``margin``."""
+    worst = max(((row, name, error) for guess, row in zip(predicted, measured)
+                 for name, error in errors(guess, row).items()), key=lambda found: abs(found[2]), default=None)
+    return worst if worst is not None and abs(worst[2]) > margin else None
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ from ..calibration import predict as predict_sweep
 from ..calibration.benchmark import ITL_PER, LOADS, STATISTICS, Benchmark, told_of
 from ..calibration.cassette_fit import fit_cassettes
 from ..calibration.cassettes import cassette_rows
+from ..calibration.model import PARAMETERS
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
-from ..calibration.report import render_csv, render_json
-from ..calibration.uncertainty import FittedRange, fitted_range_of
+from ..calibration.report import LABELS, render_csv, render_json
+from ..calibration.uncertainty import UNREACHED, FittedRange, fitted_range_of, unreached
 from ..recording.cassette import is_cassette
 from ..sim.config import ConfigError, SimConfig
 from ..sim.setting_checks import STEP_POLICIES
@@ -223,13 +224,22 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if fit.client_gap_ms is not None:  # a property of the benchmark's clients, not of the server
         notes.append(f"the clients' own time between requests, from req/s: {fit.client_gap_ms:.3g} ms (not a "
                      f"server setting: llmsim predict --config simulates it, --client-gap 0 leaves it out)")
+    missed = unreached(fit.predicted, rows)
+    if missed is not None:  # what the fit cannot know, said where it is read: the profile and stderr
+        row, metric, off = missed
+        freed = f"the {len(fit.fitted)} numbers freed" if hardware is not None else "the step costs fitted"
+        notes.append(f"warning: {freed} do not reach the rows given: {row.workload()} {LABELS[metric]} off by "
+                     f"{off:+.0%} (more than {UNREACHED:.0%}); "
+                     + ("more rows free more numbers (one each), the rest stay at their priors"
+                        if hardware is not None and len(fit.fitted) < len(PARAMETERS)
+                        else "this sweep has a shape the model does not"))
     kinds = {"closed" if row.concurrency is not None else "open" for row in rows}
     told = {**_benchmark_told(args), "client_gap_ms": fit.client_gap_ms,
             "load": args.load or (kinds.pop() if len(kinds) == 1 else None)}  # the rows' own where not told
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
                              budget_note, fit.predicted, rows, notes, FittedRange.of(rows), told)
     print(profile, end="")
-    for note in notes[1:]:
+    for note in notes[1:] if hardware is not None else notes:
         print(f"llmsim calibrate: {note}", file=sys.stderr)
     errors = ", ".join(f"{name} {value:.1%}" for name, value in fit.median_abs_error().items())
     print(f"llmsim calibrate: median |error| per metric: {errors}", file=sys.stderr)
