@@ -22,7 +22,7 @@ from pytest_llmsim.calibration.model import (
 )
 from pytest_llmsim.calibration.priors import GPUS, device_key
 from pytest_llmsim.calibration.report import render_svg
-from pytest_llmsim.calibration.uncertainty import BANDS, FittedRange, fitted_range_of, unreached
+from pytest_llmsim.calibration.uncertainty import BANDS, UNREACHED, FittedRange, fitted_range_of, unreached
 from pytest_llmsim.cli import main
 
 L4_QWEN = Hardware(0.494, "l4", kv_bytes_per_token=12288)
@@ -302,6 +302,15 @@ def test_calibrate_says_when_the_numbers_it_freed_do_not_reach_its_rows(
                            (1, 27.0, 5.1, 1.3, 679), (4, 50.1, 5.3, 5.4, 722))))
     assert main(["calibrate", str(reached), *hardware]) == 0
     assert "do not reach" not in capsys.readouterr().err
+    # the profile keeps how far its fit missed its rows; llmsim predict's bands are at least that, and it says so
+    fitted = fitted_range_of(str(profile))
+    assert fitted is not None and fitted.missed["itl_p50_ms"] > 1.0 > UNREACHED
+    assert fitted.band(SweepRow(8, None, 256, 128))["itl_p50_ms"] == fitted.missed["itl_p50_ms"]
+    assert fitted.band(SweepRow(8, None, 256, 128))["e2e_p50_ms"] == BANDS["inside"]["e2e_p50_ms"]
+    assert main(["predict", "--config", str(profile), "--concurrency", "8", "--input", "256", "--output", "128"]) == 0
+    out, err = capsys.readouterr()
+    assert f"±{fitted.missed['itl_p50_ms']:.0%}" in out
+    assert "the profile's fit missed its own rows by up to" in err
 
 
 def test_calibrate_without_a_sweep_writes_a_profile_from_the_priors(tmp_path: Path,

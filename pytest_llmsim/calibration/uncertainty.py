@@ -10,8 +10,8 @@ The bands are the cross-validation's figures over the development sweeps (:data:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
@@ -61,6 +61,9 @@ class FittedRange:
     input_tokens: tuple[int, int]
     output_tokens: tuple[int, int]
     priors_alone: bool = False
+    #: per metric, how far the fit missed its own rows where beyond ``UNREACHED`` (``unreached``): a
+    #: prediction's band is at least that
+    missed: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def nothing(cls) -> FittedRange:
@@ -68,12 +71,18 @@ class FittedRange:
         return cls(None, None, (0, 0), (0, 0), priors_alone=True)
 
     @classmethod
-    def of(cls, rows: Sequence[SweepRow]) -> FittedRange:
+    def of(cls, rows: Sequence[SweepRow], predicted: Sequence[SweepRow] = ()) -> FittedRange:
+        """The range ``rows`` cover; with the fit's ``predicted`` rows, what it missed them by (:attr:`missed`)."""
         closed = [r.concurrency for r in rows if r.concurrency is not None]
         rates = [r.rate for r in rows if r.rate is not None]
+        missed: dict[str, float] = {}
+        for guess, row in zip(predicted, rows):
+            for name, error in errors(guess, row).items():
+                if abs(error) > max(UNREACHED, missed.get(name, 0.0)):
+                    missed[name] = round(abs(error), 2)
         return cls((min(closed), max(closed)) if closed else None, (min(rates), max(rates)) if rates else None,
                    (min(r.input_tokens for r in rows), max(r.input_tokens for r in rows)),
-                   (min(r.output_tokens for r in rows), max(r.output_tokens for r in rows)))
+                   (min(r.output_tokens for r in rows), max(r.output_tokens for r in rows)), missed=missed)
 
     def outside(self, row: SweepRow) -> list[str]:
         """Why ``row`` lies outside the range (empty: inside)."""
@@ -100,7 +109,8 @@ class FittedRange:
         """The relative error band per metric for ``row``'s prediction."""
         if self.priors_alone:
             return BANDS["priors"]
-        return BANDS["outside" if self.outside(row) else "inside"]
+        bands = BANDS["outside" if self.outside(row) else "inside"]
+        return {name: max(band, self.missed.get(name, 0.0)) for name, band in bands.items()}
 
     def to_toml(self) -> str:
         """The ``[calibration]`` table a profile carries (after its settings)."""
@@ -113,6 +123,9 @@ class FittedRange:
             lines.append(f"rate = [{self.rate[0]:g}, {self.rate[1]:g}]")
         lines += [f"input_tokens = [{self.input_tokens[0]}, {self.input_tokens[1]}]",
                   f"output_tokens = [{self.output_tokens[0]}, {self.output_tokens[1]}]"]
+        if self.missed:
+            lines.append("missed = { " + ", ".join(f"{name} = {value:g}" for name, value in self.missed.items())
+                         + " }  # the fit's own rows missed by this much: predictions' bands are at least it")
         return "\n".join(lines) + "\n"
 
 
@@ -135,5 +148,8 @@ def fitted_range_of(profile: str | None) -> FittedRange | None:
     inputs, outputs = pair("input_tokens"), pair("output_tokens")
     if inputs is None or outputs is None:
         return None
+    missed = table.get("missed")
+    missed = {str(name): float(value) for name, value in missed.items()
+              if isinstance(value, (int, float)) and value >= 0} if isinstance(missed, dict) else {}
     return FittedRange(None if concurrency is None else (int(concurrency[0]), int(concurrency[1])), rate,
-                       (int(inputs[0]), int(inputs[1])), (int(outputs[0]), int(outputs[1])))
+                       (int(inputs[0]), int(inputs[1])), (int(outputs[0]), int(outputs[1])), missed=missed)

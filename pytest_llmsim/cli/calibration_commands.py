@@ -237,7 +237,7 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     told = {**_benchmark_told(args), "client_gap_ms": fit.client_gap_ms,
             "load": args.load or (kinds.pop() if len(kinds) == 1 else None)}  # the rows' own where not told
     profile = render_profile(fit.config, f"fitted by llmsim calibrate {' '.join(args.sweep)} ({len(rows)} rows)",
-                             budget_note, fit.predicted, rows, notes, FittedRange.of(rows), told)
+                             budget_note, fit.predicted, rows, notes, FittedRange.of(rows, fit.predicted), told)
     print(profile, end="")
     for note in notes[1:] if hardware is not None else notes:
         print(f"llmsim calibrate: {note}", file=sys.stderr)
@@ -394,6 +394,10 @@ def run_predict(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     else:
         text = {"csv": render_csv, "json": render_json}[args.format](predicted, measured)
     print(text, end="" if text.endswith("\n") else "\n")
+    if fitted is not None and fitted.missed:
+        print("llmsim predict: warning: the profile's fit missed its own rows by up to "
+              + ", ".join(f"{LABELS.get(name, name)} {value:.0%}" for name, value in fitted.missed.items())
+              + ": every band is at least that", file=sys.stderr)
     for row in rows:
         if fitted is not None and (why := fitted.outside(row)):
             print(f"llmsim predict: warning: {row.workload()} is outside what the profile was fitted to "
