@@ -247,6 +247,12 @@ def test_a_prediction_outside_the_fitted_range_warns_with_a_wider_band(tmp_path:
     assert main(["predict", "--config", str(profile), "--burst", "8,512", "--input", "256", "--output", "128"]) == 0
     out, err = capsys.readouterr()
     assert "| burst 8 |" in out and "burst 512 is outside" in err
+    assert "missed its own rows" not in err  # a fit that reaches its rows widens nothing
+    text = profile.read_text().replace("output_tokens = [128, 128]\n", "output_tokens = [128, 128]\n"
+                                       'missed = { itl_p50_ms = 0.5, ttft_p50_ms = "far", req_per_s = -1 }\n')
+    profile.write_text(text)  # edited by hand: what is not a share of 0 or more is left out
+    assert fitted_range_of(str(profile)) == FittedRange((1, 4), None, (256, 256), (128, 128),
+                                                        missed={"itl_p50_ms": 0.5})
 
 
 def test_the_svg_band_spans_the_prediction() -> None:
