@@ -41,13 +41,24 @@ LENGTH_SLACK = 1.25
 UNREACHED = 0.20
 
 
+def _worst(predicted: Sequence[SweepRow], measured: Sequence[SweepRow]) -> dict[str, tuple[SweepRow, float]]:
+    """Per metric, the fitted row a fit misses worst and by how much (``predicted / measured - 1``; the first
+    such row among equals)."""
+    worst: dict[str, tuple[SweepRow, float]] = {}
+    for guess, row in zip(predicted, measured):
+        for name, error in errors(guess, row).items():
+            if name not in worst or abs(error) > abs(worst[name][1]):
+                worst[name] = (row, error)
+    return worst
+
+
 def unreached(predicted: Sequence[SweepRow], measured: Sequence[SweepRow],
               margin: float = UNREACHED) -> tuple[SweepRow, str, float] | None:
     """The fitted row and metric a fit misses worst, ``(row, metric, predicted / measured - 1)``, where that is
     by more than ``margin``: the numbers it freed cannot reach the rows it was given (the rest held at their
     priors, or a shape the model does not have). None: every fitted value within ``margin``."""
-    worst = max(((row, name, error) for guess, row in zip(predicted, measured)
-                 for name, error in errors(guess, row).items()), key=lambda found: abs(found[2]), default=None)
+    worst = max(((row, name, error) for name, (row, error) in _worst(predicted, measured).items()),
+                key=lambda found: abs(found[2]), default=None)
     return worst if worst is not None and abs(worst[2]) > margin else None
 
 
@@ -75,11 +86,8 @@ class FittedRange:
         """The range ``rows`` cover; with the fit's ``predicted`` rows, what it missed them by (:attr:`missed`)."""
         closed = [r.concurrency for r in rows if r.concurrency is not None]
         rates = [r.rate for r in rows if r.rate is not None]
-        missed: dict[str, float] = {}
-        for guess, row in zip(predicted, rows):
-            for name, error in errors(guess, row).items():
-                if abs(error) > max(UNREACHED, missed.get(name, 0.0)):
-                    missed[name] = round(abs(error), 2)
+        missed = {name: round(abs(error), 2) for name, (_, error) in _worst(predicted, rows).items()
+                  if abs(error) > UNREACHED}
         return cls((min(closed), max(closed)) if closed else None, (min(rates), max(rates)) if rates else None,
                    (min(r.input_tokens for r in rows), max(r.input_tokens for r in rows)),
                    (min(r.output_tokens for r in rows), max(r.output_tokens for r in rows)), missed=missed)

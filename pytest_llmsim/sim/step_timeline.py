@@ -29,7 +29,7 @@ class StepTimeline:
         self.first = 0  # the step number of gaps[0]
         self.last_end = 0.0  # when the latest step ended
         self.shared = shared  # runs handed over as ranges: never trimmed
-        self.sums = RangeSums(self.gaps)  # (their exact sums, read only where shared)
+        self.sums = RangeSums(self.gaps) if shared else None  # their exact sums (a trimmed array has none)
 
     def end_step(self, now: float) -> int:
         """A step ended at ``now``: its gap is recorded; returns its number."""
@@ -42,7 +42,7 @@ class StepTimeline:
         """Give ``seq`` the gaps of its run of consecutive steps (after ``run_from``, to ``last_step``)."""
         if seq.last_step > seq.run_from >= 0:
             start, end = seq.run_from + 1 - self.first, seq.last_step + 1 - self.first
-            if self.shared:
+            if self.sums is not None:
                 seq.gaps.share(self.sums, start, end)
             else:
                 seq.gaps.extend(self.gaps[start:end])
