@@ -177,6 +177,29 @@ def _leave_one_out_by_kind_and_stack(sweep: Sweep, sweeps: list[Sweep],
     return found
 
 
+def leave_one_out_priors(sweep: Sweep, sweeps: list[Sweep], own: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``sweep``'s priors from the other sweeps' all-row fits (``own``): by the model's kind, those that go by the
+    device's stack by it, the compute efficiency and the bandwidth by both."""
+    priors = _leave_one_out(sweep, sweeps, own, _kind)
+    stacked = _leave_one_out(sweep, sweeps, own, _stack)  # the numbers that go by the device's stack
+    priors.update({key: value for key, value in stacked.items() if key in _BY_STACK})
+    priors.update(_leave_one_out_by_kind_and_stack(sweep, sweeps, own))
+    return priors
+
+
+def own_fits(sweeps: list[Sweep], jobs: int, log: Any = None) -> dict[str, dict[str, float]]:
+    """Each sweep's all-row fit with the shipped priors, seed 0: what each says the numbers are (the other sweeps'
+    priors are taken from these)."""
+    own: dict[str, dict[str, float]] = {}
+    for sweep in sweeps:
+        _, took, values = fit_split(sweep, sweep.rows, sweep.rows, {}, 0, jobs)
+        own[sweep.name] = values
+        if log is not None:
+            log(f"# {sweep.name}: all-row fit with the shipped priors in {took:.1f} s: "
+                + ", ".join(f"{k} {v:.3g}" for k, v in values.items()))
+    return own
+
+
 def _kind(sweep: Sweep) -> str:
     """Dense or a mixture of experts: the shipped priors differ by it (``model.Parameter.moe``)."""
     return "moe" if sweep.hardware.mixture_of_experts else "dense"
@@ -186,13 +209,7 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
         log: Any = print, only: Sequence[str] = ()) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Every split of every sweep (of those named in ``only``, if any; the priors still come from every sweep):
     ``{sweep: {split: {metric: [error per seed]}}}`` (and ``fit s``)."""
-    # 1. each sweep's all-row fit with the shipped priors: what each says the numbers are
-    own: dict[str, dict[str, float]] = {}
-    for sweep in sweeps:
-        _, took, values = fit_split(sweep, sweep.rows, sweep.rows, {}, 0, jobs)
-        own[sweep.name] = values
-        log(f"# {sweep.name}: all-row fit with the shipped priors in {took:.1f} s: "
-            + ", ".join(f"{k} {v:.3g}" for k, v in values.items()))
+    own = own_fits(sweeps, jobs, log)  # 1. what each sweep alone says the numbers are
     for group, label in ((_kind, "dense"), (_kind, "moe"), (_stack, "lean"), (_stack, "heavy")):
         fits = [own[s.name] for s in sweeps if group(s) == label]
         log(f"# geometric medians over the {label} sweeps (the shipped priors' source): "
@@ -205,10 +222,7 @@ def run(sweeps: list[Sweep], seeds: int, jobs: int, chosen: Sequence[str] = SPLI
     for sweep in sweeps:
         if only and sweep.name not in only:
             continue
-        priors = _leave_one_out(sweep, sweeps, own, _kind)
-        stacked = _leave_one_out(sweep, sweeps, own, _stack)  # the numbers that go by the device's stack
-        priors.update({key: value for key, value in stacked.items() if key in _BY_STACK})
-        priors.update(_leave_one_out_by_kind_and_stack(sweep, sweeps, own))
+        priors = leave_one_out_priors(sweep, sweeps, own)
         found: dict[str, dict[str, list[float]]] = {}
         for split, (fit_rows, held_out) in splits(sweep.rows).items():
             if split not in chosen or not held_out:
