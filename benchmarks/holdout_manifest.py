@@ -58,6 +58,8 @@ class Sweep:
     hardware: Hardware
     budget: int | None
     policy: str = "mixed"
+    #: the engine splits a prompt across steps (False: whole prompts only, ``SimConfig.chunked_prefill``)
+    chunked: bool = True
 
 
 def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]:
@@ -74,7 +76,7 @@ def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]
             rows = [replace(r, input_tokens=round(r.input_tokens * scale),
                             output_tokens=round(r.output_tokens * scale)) for r in rows]
         sweeps.append(Sweep(name, rows, Hardware(**entry["hardware"]), entry.get("budget"),
-                            entry.get("policy", "mixed")))
+                            entry.get("policy", "mixed"), entry.get("chunked", True)))
     return sweeps
 
 
@@ -106,7 +108,7 @@ def geometric_median_priors(fits: Sequence[dict[str, float]]) -> dict[str, float
 
 
 def _base(sweep: Sweep, seed: int) -> SimConfig:
-    return SimConfig().replace(seed=seed, step_policy=sweep.policy)
+    return SimConfig().replace(seed=seed, step_policy=sweep.policy, chunked_prefill=sweep.chunked)
 
 
 def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], priors: dict[str, float],

@@ -234,6 +234,36 @@ def test_prefill_is_chunked_to_the_token_budget_and_decodes_go_first() -> None:
     assert len(rec.tokens[0]) == 20 and decoding.state is SeqState.FINISHED
 
 
+@pytest.mark.parametrize("policy", ["mixed", "prefill_first"])
+def test_without_chunked_prefill_a_step_takes_whole_prompts_and_the_first_whatever_its_size(policy: str) -> None:
+    """TensorRT-LLM without chunked context and vLLM V0 take prompts whole: two 150-token prompts sent together
+    with a budget of 200 go one a step (chunked, the second's first 50 tokens share the first's step, so the two
+    finish their prompts 50 tokens apart, and clients that send again together stay in step); a 300-token prompt
+    over the budget still runs, alone."""
+    def run(chunked: bool, sizes: tuple[int, ...]) -> list[SimSequence]:
+        eng, _ = engine(max_num_batched_tokens=200, step_policy=policy, chunked_prefill=chunked)
+        sent = [SimSequence(prompt(size, 1000 * i), 2, index=i) for i, size in enumerate(sizes)]
+        for seq in sent:
+            eng.submit(seq)
+        eng.run_until_idle()
+        assert all(seq.state is SeqState.FINISHED for seq in sent)
+        return sent
+
+    def apart(sent: list[SimSequence]) -> float:
+        assert sent[0].first_token_at is not None and sent[1].first_token_at is not None
+        return sent[1].first_token_at - sent[0].first_token_at
+
+    step = 0.004 + 0.00005 * 150
+    whole = run(False, (150, 150))
+    assert whole[0].ttft == pytest.approx(step)
+    assert apart(whole) >= step - 1e-12  # the second's whole prompt in a step of its own
+    chunked = run(True, (150, 150))
+    assert chunked[0].ttft == pytest.approx(0.004 + 0.00005 * 200)  # 150 + the second's first 50
+    assert apart(chunked) < step - 0.002  # only its last 100 tokens after the first's step
+    (alone,) = run(False, (300,))
+    assert alone.ttft == pytest.approx(0.004 + 0.00005 * 300)  # whole, over the budget
+
+
 class _FinishesOnly(Recorder):
     wants_tokens = False  # as the calibration's listener: the engine's decoders are lazy
 

@@ -43,6 +43,8 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
         lines.append(f"{name} = {value:.6g}{note}" if isinstance(value, float) else f"{name} = {value}{note}")
     if config.step_policy != "mixed":
         lines.append(f'step_policy = "{config.step_policy}"')
+    if not config.chunked_prefill:
+        lines.append("chunked_prefill = false  # prompts whole, never split across steps")
     if config.kv_cache_blocks is not None:
         lines.append(f"kv_cache_blocks = {config.kv_cache_blocks}  # the devices' memory less the weights")
     if predicted:

@@ -113,6 +113,9 @@ def add_calibration_commands(commands: Any) -> None:
     calibrate.add_argument("--policy", choices=STEP_POLICIES, default="mixed",
                            help="how the server composes a step while prompts wait: mixed (vLLM V1, chunked prefill), "
                                 "prefill_first (SGLang, vLLM V0 without chunked prefill) or prefill_when_due (TGI)")
+    calibrate.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
+                           help="the server takes prompts whole, never split across steps (TensorRT-LLM without "
+                                "chunked context, its default; vLLM V0 without chunked prefill)")
     calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                            help="processes searching in parallel (default: one per core; the fit does not "
                                 "depend on it)")
@@ -190,7 +193,7 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         share = expert_share(args.experts, args.experts_per_token)
     except ValueError as error:
         parser.error(str(error))
-    base = SimConfig().replace(step_policy=args.policy)
+    base = SimConfig().replace(step_policy=args.policy, chunked_prefill=args.chunked_prefill)
     if share is not None:
         base = base.replace(expert_share_per_token=share)
     hardware = None

@@ -135,6 +135,11 @@ class SimConfig:
         8192, check.integer(1),
         "step mode: token budget of one step (a decode counts one; prefill is chunked to fit)",
         text=parse_human_int)
+    chunked_prefill: bool = setting(
+        True, check.boolean,
+        "step mode: a prompt may be split across steps to fill the token budget (vLLM V1, SGLang); false: a step "
+        "takes whole prompts only, those that fit what its budget has left, and the first always (TensorRT-LLM "
+        "without chunked context, vLLM V0)")
     request_overhead: float = setting(
         0.0, check.number(0.0),
         "step mode: the API server's own time before a request reaches the scheduler, seconds")

@@ -10,6 +10,10 @@ What a step holds while prompts wait (``step_policy``):
 - ``prefill_when_due`` (TGI's router): the prompts get a step of their own as in ``prefill_first``, but only
   once it is due (:func:`prefill_is_due`); until then the batch decodes alone and the prompts wait.
 
+A prompt's chunk is what is left of the budget (``chunked_prefill``, vLLM V1 and SGLang), or the prompt whole
+where it fits what is left, the first of a step's whatever its size (TensorRT-LLM without chunked context, vLLM
+V0): :func:`prefill_chunks`.
+
 A step's duration is a function of what it holds (:func:`step_cost`)::
 
     step = max(step_base + step_per_kv_token * context tokens the decodes attend,   (memory: weights, KV)
@@ -32,7 +36,7 @@ from collections.abc import Iterable
 from .config import SimConfig
 from .sequence import SimSequence
 
-__all__ = ["decode_step_terms", "prefill_is_due", "prompts_enough", "prompts_that_fit", "step_cost"]
+__all__ = ["decode_step_terms", "prefill_chunks", "prefill_is_due", "prompts_enough", "prompts_that_fit", "step_cost"]
 
 
 def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
@@ -88,3 +92,19 @@ def prefill_is_due(config: SimConfig, prompts: int, decoding: int, decode_steps:
         return True
     return (decode_steps + 1 >= config.max_waiting_steps
             or prompts >= prompts_enough(config, decoding))
+
+
+def prefill_chunks(prompts: Iterable[SimSequence], budget: int, whole: bool) -> list[tuple[SimSequence, int]]:
+    """The chunks of the waiting ``prompts`` (oldest admitted first) one step's ``budget`` holds: each cut to what
+    is left, or, ``whole``, only prompts that fit what is left whole, the first whatever its size (it cannot wait
+    for a step with more room: there is none)."""
+    chunks: list[tuple[SimSequence, int]] = []
+    for seq in prompts:
+        if whole and chunks and seq.prefill_left > budget:
+            break  # it waits for a step with room
+        chunk = seq.prefill_left if whole else min(seq.prefill_left, budget)
+        chunks.append((seq, chunk))
+        budget -= chunk
+        if budget <= 0:
+            break
+    return chunks

@@ -57,7 +57,14 @@ from .config import SimConfig
 from .engine import Engine, SeqState, SimSequence
 from .front_end import FrontEndTurns
 from .lazy_decoders import LazyDecoders
-from .step_composition import decode_step_terms, prefill_is_due, prompts_enough, prompts_that_fit, step_cost
+from .step_composition import (
+    decode_step_terms,
+    prefill_chunks,
+    prefill_is_due,
+    prompts_enough,
+    prompts_that_fit,
+    step_cost,
+)
 from .step_timeline import StepTimeline
 
 __all__ = ["StepEngine"]
@@ -266,16 +273,9 @@ class StepEngine(Engine):
             kv_tokens = sum(len(seq.prompt_tokens) + seq.emitted for seq in decoding)
             decodes = budget
         budget -= decodes
-        prefilling = []
-        prefill_tokens = 0
-        if budget > 0 and not held:
-            for seq in self._prefills:
-                chunk = min(seq.prefill_left, budget)
-                prefilling.append((seq, chunk))
-                prefill_tokens += chunk
-                budget -= chunk
-                if budget <= 0:
-                    break
+        whole = not config.chunked_prefill
+        prefilling = prefill_chunks(self._prefills, budget, whole) if budget > 0 and not held else []
+        prefill_tokens = sum(chunk for _, chunk in prefilling)
         if not decodes and not prefilling:
             self._step_end = None
             return
@@ -309,9 +309,10 @@ class StepEngine(Engine):
             return  # a step of decodes alone stays one: the prompt goes in the next
         prefill_tokens = sum(chunk for _, chunk in prefilling)
         room = self.config.max_num_batched_tokens - self._step_decodes - prefill_tokens
-        if room <= 0:
+        whole = not self.config.chunked_prefill  # a prompt that does not fit whole waits for the next step
+        if room <= 0 or (whole and seq.prefill_left > room and prefilling):
             return
-        prefilling.append((seq, min(seq.prefill_left, room)))
+        prefilling.append((seq, seq.prefill_left if whole else min(seq.prefill_left, room)))
         prefill_tokens += prefilling[-1][1]
         cost = step_cost(self.config, self._step_decodes, self._step_kv_tokens, prefill_tokens, True)
         end = max(self.now, self._step_start + cost * self._step_jitter)
