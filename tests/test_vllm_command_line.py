@@ -41,7 +41,8 @@ def _stop(process: subprocess.Popen[str]) -> str:
 VLLM_COMMAND_LINE = [
     "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-8b", "llama",
     "--max-num-seqs", "8", "--max-model-len", "16k", "--max-num-batched-tokens", "4096", "--block-size", "32",
-    "--enable-prefix-caching", "--enable-lora", "--max-loras", "2", "--max-lora-rank", "64",
+    "--enable-prefix-caching", "--no-enable-chunked-prefill", "--enable-lora", "--max-loras", "2",
+    "--max-lora-rank", "64",
     "--lora-modules", "sql-lora=/adapters/sql",
     '{"name": "tweet-lora", "path": "/adapters/tweet", "base_model_name": "meta-llama/Llama-3.1-8B-Instruct"}',
     "--api-key", "token-abc123", "--uvicorn-log-level", "warning", "--seed", "7",
@@ -61,6 +62,7 @@ def test_vllms_command_line_takes_effect() -> None:
         assert config["lora_adapters"] == ["sql-lora", "tweet-lora"]
         assert config["required_api_key"] == "token-abc123"
         assert config["cache_capacity_blocks"] > 0  # prefix caching on, as asked
+        assert config["chunked_prefill"] is False  # prompts whole, as asked
         assert httpx.get(f"{root}/v1/models", timeout=10).status_code == 401  # --api-key guards the API
         client = openai.OpenAI(base_url=f"{root}/v1", api_key="token-abc123", max_retries=0)
         models = {model.id: model for model in client.models.list()}
@@ -123,6 +125,14 @@ def test_the_prefix_cache_turns_off_and_keys_may_be_several() -> None:
     settings, faults, ignored = vllm_settings(_parsed("--no-enable-prefix-caching", "--api-key", "a", "b"))
     assert settings == {"cache_capacity_blocks": 0, "api_keys": ["a", "b"]}
     assert (faults, ignored) == ([], [])
+
+
+def test_chunked_prefill_turns_off_as_vllm_v0s() -> None:
+    """``--no-enable-chunked-prefill`` has an effect here: the step scheduler takes prompts whole."""
+    for flag, chunked in (("--no-enable-chunked-prefill", False), ("--enable-chunked-prefill", True)):
+        settings, _, ignored = vllm_settings(_parsed(flag))
+        assert settings == {"chunked_prefill": chunked} and ignored == []
+    assert "chunked_prefill" not in vllm_settings(_parsed())[0]
 
 
 def test_failures_share_their_rate_evenly_across_types() -> None:

@@ -5,7 +5,8 @@ program or image changed. Three kinds of flag:
 
 - the ones with a meaning here: settings' own names and their declared aliases (``--max-num-seqs`` is
   ``max_batch_size``, :mod:`pytest_llmsim.sim.config`), and the ones this module reads: the positional
-  ``MODEL``, ``--served-model-name``, ``--lora-modules``, ``--enable-prefix-caching``, ``--api-key``,
+  ``MODEL``, ``--served-model-name``, ``--lora-modules``, ``--enable-prefix-caching``,
+  ``--enable-chunked-prefill``, ``--api-key``,
   llm-d-inference-sim's latencies in milliseconds, ``--mode``, ``--failure-injection-rate`` and
   ``--failure-types``;
 - the ones that shape nothing a simulator has (``--dtype``, ``--tensor-parallel-size``, ...,
@@ -83,6 +84,8 @@ def add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
                        default=None, help=hidden)
     serve.add_argument("--enable-lora", dest="vllm_enable_lora", action=argparse.BooleanOptionalAction,
                        default=None, help=hidden)
+    serve.add_argument("--enable-chunked-prefill", dest="vllm_chunked_prefill", action=argparse.BooleanOptionalAction,
+                       default=None, help=hidden)
     serve.add_argument("--api-key", dest="vllm_api_keys", nargs="+", action="extend", default=None, help=hidden)
     serve.add_argument("--uvicorn-log-level", dest="vllm_log_level", default=None, help=hidden,
                        choices=("critical", "debug", "error", "info", "trace", "warning"))
@@ -138,6 +141,8 @@ def vllm_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[
         settings["lora_adapters"] = tuple(dict.fromkeys(_adapter_name(text) for text in args.vllm_lora_modules))
     if args.vllm_prefix_caching is False:
         settings["cache_capacity_blocks"] = 0
+    if args.vllm_chunked_prefill is not None:  # step mode: prompts whole, as vLLM V0 without it
+        settings["chunked_prefill"] = args.vllm_chunked_prefill
     if args.vllm_api_keys:
         keys = list(dict.fromkeys(args.vllm_api_keys))
         if len(keys) == 1:

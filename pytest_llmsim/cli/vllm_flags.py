@@ -55,7 +55,7 @@ WITHOUT_EFFECT_SWITCHES: frozenset[str] = frozenset("""
     data-parallel-hybrid-lb disable-cascade-attn disable-chunked-mm-input disable-custom-all-reduce
     disable-fastapi-docs disable-frontend-multiprocessing disable-hybrid-kv-cache-manager disable-log-requests
     disable-log-stats disable-mm-preprocessor-cache disable-sliding-window disable-uvicorn-access-log
-    enable-auto-tool-choice enable-chunked-prefill enable-dbo enable-eplb enable-expert-parallel
+    enable-auto-tool-choice enable-dbo enable-eplb enable-expert-parallel
     enable-force-include-usage enable-log-outputs enable-log-requests enable-lora-bias enable-prompt-embeds
     enable-prompt-tokens-details enable-request-id-headers enable-server-load-tracking enable-sleep-mode
     enable-ssl-refresh enable-tokenizer-info-endpoint enforce-eager exclude-tools-when-tool-choice-none
