@@ -20,30 +20,18 @@ import json
 import os
 from pathlib import Path
 
-from pytest_llmsim.calibration import SweepRow, calibrate, from_priors, predict, with_client_gap
+from holdout_manifest import (  # run as a script: benchmarks/ on the path
+    SPLITS,
+    Sweep,
+    fit_rows_of,
+    leave_one_out_priors,
+    load_manifest,
+    median_errors,
+    own_fits,
+    splits,
+)
 
-try:
-    from holdout_manifest import (
-        SPLITS,
-        Sweep,
-        _base,
-        leave_one_out_priors,
-        load_manifest,
-        median_errors,
-        own_fits,
-        splits,
-    )
-except ImportError:  # imported as benchmarks.calibration_rows
-    from benchmarks.holdout_manifest import (
-        SPLITS,
-        Sweep,
-        _base,
-        leave_one_out_priors,
-        load_manifest,
-        median_errors,
-        own_fits,
-        splits,
-    )
+from pytest_llmsim.calibration import SweepRow, predict, with_client_gap
 
 
 def _change(measured: float | None, predicted: float | None) -> str:
@@ -70,17 +58,12 @@ def run_split(sweep: Sweep, sweeps: list[Sweep], own: dict[str, dict[str, float]
     """``split`` of ``sweep`` fitted with the leave-one-sweep-out priors: the lines to print."""
     priors = leave_one_out_priors(sweep, sweeps, own)
     fit_rows, held_out = splits(sweep.rows)[split]
-    base = _base(sweep, seed)
     lines = ["priors: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(priors.items()))]
-    if fit_rows:
-        budgets = (sweep.budget,) if sweep.budget else None
-        fit = calibrate(fit_rows, base, workers=jobs, hardware=sweep.hardware, priors=priors,
-                        **({"budgets": budgets} if budgets else {}))
-        config, gap = fit.config, fit.client_gap_ms
+    config, fit = fit_rows_of(sweep, fit_rows, priors, seed, jobs)
+    gap = fit.client_gap_ms if fit else None
+    if fit is not None:
         lines.append(f"fitted: {', '.join(fit.fitted)}; from priors: {', '.join(fit.from_priors)}")
         lines.append("numbers: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(fit.shares.items())))
-    else:
-        config, gap = from_priors(sweep.hardware, base, sweep.budget, priors), None
     lines += row_lines(sweep.rows, predict(config, with_client_gap(sweep.rows, gap)), fit_rows)
     errors = median_errors(predict(config, with_client_gap(held_out, gap)), held_out)
     scored = "fitted" if split == "all" else "not fitted"

@@ -30,6 +30,7 @@ from typing import Any
 import tomllib
 
 from pytest_llmsim.calibration import (
+    Fit,
     Hardware,
     SweepRow,
     calibrate,
@@ -111,20 +112,25 @@ def _base(sweep: Sweep, seed: int) -> SimConfig:
     return SimConfig().replace(seed=seed, step_policy=sweep.policy, chunked_prefill=sweep.chunked)
 
 
+def fit_rows_of(sweep: Sweep, fit_rows: list[SweepRow], priors: dict[str, float], seed: int,
+                jobs: int) -> tuple[SimConfig, Fit | None]:
+    """The configuration a fit to ``fit_rows`` gives, and the fit; with no rows, the priors' alone (no fit)."""
+    if not fit_rows:
+        return from_priors(sweep.hardware, _base(sweep, seed), sweep.budget, priors), None
+    budgets = (sweep.budget,) if sweep.budget else None
+    fit = calibrate(fit_rows, _base(sweep, seed), workers=jobs, hardware=sweep.hardware, priors=priors,
+                    **({"budgets": budgets} if budgets else {}))
+    return fit.config, fit
+
+
 def fit_split(sweep: Sweep, fit_rows: list[SweepRow], held_out: list[SweepRow], priors: dict[str, float],
               seed: int, jobs: int) -> tuple[dict[str, float], float, dict[str, float]]:
     """The errors on ``held_out`` of a fit to ``fit_rows`` (none: priors alone), its wall time and its numbers."""
     started = time.perf_counter()
-    if fit_rows:
-        budgets = (sweep.budget,) if sweep.budget else None
-        fit = calibrate(fit_rows, _base(sweep, seed), workers=jobs, hardware=sweep.hardware, priors=priors,
-                        **({"budgets": budgets} if budgets else {}))
-        config, gap, values = fit.config, fit.client_gap_ms, fit.shares
-    else:
-        config, gap, values = from_priors(sweep.hardware, _base(sweep, seed), sweep.budget, priors), None, {}
+    config, fit = fit_rows_of(sweep, fit_rows, priors, seed, jobs)
     took = time.perf_counter() - started
-    guess = predict(config, with_client_gap(held_out, gap))
-    return median_errors(guess, held_out), took, values
+    guess = predict(config, with_client_gap(held_out, fit.client_gap_ms if fit else None))
+    return median_errors(guess, held_out), took, fit.shares if fit else {}
 
 
 #: The priors that go by the device's stack, not the model's kind (``model.Parameter.stack_keys``).

@@ -94,13 +94,15 @@ def prefill_is_due(config: SimConfig, prompts: int, decoding: int, decode_steps:
             or prompts >= prompts_enough(config, decoding))
 
 
-def prefill_chunks(prompts: Iterable[SimSequence], budget: int, whole: bool) -> list[tuple[SimSequence, int]]:
-    """The chunks of the waiting ``prompts`` (oldest admitted first) one step's ``budget`` holds: each cut to what
-    is left, or, ``whole``, only prompts that fit what is left whole, the first whatever its size (it cannot wait
-    for a step with more room: there is none)."""
+def prefill_chunks(prompts: Iterable[SimSequence], budget: int, whole: bool,
+                   started: bool = False) -> list[tuple[SimSequence, int]]:
+    """The chunks of the waiting ``prompts`` (oldest admitted first) one step's ``budget`` (> 0) holds: each cut to
+    what is left, or, ``whole``, only prompts that fit what is left whole, the step's first whatever its size (it
+    cannot wait for a step with more room: there is none). ``started``: the step holds chunks already (a late
+    arrival joining it), so none of these is its first."""
     chunks: list[tuple[SimSequence, int]] = []
     for seq in prompts:
-        if whole and chunks and seq.prefill_left > budget:
+        if whole and (chunks or started) and seq.prefill_left > budget:
             break  # it waits for a step with room
         chunk = seq.prefill_left if whole else min(seq.prefill_left, budget)
         chunks.append((seq, chunk))

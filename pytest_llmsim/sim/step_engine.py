@@ -309,11 +309,11 @@ class StepEngine(Engine):
             return  # a step of decodes alone stays one: the prompt goes in the next
         prefill_tokens = sum(chunk for _, chunk in prefilling)
         room = self.config.max_num_batched_tokens - self._step_decodes - prefill_tokens
-        whole = not self.config.chunked_prefill  # a prompt that does not fit whole waits for the next step
-        if room <= 0 or (whole and seq.prefill_left > room and prefilling):
+        joined = prefill_chunks((seq,), room, not self.config.chunked_prefill, bool(prefilling)) if room > 0 else []
+        if not joined:
             return
-        prefilling.append((seq, seq.prefill_left if whole else min(seq.prefill_left, room)))
-        prefill_tokens += prefilling[-1][1]
+        prefilling += joined
+        prefill_tokens += joined[0][1]
         cost = step_cost(self.config, self._step_decodes, self._step_kv_tokens, prefill_tokens, True)
         end = max(self.now, self._step_start + cost * self._step_jitter)
         if self._step_end is not None and end > self._step_end:
