@@ -61,6 +61,8 @@ class Sweep:
     policy: str = "mixed"
     #: the engine splits a prompt across steps (False: whole prompts only, ``SimConfig.chunked_prefill``)
     chunked: bool = True
+    #: the engine runs a step's prompts and decodes as two passes (``SimConfig.separate_prefill_pass``)
+    separate: bool = False
 
 
 def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]:
@@ -77,7 +79,8 @@ def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]
             rows = [replace(r, input_tokens=round(r.input_tokens * scale),
                             output_tokens=round(r.output_tokens * scale)) for r in rows]
         sweeps.append(Sweep(name, rows, Hardware(**entry["hardware"]), entry.get("budget"),
-                            entry.get("policy", "mixed"), entry.get("chunked", True)))
+                            entry.get("policy", "mixed"), entry.get("chunked", True),
+                            entry.get("separate_passes", False)))
     return sweeps
 
 
@@ -109,7 +112,8 @@ def geometric_median_priors(fits: Sequence[dict[str, float]]) -> dict[str, float
 
 
 def _base(sweep: Sweep, seed: int) -> SimConfig:
-    return SimConfig().replace(seed=seed, step_policy=sweep.policy, chunked_prefill=sweep.chunked)
+    return SimConfig().replace(seed=seed, step_policy=sweep.policy, chunked_prefill=sweep.chunked,
+                              separate_prefill_pass=sweep.separate)
 
 
 def fit_rows_of(sweep: Sweep, fit_rows: list[SweepRow], priors: dict[str, float], seed: int,

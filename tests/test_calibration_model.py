@@ -272,12 +272,14 @@ def test_calibrate_is_told_a_burst_and_its_mean_output(tmp_path: Path, capsys: p
     profile = tmp_path / "burst.toml"
     assert main(["calibrate", str(sweep), "--load", "burst", "--output-tokens", "56", "--gpu", "l4", "--params",
                  "0.494", "--kv-bytes-per-token", "12288", "--policy", "prefill_first", "--no-chunked-prefill",
-                 "--jobs", "1", "-o", str(profile)]) == 0
+                 "--separate-prefill-pass", "--jobs", "1", "-o", str(profile)]) == 0
     text = profile.read_text()
     assert 'step_policy = "prefill_first"' in text and "| burst 8 | 80 | 56 |" in text
     assert "chunked_prefill = false" in text  # the server's prompts whole, as it was fitted
+    assert "separate_prefill_pass = true" in text  # ... and in a pass of their own
     loaded = SimConfig().replace(profile=str(profile))
     assert loaded.step_policy == "prefill_first" and loaded.chunked_prefill is False
+    assert loaded.separate_prefill_pass is True
 
 
 def test_the_worst_fitted_value_beyond_the_margin_is_named() -> None:

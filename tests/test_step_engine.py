@@ -264,6 +264,33 @@ def test_without_chunked_prefill_a_step_takes_whole_prompts_and_the_first_whatev
     assert alone.ttft == pytest.approx(0.004 + 0.00005 * 300)  # whole, over the budget
 
 
+def test_with_separate_prefill_passes_a_step_holding_prompts_and_decodes_costs_two_passes() -> None:
+    """vllm-gaudi runs a step's prompts and its decodes as two forward passes (unified attention off, its
+    default), each reading the weights: the step a 100-token prompt shares with a decoder costs a second fixed
+    cost, for the prompt's first token and the decoder's gap alike; the decoder's other steps, and its own
+    prompt's step (nothing decoding then), cost what they did."""
+    def run(separate: bool) -> tuple[SimSequence, SimSequence]:
+        eng, _ = engine(separate_prefill_pass=separate)
+        decoding = SimSequence(prompt(10), 20)
+        eng.submit(decoding)
+        eng.advance(0.005)  # a decode step is in flight: the prompt waits for the next, beside the decoder
+        joined = SimSequence(prompt(100, 5000), 1, index=1)
+        eng.submit(joined)
+        eng.run_until_idle()
+        assert decoding.state is joined.state is SeqState.FINISHED
+        return decoding, joined
+
+    one_pass, one_pass_joined = run(False)
+    two_passes, two_passes_joined = run(True)
+    assert two_passes.ttft == pytest.approx(one_pass.ttft)
+    assert two_passes_joined.ttft is not None and one_pass_joined.ttft is not None
+    assert two_passes_joined.ttft - one_pass_joined.ttft == pytest.approx(0.004)  # the second pass's step_base
+    one_gaps, two_gaps = list(one_pass.gaps), list(two_passes.gaps)
+    shared = one_gaps.index(max(one_gaps))  # the step the prompt was in
+    assert two_gaps[shared] - one_gaps[shared] == pytest.approx(0.004)
+    assert two_gaps[:shared] + two_gaps[shared + 1:] == pytest.approx(one_gaps[:shared] + one_gaps[shared + 1:])
+
+
 class _FinishesOnly(Recorder):
     wants_tokens = False  # as the calibration's listener: the engine's decoders are lazy
 

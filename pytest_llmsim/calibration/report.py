@@ -45,6 +45,8 @@ def render_profile(config: SimConfig, source: str = "", budget_note: str = "",
         lines.append(f'step_policy = "{config.step_policy}"')
     if not config.chunked_prefill:
         lines.append("chunked_prefill = false  # prompts whole, never split across steps")
+    if config.separate_prefill_pass:
+        lines.append("separate_prefill_pass = true  # a step's prompts and decodes in two forward passes")
     if config.kv_cache_blocks is not None:
         lines.append(f"kv_cache_blocks = {config.kv_cache_blocks}  # the devices' memory less the weights")
     if predicted:

@@ -116,6 +116,9 @@ def add_calibration_commands(commands: Any) -> None:
     calibrate.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
                            help="the server takes prompts whole, never split across steps (TensorRT-LLM without "
                                 "chunked context, its default; vLLM V0 without chunked prefill)")
+    calibrate.add_argument("--separate-prefill-pass", action="store_true",
+                           help="the server runs a step's prompts and its decodes as two forward passes, each "
+                                "reading the weights (vllm-gaudi without unified attention, its default)")
     calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                            help="processes searching in parallel (default: one per core; the fit does not "
                                 "depend on it)")
@@ -193,7 +196,8 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         share = expert_share(args.experts, args.experts_per_token)
     except ValueError as error:
         parser.error(str(error))
-    base = SimConfig().replace(step_policy=args.policy, chunked_prefill=args.chunked_prefill)
+    base = SimConfig().replace(step_policy=args.policy, chunked_prefill=args.chunked_prefill,
+                               separate_prefill_pass=args.separate_prefill_pass)
     if share is not None:
         base = base.replace(expert_share_per_token=share)
     hardware = None

@@ -140,6 +140,11 @@ class SimConfig:
         "step mode: a prompt may be split across steps to fill the token budget (vLLM V1, SGLang); false: a step "
         "takes whole prompts only, those that fit what its budget has left, and the first always (TensorRT-LLM "
         "without chunked context, vLLM V0)")
+    separate_prefill_pass: bool = setting(
+        False, check.boolean,
+        "step mode: a step's prompts and its decodes run as two forward passes, one after the other, each "
+        "reading the weights (vllm-gaudi without unified attention, its default); false: one pass (vLLM V1 on "
+        "GPUs, SGLang, TensorRT-LLM)")
     request_overhead: float = setting(
         0.0, check.number(0.0),
         "step mode: the API server's own time before a request reaches the scheduler, seconds")

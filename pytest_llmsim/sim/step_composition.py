@@ -25,7 +25,9 @@ A step's duration is a function of what it holds (:func:`step_cost`)::
 
 The first term is a roofline: a step takes the longer of reading the weights and the KV cache it attends and
 computing its tokens, so ITL stays flat while decoding is bound by memory and bends once compute catches up;
-the last two are linear costs (older profiles use them alone).
+the last two are linear costs (older profiles use them alone). With ``separate_prefill_pass`` (vllm-gaudi, whose
+runner takes a step's prompts and its decodes as two forward passes) a step holding both costs the prompts' pass
+and the decodes' pass, each by this formula on its own.
 """
 
 from __future__ import annotations
@@ -41,7 +43,15 @@ __all__ = ["decode_step_terms", "prefill_chunks", "prefill_is_due", "prompts_eno
 
 def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
     """A step's duration before jitter: ``decodes`` sequences decoding, attending ``kv_tokens`` of context in all,
-    and ``prefill_tokens`` of prompts (``prefilling``: a prefill chunk is in it)."""
+    and ``prefill_tokens`` of prompts (``prefilling``: a prefill chunk is in it). With ``separate_prefill_pass``
+    a step holding both runs them as two forward passes, each costed alone (each reads the weights)."""
+    if prefilling and decodes and config.separate_prefill_pass:
+        return _pass_cost(config, 0, 0, prefill_tokens, True) + _pass_cost(config, decodes, kv_tokens, 0, False)
+    return _pass_cost(config, decodes, kv_tokens, prefill_tokens, prefilling)
+
+
+def _pass_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
+    """One forward pass's duration before jitter (:func:`step_cost`'s terms)."""
     tokens = prefill_tokens + decodes
     memory = config.step_base + config.step_per_kv_token * kv_tokens
     if config.step_expert_weights:  # a mixture of experts reads only the experts its tokens route to
