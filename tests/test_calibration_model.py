@@ -42,6 +42,19 @@ def test_a_fit_frees_no_more_numbers_than_it_has_rows_and_says_which() -> None:
     assert len(calibrate(ROWS, hardware=L4_QWEN, budgets=(2048,)).fitted) == 4
 
 
+def test_the_default_budget_is_what_vllm_gives_the_device() -> None:
+    """vLLM's online server where ``--max-num-batched-tokens`` is not given (``EngineArgs.get_batch_defaults``):
+    8,192 on a device of 70 GiB or more that is not an A100 (a large budget cost the A100 throughput), else 2,048;
+    TPUs v6e, v5e and v5p by chip."""
+    def budget(gpu: str) -> int:
+        return default_budget(Hardware(8.0, gpu))
+
+    assert [budget(gpu) for gpu in ("h100", "h200", "mi300x", "b200")] == [8192] * 4
+    assert budget("a100") == budget("NVIDIA A100-SXM4-80GB") == 2048  # 80 GB, but an A100
+    assert [budget(gpu) for gpu in ("l4", "l40s", "a10", "rtx4090", "v100")] == [2048] * 5
+    assert [budget(gpu) for gpu in ("tpu-v6e", "tpu-v5e", "tpu-v5p")] == [1024, 512, 256]
+
+
 def test_a_fit_frees_what_its_rows_say_something_about() -> None:
     """Rows with only their ITL (memory-bound decodes) say nothing of compute or the API server: the two numbers
     freed are the decode step's."""

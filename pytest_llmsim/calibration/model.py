@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..sim.config import SimConfig
-from .priors import Hardware
+from .priors import Hardware, device_key
 from .sweep import SweepRow
 from .workload import prompts_of
 
@@ -228,11 +228,19 @@ def efficiency_starts(hardware: Hardware, light: SweepRow | None, overhead: floa
     return found
 
 
+#: vLLM's online token budget for the TPUs it names (``EngineArgs.get_batch_defaults``, the OpenAI server's).
+TPU_BUDGETS = {"tpu-v6e": 1024, "tpu-v5e": 512, "tpu-v5p": 256}
+
+
 def default_budget(hardware: Hardware) -> int:
-    """vLLM V1's online token budget on this device: 8,192 with 70 GB or more, else 2,048 (a prior where the
-    server's own is not given)."""
+    """vLLM V1's online token budget on this device, a prior where the server's own is not given
+    (``EngineArgs.get_batch_defaults``): 8,192 with 70 GiB or more but not on an A100 (vLLM's PR #17885: a large
+    budget cost the A100 throughput), else 2,048; the TPUs vLLM names, by chip (``TPU_BUDGETS``)."""
+    if hardware.gpu is not None and device_key(hardware.gpu) in TPU_BUDGETS:
+        return TPU_BUDGETS[device_key(hardware.gpu)]
     memory = hardware.device.memory
-    return 8192 if memory is not None and memory >= 70e9 else 2048
+    an_a100 = hardware.gpu is not None and "a100" in hardware.gpu.lower()  # as vLLM tests the device's name
+    return 8192 if memory is not None and memory >= 70 * 2**30 and not an_a100 else 2048
 
 
 #: Fractions of a peak: searched as log-odds, so a fit never reads faster than the datasheet allows.
