@@ -295,6 +295,34 @@ def test_calibrate_is_told_a_burst_and_its_mean_output(tmp_path: Path, capsys: p
     assert loaded.separate_prefill_pass is True
 
 
+@pytest.mark.parametrize(("told", "policy", "chunked", "separate"), [
+    (["--engine", "tensorrt-llm"], "mixed", False, False),
+    (["--engine", "vllm-gaudi"], "mixed", True, True),
+    (["--engine", "vllm-v0"], "prefill_first", False, False),
+    (["--engine", "sglang", "--policy", "mixed"], "mixed", True, False),  # a flag beside it wins
+    ([], "mixed", True, False),  # vLLM V1's, as before
+])
+def test_calibrate_told_the_engine_composes_steps_as_it_does(tmp_path: Path, told: list[str], policy: str,
+                                                             chunked: bool, separate: bool) -> None:
+    """``--engine`` sets how the measured server composes a step (``calibration.engines.ENGINES``), and the
+    profile says so."""
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("concurrency,input_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,req_per_s\n"
+                     "1,256,64,30.0,6.0,2.5\n8,256,64,60.0,6.5,14.0\n")
+    profile = tmp_path / "profile.toml"
+    assert main(["calibrate", str(sweep), "--gpu", "l4", "--params", "0.494", "--kv-bytes-per-token", "12288",
+                 *told, "--jobs", "1", "-o", str(profile)]) == 0
+    loaded = SimConfig().replace(profile=str(profile))
+    assert (loaded.step_policy, loaded.chunked_prefill, loaded.separate_prefill_pass) == (policy, chunked, separate)
+
+
+def test_calibrate_refuses_an_engine_it_does_not_know(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--engine", "llama.cpp", "--gpu", "l4", "--params", "0.494"])
+    err = capsys.readouterr().err
+    assert "llama.cpp" in err and "tensorrt-llm" in err and "vllm-gaudi" in err
+
+
 def test_the_worst_fitted_value_beyond_the_margin_is_named() -> None:
     measured = [SweepRow(1, None, 256, 128, 30.0, 5.0, 1.0), SweepRow(8, None, 256, 128, 60.0, 6.0, 7.0)]
     near = [SweepRow(1, None, 256, 128, 33.0, 5.5, 1.1), SweepRow(8, None, 256, 128, 66.0, 6.6, 6.3)]

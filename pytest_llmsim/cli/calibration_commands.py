@@ -26,6 +26,7 @@ from ..calibration import predict as predict_sweep
 from ..calibration.benchmark import ITL_PER, LOADS, STATISTICS, Benchmark, told_of
 from ..calibration.cassette_fit import fit_cassettes
 from ..calibration.cassettes import cassette_rows
+from ..calibration.engines import ENGINES
 from ..calibration.model import PARAMETERS
 from ..calibration.priors import DTYPE_BYTES, GPUS, Hardware, expert_share
 from ..calibration.report import LABELS, render_csv, render_json
@@ -110,13 +111,18 @@ def add_calibration_commands(commands: Any) -> None:
     _benchmark_arguments(told)
     told.add_argument("--output-tokens", type=_positive_int, metavar="N",
                       help="the mean output length where the rows leave it out (answers that stop at EOS)")
-    calibrate.add_argument("--policy", choices=STEP_POLICIES, default="mixed",
+    calibrate.add_argument("--engine", choices=ENGINES, default="vllm",
+                           help="the measured server, for how it composes a step by default (the three below; "
+                                "they win where given): vllm is vLLM V1, vllm-v0 without chunked prefill, "
+                                "tensorrt-llm also NIM on it, vllm-gaudi without unified attention")
+    calibrate.add_argument("--policy", choices=STEP_POLICIES, default=None,
                            help="how the server composes a step while prompts wait: mixed (vLLM V1, chunked prefill), "
-                                "prefill_first (SGLang, vLLM V0 without chunked prefill) or prefill_when_due (TGI)")
-    calibrate.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
+                                "prefill_first (SGLang, vLLM V0 without chunked prefill) or prefill_when_due (TGI); "
+                                "default: the engine's")
+    calibrate.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false", default=None,
                            help="the server takes prompts whole, never split across steps (TensorRT-LLM without "
                                 "chunked context, its default; vLLM V0 without chunked prefill)")
-    calibrate.add_argument("--separate-prefill-pass", action="store_true",
+    calibrate.add_argument("--separate-prefill-pass", action="store_true", default=None,
                            help="the server runs a step's prompts and its decodes as two forward passes, each "
                                 "reading the weights (vllm-gaudi without unified attention, its default)")
     calibrate.add_argument("--jobs", "-j", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
@@ -196,8 +202,11 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         share = expert_share(args.experts, args.experts_per_token)
     except ValueError as error:
         parser.error(str(error))
-    base = SimConfig().replace(step_policy=args.policy, chunked_prefill=args.chunked_prefill,
-                               separate_prefill_pass=args.separate_prefill_pass)
+    engine = ENGINES[args.engine]  # its defaults; a flag given beside it wins
+    base = SimConfig().replace(
+        step_policy=args.policy or engine.step_policy,
+        chunked_prefill=engine.chunked_prefill if args.chunked_prefill is None else args.chunked_prefill,
+        separate_prefill_pass=args.separate_prefill_pass or engine.separate_prefill_pass)
     if share is not None:
         base = base.replace(expert_share_per_token=share)
     hardware = None
