@@ -40,6 +40,7 @@ from pytest_llmsim.calibration import (
     with_client_gap,
 )
 from pytest_llmsim.calibration.benchmark import Benchmark
+from pytest_llmsim.calibration.engines import ENGINES
 from pytest_llmsim.calibration.model import PARAMETERS
 from pytest_llmsim.calibration.sweep import METRICS
 from pytest_llmsim.calibration.workload import errors
@@ -78,9 +79,10 @@ def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]
         if scale:  # lengths drawn below a nominal length: the rows' mean
             rows = [replace(r, input_tokens=round(r.input_tokens * scale),
                             output_tokens=round(r.output_tokens * scale)) for r in rows]
+        engine = ENGINES[entry.get("engine", "vllm")]  # as `llmsim calibrate --engine` tells it
         sweeps.append(Sweep(name, rows, Hardware(**entry["hardware"]), entry.get("budget"),
-                            entry.get("policy", "mixed"), entry.get("chunked", True),
-                            entry.get("separate_passes", False)))
+                            entry.get("policy", engine.step_policy), entry.get("chunked", engine.chunked_prefill),
+                            entry.get("separate_passes", engine.separate_prefill_pass)))
     return sweeps
 
 
