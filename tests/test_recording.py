@@ -53,13 +53,17 @@ def ask_all(root: str) -> list[Any]:
 def test_a_recording_replays_the_same_answers_chunk_for_chunk(llm_backend: LLMBackend,
                                                               recorder: tuple[str, Path]) -> None:
     url, path = recorder
-    llm_backend.configure(itl=0.01)
+    llm_backend.configure(itl=0.05)
     original = ask_all(url)
     exchanges = list(read_cassette(path))
     assert [(e.method, e.path, e.status) for e in exchanges] == [
         ("POST", "/v1/chat/completions", 200), ("POST", "/v1/chat/completions", 200), ("POST", "/v1/messages", 200)]
     streamed = exchanges[1]
-    assert len(streamed.chunks) > 3 and streamed.chunks[-1].data.endswith(b"data: [DONE]\n\n")
+    # recorded as it came, not read whole: a chunk per read. How many reads is the machine's: a pause of this
+    # process (its garbage collector stopped it for 179 ms in one CI run, tokens 10 ms apart then) joins what
+    # the backend wrote meanwhile into one read, so the count is only bounded below
+    assert len(streamed.chunks) >= 2 and streamed.chunks[-1].data.endswith(b"data: [DONE]\n\n")
+    assert streamed.chunks[0].data.count(b"data: ") < streamed.answer.count(b"data: ")
     assert [c.at for c in streamed.chunks] == sorted(c.at for c in streamed.chunks)
     assert dict(streamed.response_headers)["content-type"].startswith("text/event-stream")
     llm_backend.reset()  # the provider is gone: the replay answers alone
