@@ -10,13 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any
 
 from ..backend import LLMBackend
@@ -44,6 +41,7 @@ from .config_file import load_config, load_config_file, load_config_rules
 from .config_watch import ConfigWatcher
 from .recording_commands import add_recording_commands, run_record, run_replay
 from .replicas import heal, say, start_replicas, stop_replicas
+from .stop_signals import StopSignals
 from .vllm_arguments import (
     add_vllm_arguments,
     format_without_effect,
@@ -302,15 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.httpserver.control.fleet = (first, [url.removesuffix("/v1") for _, url in replicas])
     if args.gc_pacing == "on":
         pace_collections(backend)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():  # a second Ctrl-C: do not wait for the clean stop
-            os._exit(128 + signum)
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = StopSignals()  # its handler takes no lock (one that did could wait on the main thread forever)
+    stop.install()
     own = f", its own port {backend.own_url}" if backend.own_url else ""
     say(f"llmsim serving {backend.config.model!r} at {backend.base_url}{own} (Ctrl-C to stop)")
     if backend.config.tls:
