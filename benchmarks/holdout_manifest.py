@@ -23,7 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +59,9 @@ class Sweep:
     rows: list[SweepRow]
     hardware: Hardware
     budget: int | None
-    policy: str = "mixed"
-    #: the engine splits a prompt across steps (False: whole prompts only, ``SimConfig.chunked_prefill``)
-    chunked: bool = True
-    #: the engine runs a step's prompts and decodes as two passes (``SimConfig.separate_prefill_pass``)
-    separate: bool = False
+    #: how its engine composes a step: ``SimConfig``'s ``step_policy``, ``chunked_prefill`` and
+    #: ``separate_prefill_pass`` (``calibration.engines.EngineDefaults.settings``)
+    composition: dict[str, Any] = field(default_factory=lambda: ENGINES["vllm"].settings())
 
 
 def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]:
@@ -79,10 +77,9 @@ def load_manifest(path: str, root: str, only: Sequence[str] = ()) -> list[Sweep]
         if scale:  # lengths drawn below a nominal length: the rows' mean
             rows = [replace(r, input_tokens=round(r.input_tokens * scale),
                             output_tokens=round(r.output_tokens * scale)) for r in rows]
-        engine = ENGINES[entry.get("engine", "vllm")]  # as `llmsim calibrate --engine` tells it
-        sweeps.append(Sweep(name, rows, Hardware(**entry["hardware"]), entry.get("budget"),
-                            entry.get("policy", engine.step_policy), entry.get("chunked", engine.chunked_prefill),
-                            entry.get("separate_passes", engine.separate_prefill_pass)))
+        composition = ENGINES[entry.get("engine", "vllm")].settings(  # as `llmsim calibrate --engine` tells it
+            entry.get("policy"), entry.get("chunked"), entry.get("separate_passes"))
+        sweeps.append(Sweep(name, rows, Hardware(**entry["hardware"]), entry.get("budget"), composition))
     return sweeps
 
 
@@ -114,8 +111,7 @@ def geometric_median_priors(fits: Sequence[dict[str, float]]) -> dict[str, float
 
 
 def _base(sweep: Sweep, seed: int) -> SimConfig:
-    return SimConfig().replace(seed=seed, step_policy=sweep.policy, chunked_prefill=sweep.chunked,
-                              separate_prefill_pass=sweep.separate)
+    return SimConfig().replace(seed=seed, **sweep.composition)
 
 
 def fit_rows_of(sweep: Sweep, fit_rows: list[SweepRow], priors: dict[str, float], seed: int,

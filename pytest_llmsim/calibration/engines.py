@@ -10,6 +10,7 @@ without it, vLLM's default for the device or a fitted one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["ENGINES", "EngineDefaults"]
 
@@ -23,6 +24,14 @@ class EngineDefaults:
     chunked_prefill: bool
     separate_prefill_pass: bool
     source: str
+
+    def settings(self, step_policy: str | None = None, chunked_prefill: bool | None = None,
+                 separate_prefill_pass: bool | None = None) -> dict[str, Any]:
+        """The three as ``SimConfig`` settings, each one given (not None) instead of the engine's."""
+        return {"step_policy": self.step_policy if step_policy is None else step_policy,
+                "chunked_prefill": self.chunked_prefill if chunked_prefill is None else chunked_prefill,
+                "separate_prefill_pass": (self.separate_prefill_pass if separate_prefill_pass is None
+                                          else separate_prefill_pass)}
 
 
 #: ``llmsim calibrate --engine``'s names and each engine's defaults.

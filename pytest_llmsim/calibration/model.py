@@ -236,8 +236,8 @@ def default_budget(hardware: Hardware) -> int:
     """vLLM V1's online token budget on this device, a prior where the server's own is not given
     (``EngineArgs.get_batch_defaults``): 8,192 with 70 GiB or more but not on an A100 (vLLM's PR #17885: a large
     budget cost the A100 throughput), else 2,048; the TPUs vLLM names, by chip (``TPU_BUDGETS``)."""
-    if hardware.gpu is not None and device_key(hardware.gpu) in TPU_BUDGETS:
-        return TPU_BUDGETS[device_key(hardware.gpu)]
+    if hardware.gpu is not None and (key := device_key(hardware.gpu)) in TPU_BUDGETS:
+        return TPU_BUDGETS[key]
     memory = hardware.device.memory
     an_a100 = hardware.gpu is not None and "a100" in hardware.gpu.lower()  # as vLLM tests the device's name
     return 8192 if memory is not None and memory >= 70 * 2**30 and not an_a100 else 2048

@@ -202,11 +202,8 @@ def run_calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         share = expert_share(args.experts, args.experts_per_token)
     except ValueError as error:
         parser.error(str(error))
-    engine = ENGINES[args.engine]  # its defaults; a flag given beside it wins
-    base = SimConfig().replace(
-        step_policy=args.policy or engine.step_policy,
-        chunked_prefill=engine.chunked_prefill if args.chunked_prefill is None else args.chunked_prefill,
-        separate_prefill_pass=args.separate_prefill_pass or engine.separate_prefill_pass)
+    base = SimConfig().replace(**ENGINES[args.engine].settings(  # its defaults; a flag given beside it wins
+        args.policy, args.chunked_prefill, args.separate_prefill_pass))
     if share is not None:
         base = base.replace(expert_share_per_token=share)
     hardware = None

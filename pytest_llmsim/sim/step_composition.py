@@ -45,13 +45,8 @@ def step_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: i
     """A step's duration before jitter: ``decodes`` sequences decoding, attending ``kv_tokens`` of context in all,
     and ``prefill_tokens`` of prompts (``prefilling``: a prefill chunk is in it). With ``separate_prefill_pass``
     a step holding both runs them as two forward passes, each costed alone (each reads the weights)."""
-    if prefilling and decodes and config.separate_prefill_pass:
-        return _pass_cost(config, 0, 0, prefill_tokens, True) + _pass_cost(config, decodes, kv_tokens, 0, False)
-    return _pass_cost(config, decodes, kv_tokens, prefill_tokens, prefilling)
-
-
-def _pass_cost(config: SimConfig, decodes: int, kv_tokens: int, prefill_tokens: int, prefilling: bool) -> float:
-    """One forward pass's duration before jitter (:func:`step_cost`'s terms)."""
+    if prefilling and decodes and config.separate_prefill_pass:  # each pass alone: neither is both
+        return step_cost(config, 0, 0, prefill_tokens, True) + step_cost(config, decodes, kv_tokens, 0, False)
     tokens = prefill_tokens + decodes
     memory = config.step_base + config.step_per_kv_token * kv_tokens
     if config.step_expert_weights:  # a mixture of experts reads only the experts its tokens route to
