@@ -137,6 +137,9 @@ def test_the_page_tells_the_truth_about_faults_and_history(llm_backend: LLMBacke
                         pass
             except httpx.HTTPError:
                 pass  # the drop ends the stream under the client
+            # the client sees the drop's connection close before the server has logged the request: without
+            # this wait the next one could end first (a suite run put "dropped" newest)
+            assert llm_backend.wait_idle(timeout=30)
     assert statuses == [500, 500, 200, 200]
     state = llm_backend.fault_states[0]
     assert (state.fault.kind, state.hits, state.spent) == ("server_error", 2, True)
